@@ -1,0 +1,185 @@
+"""The per-run counter that bounds every loop: :class:`IterationBudget`.
+
+One value object covers turns, tool calls, chain depth, retries and wall-clock time, so every
+consumer checks and reports exhaustion the same way. Beyond the source primitive it carries two
+rails a soft ceiling can never pass: a ``hard_ceiling`` (``extend()`` stops there) and a
+``max_seconds`` time rail; ``extendable()`` tells a UI whether offering "continue" can help.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from agents_api import clock as _clock
+from agents_api.errors import InvalidBudget
+
+__all__ = ["BudgetRail", "IterationBudget"]
+
+BudgetRail = Literal["ceiling", "hard_ceiling", "time"]
+
+
+def _as_int(field: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidBudget(f"IterationBudget {field} must be an integer, got {value!r}.")
+    return value
+
+
+class IterationBudget:
+    """A named counter with a soft ceiling, an optional hard ceiling and an optional time rail.
+
+    ``exceeded()`` is inclusive (``current >= ceiling``): a ceiling of 3 allows three units of work
+    and then reports exhaustion. A ceiling below 1 becomes 1 and a negative current becomes 0, as
+    in the source; a current already at the ceiling is kept, so a budget can start exhausted.
+    """
+
+    __slots__ = ("_ceiling", "_clock", "_current", "_hard_ceiling", "_max_seconds", "_name",
+                 "_started")
+
+    def __init__(
+        self,
+        name: str,
+        ceiling: int,
+        current: int = 0,
+        *,
+        hard_ceiling: int | None = None,
+        max_seconds: float | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidBudget("IterationBudget name must be a non-empty string.")
+        self._name = name.strip()
+        self._ceiling = max(1, _as_int("ceiling", ceiling))
+        self._current = max(0, _as_int("current", current))
+        if hard_ceiling is not None:
+            hard = max(1, _as_int("hard_ceiling", hard_ceiling))
+            if self._ceiling > hard:
+                raise InvalidBudget(
+                    f"IterationBudget {self._name!r}: ceiling {self._ceiling} is above "
+                    f"hard_ceiling {hard}; lower the ceiling or raise the hard ceiling."
+                )
+            self._hard_ceiling: int | None = hard
+        else:
+            self._hard_ceiling = None
+        if max_seconds is not None:
+            if isinstance(max_seconds, bool) or not isinstance(max_seconds, int | float):
+                raise InvalidBudget(
+                    f"IterationBudget {self._name!r}: max_seconds must be a number, "
+                    f"got {max_seconds!r}."
+                )
+            if max_seconds <= 0:
+                raise InvalidBudget(
+                    f"IterationBudget {self._name!r}: max_seconds must be above 0, "
+                    f"got {max_seconds!r}."
+                )
+        self._max_seconds = max_seconds
+        self._clock = clock
+        self._started = self._now() if max_seconds is not None else 0.0
+
+    def _now(self) -> float:
+        # Read the project clock at call time so freezegun (or an injected clock) moves it.
+        return self._clock() if self._clock is not None else _clock.monotonic()
+
+    # -- the source primitive -------------------------------------------------------------
+    def name(self) -> str:
+        """The budget's name, e.g. ``conversation_turns``."""
+        return self._name
+
+    def current(self) -> int:
+        """Units consumed so far."""
+        return self._current
+
+    def ceiling(self) -> int:
+        """The soft ceiling: the limit ``exceeded()`` compares against."""
+        return self._ceiling
+
+    def remaining(self) -> int:
+        """Units left before the soft ceiling; never negative."""
+        return max(0, self._ceiling - self._current)
+
+    def increment(self) -> int:
+        """Consume one unit and return the new count (it may pass the ceiling)."""
+        self._current += 1
+        return self._current
+
+    def set_current(self, n: int) -> None:
+        """Replace the count (a negative value stores 0); used by wall-clock style budgets."""
+        self._current = max(0, _as_int("current", n))
+
+    def exceeded(self) -> bool:
+        """True once the ceiling is reached (inclusive) or the time rail is spent."""
+        return self._current >= self._ceiling or self._time_spent()
+
+    def to_response_flag(self) -> str:
+        """The flag a result carries when this budget stopped the run: ``max_<name>_reached``."""
+        return f"max_{self._name}_reached"
+
+    def to_warning(self) -> str:
+        """A sentence for humans, e.g. ``Maximum conversation turns (25) reached.``."""
+        return f"Maximum {self._name.replace('_', ' ')} ({self._ceiling}) reached."
+
+    # -- rails beyond the source ----------------------------------------------------------
+    def hard_ceiling(self) -> int | None:
+        """The ceiling no extension may pass, or None when extensions are unbounded."""
+        return self._hard_ceiling
+
+    def max_seconds(self) -> float | None:
+        """The wall-clock rail in seconds, or None."""
+        return self._max_seconds
+
+    def elapsed_seconds(self) -> float:
+        """Seconds since the budget was created (0.0 without a time rail)."""
+        if self._max_seconds is None:
+            return 0.0
+        return max(0.0, self._now() - self._started)
+
+    def seconds_left(self) -> float | None:
+        """Seconds before the time rail is spent (never negative), or None without one."""
+        if self._max_seconds is None:
+            return None
+        return max(0.0, self._max_seconds - self.elapsed_seconds())
+
+    def _time_spent(self) -> bool:
+        return self._max_seconds is not None and self.elapsed_seconds() >= self._max_seconds
+
+    def exhausted_rail(self) -> BudgetRail | None:
+        """Which rail stops this budget: ``"time"``, then ``"hard_ceiling"``, then ``"ceiling"``."""
+        if self._time_spent():
+            return "time"
+        if self._hard_ceiling is not None and self._current >= self._hard_ceiling:
+            return "hard_ceiling"
+        if self._current >= self._ceiling:
+            return "ceiling"
+        return None
+
+    def extendable(self) -> bool:
+        """True only when granting more would help: the soft ceiling is spent, no hard rail is."""
+        return self.exhausted_rail() == "ceiling"
+
+    def extend(self, by: int) -> int:
+        """Raise the soft ceiling by ``by`` (never past the hard ceiling); return the new ceiling."""
+        amount = _as_int("extend(by)", by)
+        if amount < 1:
+            raise InvalidBudget(f"IterationBudget.extend(by) needs a positive integer, got {by!r}.")
+        new_ceiling = self._ceiling + amount
+        if self._hard_ceiling is not None:
+            new_ceiling = min(new_ceiling, self._hard_ceiling)
+        self._ceiling = new_ceiling
+        return new_ceiling
+
+    def snapshot(self) -> dict[str, int | bool | str | None]:
+        """A JSON-ready picture of the budget for results, events and storage."""
+        return {
+            "current": self._current,
+            "ceiling": self._ceiling,
+            "remaining": self.remaining(),
+            "exceeded": self.exceeded(),
+            "hard_ceiling": self._hard_ceiling,
+            "rail": self.exhausted_rail(),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"IterationBudget({self._name!r}, ceiling={self._ceiling}, current={self._current}, "
+            f"hard_ceiling={self._hard_ceiling}, max_seconds={self._max_seconds})"
+        )

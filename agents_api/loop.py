@@ -1,0 +1,614 @@
+"""The generic bounded conversation loop: :func:`run_loop` and :func:`arun_loop`.
+
+The loop owns mechanics only: turn sequencing, budgets, tool execution order, events, the
+transcript lock and persistence. It knows nothing of providers, jobs or tool policy; those come
+in as callables. The loop body is written once, as a generator that yields whatever it must
+await; :func:`run_loop` drives it without an event loop when every callable is synchronous (no
+asyncio overhead per turn), and :func:`arun_loop` awaits it inside the caller's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from agents_api import clock as _clock
+from agents_api.budget import IterationBudget
+from agents_api.errors import InvalidLoopArgument
+from agents_api.message import Message, normalize_messages
+from agents_api.results import Decision, LoopResult, LoopStatus, TurnResult, coerce_turn_result
+
+__all__ = [
+    "EventSink",
+    "ToolExecutor",
+    "TranscriptLock",
+    "TranscriptPersister",
+    "TurnRunner",
+    "arun_loop",
+    "run_loop",
+]
+
+logger = logging.getLogger("agents_api.loop")
+
+T = TypeVar("T")
+MaybeAwaitable = T | Awaitable[T]
+
+TurnRunner = Callable[[list[Message], dict[str, Any]], MaybeAwaitable[TurnResult | Mapping[str, Any]]]
+ToolExecutor = Callable[[dict[str, Any], dict[str, Any]], MaybeAwaitable[Any]]
+EventSink = Callable[[str, dict[str, Any]], object]
+ToolResultHook = Callable[
+    [dict[str, Any], dict[str, Any], dict[str, Any]], MaybeAwaitable[Decision | None]
+]
+BudgetExhaustedHook = Callable[[IterationBudget, dict[str, Any]], MaybeAwaitable[bool | None]]
+ShouldContinue = Callable[[TurnResult, dict[str, Any]], bool]
+
+
+@runtime_checkable
+class TranscriptPersister(Protocol):
+    """Stores a run's transcript once at the end; may also offer ``append_turn`` per turn."""
+
+    def persist(self, messages: list[Message], request: dict[str, Any], result: LoopResult) -> str:
+        """Store the whole run and return its session id."""
+
+
+@runtime_checkable
+class TranscriptLock(Protocol):
+    """Guarantees one writer per session; ``acquire`` never waits."""
+
+    def acquire(self, session_id: str, ttl: int) -> str | None:
+        """Return a token, or None when another holder has an unexpired lock."""
+
+    def release(self, session_id: str, token: str) -> bool:
+        """Release the lock if ``token`` still holds it."""
+
+
+TOOL_BUDGET = "tool_calls"
+WALL_CLOCK_BUDGET = "wall_clock_seconds"
+
+
+def run_loop(
+    messages: Iterable[Message | Mapping[str, Any]],
+    turn_runner: TurnRunner,
+    *,
+    turn_budget: IterationBudget,
+    budgets: Iterable[IterationBudget] = (),
+    tool_executor: ToolExecutor | None = None,
+    on_event: EventSink | None = None,
+    should_continue: ShouldContinue | None = None,
+    transcript_persister: Any = None,
+    transcript_lock: Any = None,
+    transcript_session_id: str | None = None,
+    transcript_lock_ttl: int = 300,
+    context: Mapping[str, Any] | None = None,
+    request: Mapping[str, Any] | None = None,
+    on_tool_result: ToolResultHook | None = None,
+    on_budget_exhausted: BudgetExhaustedHook | None = None,
+) -> LoopResult:
+    """Run a bounded conversation synchronously and return its :class:`LoopResult`.
+
+    Synchronous callables run without an event loop. If a callable returns an awaitable, it is
+    awaited on a private event loop; inside a running event loop use :func:`arun_loop`.
+    """
+    steps = _loop_steps(
+        messages, turn_runner, turn_budget=turn_budget, budgets=budgets,
+        tool_executor=tool_executor, on_event=on_event, should_continue=should_continue,
+        transcript_persister=transcript_persister, transcript_lock=transcript_lock,
+        transcript_session_id=transcript_session_id, transcript_lock_ttl=transcript_lock_ttl,
+        context=context, request=request, on_tool_result=on_tool_result,
+        on_budget_exhausted=on_budget_exhausted,
+    )
+    return drive_sync(steps)
+
+
+async def arun_loop(
+    messages: Iterable[Message | Mapping[str, Any]],
+    turn_runner: TurnRunner,
+    *,
+    turn_budget: IterationBudget,
+    budgets: Iterable[IterationBudget] = (),
+    tool_executor: ToolExecutor | None = None,
+    on_event: EventSink | None = None,
+    should_continue: ShouldContinue | None = None,
+    transcript_persister: Any = None,
+    transcript_lock: Any = None,
+    transcript_session_id: str | None = None,
+    transcript_lock_ttl: int = 300,
+    context: Mapping[str, Any] | None = None,
+    request: Mapping[str, Any] | None = None,
+    on_tool_result: ToolResultHook | None = None,
+    on_budget_exhausted: BudgetExhaustedHook | None = None,
+) -> LoopResult:
+    """Run a bounded conversation inside the running event loop (same arguments as run_loop)."""
+    steps = _loop_steps(
+        messages, turn_runner, turn_budget=turn_budget, budgets=budgets,
+        tool_executor=tool_executor, on_event=on_event, should_continue=should_continue,
+        transcript_persister=transcript_persister, transcript_lock=transcript_lock,
+        transcript_session_id=transcript_session_id, transcript_lock_ttl=transcript_lock_ttl,
+        context=context, request=request, on_tool_result=on_tool_result,
+        on_budget_exhausted=on_budget_exhausted,
+    )
+    return await drive_async(steps)
+
+
+Steps = Generator[Awaitable[Any], Any, T]
+
+
+def drive_sync(steps: Steps[T]) -> T:
+    """Run a step generator to completion, awaiting yielded awaitables on a private loop."""
+    loop: asyncio.AbstractEventLoop | None = None
+    try:
+        pending = next(steps)
+        while True:
+            if loop is None:
+                try:
+                    asyncio.get_running_loop()
+                except RuntimeError:
+                    loop = asyncio.new_event_loop()
+                else:
+                    steps.close()
+                    raise InvalidLoopArgument(
+                        "An async callable was used from the synchronous run_loop inside a "
+                        "running event loop; call arun_loop (or arun_conversation) instead."
+                    )
+            try:
+                value = loop.run_until_complete(_as_coroutine(pending))
+            except BaseException as exc:  # handed back so the loop body decides what it means
+                pending = steps.throw(exc)
+            else:
+                pending = steps.send(value)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    finally:
+        if loop is not None:
+            loop.close()
+
+
+async def drive_async(steps: Steps[T]) -> T:
+    """Run a step generator to completion inside the running event loop."""
+    try:
+        pending = next(steps)
+        while True:
+            try:
+                value = await pending
+            except BaseException as exc:
+                pending = steps.throw(exc)
+            else:
+                pending = steps.send(value)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def _as_coroutine(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+def _add_usage(total: dict[str, Any], usage: Mapping[str, Any]) -> None:
+    for key, value in usage.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            previous = total.get(key, 0)
+            if isinstance(previous, int | float) and not isinstance(previous, bool):
+                total[key] = previous + value
+                continue
+        total[key] = value
+
+
+def normalize_tool_result(raw: Any) -> dict[str, Any]:
+    """``{"success": bool, "result"| "error": ...}`` from whatever an executor returned."""
+    if isinstance(raw, Mapping) and isinstance(raw.get("success"), bool):
+        result = dict(raw)
+        if not result["success"]:
+            error = result.get("error")
+            result["error"] = str(error) if error not in (None, "") else "Tool execution failed."
+        return result
+    return {"success": True, "result": raw}
+
+
+def tool_result_content(result: Mapping[str, Any]) -> str:
+    """What the model reads for a tool result: the JSON of ``result``, or the error text."""
+    if not result.get("success"):
+        return str(result.get("error", "Tool execution failed."))
+    value = result.get("result")
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _normalize_tool_call(call: Any, turn: int, index: int) -> dict[str, Any] | None:
+    if not isinstance(call, Mapping):
+        return None
+    name = call.get("name") or call.get("tool_name")
+    if not isinstance(name, str) or not name.strip():
+        return None
+    params = call.get("parameters")
+    if params is None:
+        params = call.get("arguments", {})
+    call_id = call.get("id") or call.get("tool_call_id") or f"call_{turn}_{index}"
+    return {"id": str(call_id), "name": name.strip(), "parameters": params}
+
+
+class _Emitter:
+    __slots__ = ("_base", "_sink")
+
+    def __init__(self, sink: EventSink | None, base: Mapping[str, Any]) -> None:
+        self._sink = sink
+        self._base = dict(base)
+
+    def __call__(self, event: str, payload: dict[str, Any]) -> None:
+        if self._sink is None:
+            return
+        if self._base:
+            payload = {**self._base, **payload}
+        try:
+            self._sink(event, payload)
+        except Exception:
+            # An observer must never change a run's outcome.
+            logger.warning("agents_api: event sink failed on %r", event, exc_info=True)
+
+
+def _loop_steps(
+    messages: Iterable[Message | Mapping[str, Any]],
+    turn_runner: TurnRunner,
+    *,
+    turn_budget: IterationBudget,
+    budgets: Iterable[IterationBudget],
+    tool_executor: ToolExecutor | None,
+    on_event: EventSink | None,
+    should_continue: ShouldContinue | None,
+    transcript_persister: Any,
+    transcript_lock: Any,
+    transcript_session_id: str | None,
+    transcript_lock_ttl: int,
+    context: Mapping[str, Any] | None,
+    request: Mapping[str, Any] | None,
+    on_tool_result: ToolResultHook | None,
+    on_budget_exhausted: BudgetExhaustedHook | None,
+) -> Steps[LoopResult]:
+    if not callable(turn_runner):
+        raise InvalidLoopArgument("turn_runner must be a callable (messages, context) -> TurnResult.")
+    if not isinstance(turn_budget, IterationBudget):
+        raise InvalidLoopArgument("turn_budget must be an agents_api.IterationBudget.")
+    if isinstance(transcript_lock_ttl, bool) or not isinstance(transcript_lock_ttl, int):
+        raise InvalidLoopArgument("transcript_lock_ttl must be an integer number of seconds.")
+    ttl = max(1, transcript_lock_ttl)
+    msgs = normalize_messages(messages)
+    base_context = dict(context or {})
+    request_info = dict(request or {})
+
+    all_budgets: dict[str, IterationBudget] = {turn_budget.name(): turn_budget}
+    for extra in budgets:
+        if not isinstance(extra, IterationBudget):
+            raise InvalidLoopArgument(
+                f"budgets must hold agents_api.IterationBudget objects, got {type(extra).__name__}."
+            )
+        all_budgets.setdefault(extra.name(), extra)
+    ordered = list(all_budgets.values())
+    wall_clock = all_budgets.get(WALL_CLOCK_BUDGET)
+    wall_clock_start = wall_clock.current() if wall_clock is not None else 0
+    tool_budget = all_budgets.get(TOOL_BUDGET)
+
+    emit = _Emitter(on_event, {})
+    session_id = transcript_session_id or None
+    append_turn = getattr(transcript_persister, "append_turn", None)
+    if session_id is None and (append_turn is not None or transcript_persister is not None):
+        session_id = uuid.uuid4().hex
+
+    state = _RunState(msgs)
+
+    # -- the lock: contention returns before the runner or the persister is touched --------
+    token: str | None = None
+    if transcript_lock is not None and session_id:
+        acquired = transcript_lock.acquire(session_id, ttl)
+        if inspect.isawaitable(acquired):
+            acquired = yield acquired
+        if not acquired:
+            emit("transcript_lock_contention", {"session_id": session_id})
+            result = state.build(
+                "transcript_lock_contention", ordered, session_id,
+                error=f"Transcript session {session_id!r} is locked by another run.",
+                error_code="transcript_lock_contention",
+            )
+            emit("completed", _terminal_payload(result))
+            return result
+        token = str(acquired)
+
+    started = _clock.monotonic()
+    status: LoopStatus = "completed"
+    stop_budget: IterationBudget | None = None
+    error: str | None = None
+    error_code: str | None = None
+    try:
+        while True:
+            # Budgets are checked before a turn starts: the wall clock and any budget that was
+            # already spent (a run resumed at its ceiling, a tool that spent an extension budget).
+            if wall_clock is not None:
+                wall_clock.set_current(wall_clock_start + int(_clock.monotonic() - started))
+            spent = _first_exceeded(ordered)
+            if spent is not None:
+                extended = yield from _try_extend(spent, on_budget_exhausted, state, emit)
+                if not extended:
+                    status, stop_budget = "budget_exceeded", spent
+                    break
+            turn = state.turn_count + 1
+            state.turn_count = turn
+            turn_context = {**base_context, "turn": turn, "budgets": all_budgets,
+                            "session_id": session_id}
+            emit("turn_started", {"turn": turn, "max_turns": turn_budget.ceiling(),
+                                  "message_count": len(msgs)})
+            turn_start = len(msgs)
+            try:
+                raw = turn_runner(msgs, turn_context)
+                if inspect.isawaitable(raw):
+                    raw = yield raw
+                outcome = coerce_turn_result(raw, turn)
+            except Exception as exc:
+                status = "error"
+                error = str(exc) or type(exc).__name__
+                error_code = str(getattr(exc, "code", "") or "turn_failed")
+                emit("failed", {"turn": turn, "error": error, "error_code": error_code,
+                                "error_type": type(exc).__name__})
+                break
+
+            _add_usage(state.usage, outcome.usage)
+            if outcome.request_metadata:
+                state.request_metadata = outcome.request_metadata
+            if outcome.content:
+                msgs.append(Message.text("assistant", outcome.content))
+
+            calls = [c for c in (_normalize_tool_call(call, turn, i + 1)
+                                 for i, call in enumerate(outcome.tool_calls)) if c is not None]
+            state.last_tool_calls = calls
+            policy_complete = False
+            for call in calls:
+                # Tool budgets are checked before each call, so a spent budget runs nothing.
+                blocked = _tool_budget_spent(tool_budget, all_budgets, call["name"])
+                if blocked is not None:
+                    stop_budget = blocked
+                    break
+                result = yield from _run_tool(call, turn, turn_context, tool_executor, msgs,
+                                              state, emit)
+                if tool_budget is not None:
+                    tool_budget.increment()
+                per_tool = all_budgets.get(f"{TOOL_BUDGET}_{call['name']}")
+                if per_tool is not None:
+                    per_tool.increment()
+                if on_tool_result is not None:
+                    decision = on_tool_result(call, result, turn_context)
+                    if inspect.isawaitable(decision):
+                        decision = yield decision
+                    if isinstance(decision, Decision):
+                        if decision.complete:
+                            policy_complete = True
+                        elif decision.message:
+                            msgs.append(Message.text("user", decision.message,
+                                                     {"type": "completion_policy_continue"}))
+                # After each call every budget is checked (tools may spend extension budgets).
+                spent = _first_exceeded(ordered, skip=turn_budget)
+                if spent is not None:
+                    stop_budget = spent
+                    break
+            msgs.extend(outcome.continuation_messages)
+
+            turn_budget.increment()
+            if append_turn is not None and session_id:
+                written = append_turn(session_id, turn, msgs[turn_start:])
+                if inspect.isawaitable(written):
+                    yield written
+            if token is not None:
+                renew = getattr(transcript_lock, "renew", None)
+                if renew is not None:
+                    renewed = renew(session_id, token, ttl)
+                    if inspect.isawaitable(renewed):
+                        yield renewed
+
+            if stop_budget is not None:
+                extended = yield from _try_extend(stop_budget, on_budget_exhausted, state, emit)
+                if not extended:
+                    status = "budget_exceeded"
+                    break
+                stop_budget = None
+            if policy_complete or outcome.complete:
+                break
+            if should_continue is not None:
+                keep_going = bool(should_continue(outcome, turn_context))
+            else:
+                keep_going = bool(calls or outcome.continuation_messages)
+            if not keep_going:
+                break
+            # The next turn's pre-check stops (or extends) a spent turn budget.
+    finally:
+        if token is not None:
+            try:
+                released = transcript_lock.release(session_id, token)
+                if inspect.isawaitable(released):
+                    yield released
+            except Exception:
+                logger.warning("agents_api: releasing transcript lock %r failed", session_id,
+                               exc_info=True)
+
+    if status == "budget_exceeded" and stop_budget is not None:
+        emit("budget_exceeded", _exceeded_payload(stop_budget))
+    result = state.build(status, ordered, session_id, stop_budget=stop_budget, error=error,
+                         error_code=error_code)
+    if transcript_persister is not None:
+        try:
+            stored = transcript_persister.persist(msgs, request_info, result)
+            if inspect.isawaitable(stored):
+                stored = yield stored
+            if isinstance(stored, str) and stored:
+                result.transcript_session_id = stored
+        except Exception as exc:
+            # The run's outcome stands; the caller learns that storage failed.
+            logger.error("agents_api: transcript persister failed", exc_info=True)
+            result.warnings.append(f"Transcript could not be stored: {exc}")
+    emit("failed" if result.status == "error" else "completed", _terminal_payload(result))
+    return result
+
+
+class _RunState:
+    __slots__ = ("last_tool_calls", "messages", "request_metadata", "tool_results",
+                 "turn_count", "usage")
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages = messages
+        self.turn_count = 0
+        self.usage: dict[str, Any] = {"prompt_tokens": 0, "completion_tokens": 0,
+                                      "total_tokens": 0}
+        self.request_metadata: dict[str, Any] = {}
+        self.tool_results: list[dict[str, Any]] = []
+        self.last_tool_calls: list[dict[str, Any]] = []
+
+    def build(
+        self,
+        status: LoopStatus,
+        budgets: list[IterationBudget],
+        session_id: str | None,
+        *,
+        stop_budget: IterationBudget | None = None,
+        error: str | None = None,
+        error_code: str | None = None,
+    ) -> LoopResult:
+        flags: list[str] = []
+        warning = None
+        budget_name = None
+        if stop_budget is not None:
+            budget_name = stop_budget.name()
+            flags.append(stop_budget.to_response_flag())
+            warning = stop_budget.to_warning()
+        return LoopResult.model_construct(
+            messages=self.messages,
+            final_content=_final_content(self.messages),
+            turn_count=self.turn_count,
+            completed=status == "completed",
+            status=status,
+            budget=budget_name,
+            flags=flags,
+            warning=warning,
+            error=error,
+            error_code=error_code,
+            usage=self.usage,
+            tool_execution_results=self.tool_results,
+            last_tool_calls=self.last_tool_calls,
+            request_metadata=self.request_metadata,
+            budgets={b.name(): b.snapshot() for b in budgets},
+            transcript_session_id=session_id,
+            warnings=[],
+        )
+
+
+def _final_content(messages: list[Message]) -> str:
+    for message in reversed(messages):
+        if message.role == "assistant" and message.type == "text" and isinstance(
+            message.content, str
+        ) and message.content:
+            return message.content
+    return ""
+
+
+def _first_exceeded(
+    budgets: list[IterationBudget], skip: IterationBudget | None = None
+) -> IterationBudget | None:
+    for budget in budgets:
+        if budget is not skip and budget.exceeded():
+            return budget
+    return None
+
+
+def _tool_budget_spent(
+    tool_budget: IterationBudget | None, all_budgets: Mapping[str, IterationBudget], name: str
+) -> IterationBudget | None:
+    if tool_budget is not None and tool_budget.exceeded():
+        return tool_budget
+    per_tool = all_budgets.get(f"{TOOL_BUDGET}_{name}")
+    if per_tool is not None and per_tool.exceeded():
+        return per_tool
+    return None
+
+
+def _try_extend(
+    budget: IterationBudget,
+    hook: BudgetExhaustedHook | None,
+    state: _RunState,
+    emit: _Emitter,
+) -> Generator[Awaitable[Any], Any, bool]:
+    """Ask the host to extend a spent budget; only soft ceilings are ever offered."""
+    if hook is None or not budget.extendable():
+        return False
+    answer = hook(budget, {"turn": state.turn_count, "budget": budget.name()})
+    if inspect.isawaitable(answer):
+        answer = yield answer
+    if answer is True and not budget.exceeded():
+        emit("budget_extended", {"budget": budget.name(), "ceiling": budget.ceiling(),
+                                 "current": budget.current()})
+        return True
+    return False
+
+
+def _run_tool(
+    call: dict[str, Any],
+    turn: int,
+    turn_context: dict[str, Any],
+    executor: ToolExecutor | None,
+    msgs: list[Message],
+    state: _RunState,
+    emit: _Emitter,
+) -> Generator[Awaitable[Any], Any, dict[str, Any]]:
+    name, call_id, params = call["name"], call["id"], call["parameters"]
+    msgs.append(Message.tool_call(name, params, turn, call_id))
+    emit("tool_call", {"turn": turn, "tool_name": name, "tool_call_id": call_id,
+                       "parameters": params})
+    if executor is None:
+        result: dict[str, Any] = {
+            "success": False,
+            "error": f"Tool '{name}' cannot run: no tool executor is configured for this loop.",
+            "error_type": "executor_unavailable",
+        }
+    else:
+        context = {**turn_context, "messages": msgs, "tool_call_id": call_id}
+        try:
+            raw = executor(call, context)
+            if inspect.isawaitable(raw):
+                raw = yield raw
+            result = normalize_tool_result(raw)
+        except Exception as exc:
+            # One tool failing never ends the run: the model reads the error and may recover.
+            result = {"success": False, "error": f"Tool '{name}' raised: {exc}",
+                      "error_type": "executor_exception"}
+    msgs.append(Message.tool_result(name, result, turn, call_id, tool_result_content(result)))
+    emit("tool_result", {"turn": turn, "tool_name": name, "tool_call_id": call_id,
+                         "success": result["success"]})
+    state.tool_results.append({"tool_name": name, "tool_call_id": call_id, "parameters": params,
+                               "success": result["success"], "result": result, "turn": turn})
+    return result
+
+
+def _exceeded_payload(budget: IterationBudget) -> dict[str, Any]:
+    name = budget.name()
+    if name == WALL_CLOCK_BUDGET:
+        dimension = "wall_clock"
+    elif name.startswith(TOOL_BUDGET):
+        dimension = TOOL_BUDGET
+    else:
+        dimension = name
+    return {"budget": name, "dimension": dimension, "current": budget.current(),
+            "ceiling": budget.ceiling(), "rail": budget.exhausted_rail()}
+
+
+def _terminal_payload(result: LoopResult) -> dict[str, Any]:
+    return {
+        "status": result.status,
+        "turn": result.turn_count,
+        "turn_count": result.turn_count,
+        "message_count": len(result.messages),
+        "tool_results": len(result.tool_execution_results),
+        "budget": result.budget,
+        "budgets": result.budgets,
+        "error": result.error,
+    }

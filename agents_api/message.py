@@ -1,0 +1,189 @@
+"""The message envelope every transcript is made of: :class:`Message`.
+
+Plain ``{"role", "content"}`` dicts are accepted everywhere and normalized here, so the loop, the
+transcript store and the providers all see one shape. Tool calls and tool results are their own
+envelope types (not text the model must re-parse), which is what lets duplicate checks and
+completion assertions read a transcript reliably.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agents_api.errors import InvalidMessage
+
+__all__ = ["MESSAGE_SCHEMA", "MESSAGE_TYPES", "Message", "normalize_message", "normalize_messages"]
+
+MESSAGE_SCHEMA = "agents-api.message"
+MESSAGE_TYPES = frozenset({"text", "tool_call", "tool_result", "final_result", "error"})
+
+# Keys promoted from a plain message's metadata into the envelope payload, per type.
+_PAYLOAD_KEYS = {
+    "tool_call": ("tool_name", "parameters", "turn"),
+    "tool_result": ("tool_name", "success", "turn", "result", "error"),
+}
+
+
+class Message(BaseModel):
+    """One transcript entry: ``{"schema", "version", "type", "role", "content", "payload",
+    "metadata"}``.
+
+    ``Message(role="user", content="hi")`` builds a text message. Constructing one with an
+    unsupported ``type`` (or any other invalid field) raises :class:`InvalidMessage`, an
+    ``AgentsAPIError``.
+    """
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    schema_: Literal["agents-api.message"] = Field(default=MESSAGE_SCHEMA, alias="schema")
+    version: Literal[1] = 1
+    type: str = "text"
+    role: str
+    content: str | list[Any] = ""
+    payload: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise InvalidMessage(_explain(exc)) from None
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if value not in MESSAGE_TYPES:
+            allowed = ", ".join(sorted(MESSAGE_TYPES))
+            raise ValueError(f"unsupported message type {value!r}; use one of: {allowed}")
+        return value
+
+    @field_validator("role")
+    @classmethod
+    def _non_empty_role(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("role must be a non-empty string")
+        return value
+
+    # -- builders used by the loop (trusted input, so no validation cost) -----------------
+    @classmethod
+    def text(cls, role: str, content: str, metadata: dict[str, Any] | None = None) -> Message:
+        """A plain text message."""
+        return cls.model_construct(
+            schema_=MESSAGE_SCHEMA, version=1, type="text", role=role, content=content,
+            payload={}, metadata=metadata if metadata is not None else {},
+        )
+
+    @classmethod
+    def tool_call(
+        cls, tool_name: str, parameters: dict[str, Any], turn: int, tool_call_id: str
+    ) -> Message:
+        """The assistant's request to run one tool."""
+        return cls.model_construct(
+            schema_=MESSAGE_SCHEMA, version=1, type="tool_call", role="assistant", content="",
+            payload={"tool_name": tool_name, "parameters": parameters, "turn": turn},
+            metadata={"tool_call_id": tool_call_id},
+        )
+
+    @classmethod
+    def tool_result(
+        cls, tool_name: str, result: Mapping[str, Any], turn: int, tool_call_id: str,
+        content: str,
+    ) -> Message:
+        """The outcome of one tool call; ``content`` is what the model reads."""
+        payload = dict(result)
+        payload["tool_name"] = tool_name
+        payload["turn"] = turn
+        return cls.model_construct(
+            schema_=MESSAGE_SCHEMA, version=1, type="tool_result", role="tool", content=content,
+            payload=payload, metadata={"tool_call_id": tool_call_id},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON envelope, with ``schema`` spelled as on the wire."""
+        return {
+            "schema": MESSAGE_SCHEMA,
+            "version": 1,
+            "type": self.type,
+            "role": self.role,
+            "content": self.content,
+            "payload": self.payload,
+            "metadata": self.metadata,
+        }
+
+
+def _explain(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"]) or "message"
+        parts.append(f"{where}: {error['msg']}")
+    return "Invalid message: " + "; ".join(parts)
+
+
+def _is_envelope(data: Mapping[str, Any]) -> bool:
+    if data.get("schema") == MESSAGE_SCHEMA:
+        return True
+    return "version" in data and "type" in data and "payload" in data
+
+
+def normalize_message(item: Message | Mapping[str, Any], index: int | None = None) -> Message:
+    """Turn an envelope, an envelope dict or a plain ``{"role", "content"}`` dict into a Message."""
+    if isinstance(item, Message):
+        return item
+    where = f"messages[{index}]" if index is not None else "message"
+    if not isinstance(item, Mapping):
+        raise InvalidMessage(
+            f"{where} must be a dict with 'role' and 'content' or an agents_api.Message, "
+            f"got {type(item).__name__}."
+        )
+    try:
+        if _is_envelope(item):
+            return Message(**dict(item))
+        return _from_plain(item)
+    except InvalidMessage as exc:
+        raise InvalidMessage(f"{where}: {exc}") from None
+
+
+def _from_plain(item: Mapping[str, Any]) -> Message:
+    unknown = set(item) - {"role", "content", "metadata", "type", "payload"}
+    if unknown:
+        raise InvalidMessage(
+            f"unexpected key(s) {', '.join(sorted(unknown))}; a plain message has 'role', "
+            "'content' and optional 'metadata'."
+        )
+    if "role" not in item:
+        raise InvalidMessage("missing 'role' (for example 'user' or 'assistant').")
+    metadata = item.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidMessage("'metadata' must be a dict.")
+    metadata = dict(metadata)
+    msg_type = item.get("type") or metadata.get("type") or "text"
+    payload = dict(item.get("payload") or {})
+    for key in _PAYLOAD_KEYS.get(str(msg_type), ()):
+        if key in metadata and key not in payload:
+            payload[key] = metadata[key]
+    return Message(
+        type=msg_type, role=item["role"], content=item.get("content", ""), payload=payload,
+        metadata=metadata,
+    )
+
+
+def normalize_messages(items: Iterable[Message | Mapping[str, Any]]) -> list[Message]:
+    """Normalize a list of messages; the error names the index of the first bad entry."""
+    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+        raise InvalidMessage(
+            "messages must be a list of {'role', 'content'} dicts or agents_api.Message "
+            f"envelopes, got {type(items).__name__}."
+        )
+    return [normalize_message(item, i) for i, item in enumerate(items)]
+
+
+def messages_as_dicts(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """Envelope dicts for storage or JSON output."""
+    return [m.to_dict() for m in messages]
+
+
+# A tiny alias so type checkers accept the literal role names users commonly pass.
+Role = Literal["system", "user", "assistant", "tool"]

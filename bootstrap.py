@@ -1,0 +1,72 @@
+"""Boot a datamachine host: plugins, database, settings and the built-in budgets.
+
+The built-in budgets are registered here, before any plugin's budgets are collected, so a plugin
+that claims a built-in name fails at boot with both owners named.
+"""
+
+from __future__ import annotations
+
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from datamachine.budgets_builtin import BUILTIN_BUDGETS, BUILTIN_OWNER
+from datamachine.db import default_db_path, open_database
+from datamachine.errors import DuplicateBudgetError, InvalidBudgetSpec, PluginLoadError
+from datamachine.host import Host
+from datamachine.plugins import collect, make_plugin_manager
+from datamachine.registry import BudgetSpec, IterationBudgetRegistry
+from datamachine.settings import Settings
+
+__all__ = ["boot"]
+
+
+def boot(
+    db_path: str | Path | None = None,
+    plugins: Iterable[object] = (),
+    load_entrypoints: bool = True,
+) -> Host:
+    """Build an isolated host.
+
+    ``db_path``: a file path, ``":memory:"``, or None for ``$DATAMACHINE_DB`` / the user data
+    directory. ``plugins``: extra plugin modules or objects registered after the installed ones.
+    ``load_entrypoints=False`` skips installed plugins (``DATAMACHINE_LOAD_PLUGINS`` narrows them).
+    """
+    pm, infos = make_plugin_manager(plugins, load_entrypoints=load_entrypoints)
+    resolved_path = None if db_path is not None and str(db_path) == ":memory:" else (
+        Path(db_path).expanduser() if db_path is not None else default_db_path()
+    )
+    db = open_database(db_path)
+    registry = IterationBudgetRegistry()
+    settings = Settings(db, validator=registry.validate_setting)
+    registry.settings_lookup = settings.get
+    for spec in BUILTIN_BUDGETS:
+        registry.register(spec, owner=BUILTIN_OWNER)
+    _register_plugin_budgets(pm, registry)
+    return Host(pm=pm, db=db, settings=settings, budgets=registry, db_path=resolved_path,
+                plugins=infos)
+
+
+def _register_plugin_budgets(pm: object, registry: IterationBudgetRegistry) -> None:
+    for plugin_name, item in collect(pm, "register_budgets"):  # type: ignore[arg-type]
+        if isinstance(item, BudgetSpec):
+            spec = item
+        elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+            try:
+                spec = BudgetSpec.from_config(item[0], item[1])
+            except InvalidBudgetSpec as exc:
+                raise InvalidBudgetSpec(f"Plugin {plugin_name!r}: {exc}") from None
+        else:
+            raise PluginLoadError(
+                f"Plugin {plugin_name!r}: register_budgets() items must be BudgetSpec objects "
+                f"or (name, config) pairs, got {item!r}."
+            )
+        owner = registry.owner(spec.name)
+        if owner is not None:
+            raise DuplicateBudgetError(
+                f"Budget {spec.name!r} is registered by both {owner!r} and {plugin_name!r}; "
+                "rename one of them (budget names are global to a host)."
+            )
+        registry.register(spec, owner=plugin_name)
+
+

@@ -1,0 +1,64 @@
+"""datamachine: bounded LLM agent loops with named, pluggable budgets.
+
+Public names are loaded lazily (PEP 562) so ``import datamachine`` stays cheap: the plugin
+manager, pydantic models, the HTTP client and the web server load only when first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from datamachine.errors import (
+        BootError,
+        DatabaseError,
+        DataMachineError,
+        DuplicateBudgetError,
+        InvalidBudgetSpec,
+        InvalidBudgetValue,
+        InvalidSetting,
+        PluginLoadError,
+        SessionAborted,
+        UsageError,
+    )
+    from datamachine.hookspecs import hookimpl
+    from datamachine.providers.base import ProviderRequest, ProviderResponse
+    from datamachine.registry import BudgetSpec, IterationBudgetRegistry, validate_budget_value
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    "hookimpl": "datamachine.hookspecs",
+    "BudgetSpec": "datamachine.registry",
+    "IterationBudgetRegistry": "datamachine.registry",
+    "validate_budget_value": "datamachine.registry",
+    "ProviderRequest": "datamachine.providers.base",
+    "ProviderResponse": "datamachine.providers.base",
+    "get_default_host": "datamachine.default_host",
+    "BootError": "datamachine.errors",
+    "DataMachineError": "datamachine.errors",
+    "DatabaseError": "datamachine.errors",
+    "DuplicateBudgetError": "datamachine.errors",
+    "InvalidBudgetSpec": "datamachine.errors",
+    "InvalidBudgetValue": "datamachine.errors",
+    "InvalidSetting": "datamachine.errors",
+    "PluginLoadError": "datamachine.errors",
+    "SessionAborted": "datamachine.errors",
+    "UsageError": "datamachine.errors",
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'datamachine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,106 @@
+"""Opening the one SQLite file a host uses, and migrating it.
+
+Every connection gets WAL mode and a busy timeout, so readers never block the writer and a
+briefly locked database waits instead of surfacing ``database is locked``. Failures name the path
+and say what to do; a foreign or corrupt file is refused before anything is written to it.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from sqlite_utils import Database
+
+from datamachine.errors import DatabaseError
+from datamachine.migrations import migrate
+
+__all__ = ["BUSY_TIMEOUT_MS", "default_db_path", "open_database"]
+
+BUSY_TIMEOUT_MS = 30_000
+DB_ENV = "DATAMACHINE_DB"
+
+
+def default_db_path() -> Path:
+    """``$DATAMACHINE_DB``, else ``datamachine.db`` in the user data directory."""
+    configured = os.environ.get(DB_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("datamachine", appauthor=False)) / "datamachine.db"
+
+
+def _connect(path: Path | str) -> sqlite3.Connection:
+    # check_same_thread=False: the server and async runs touch the host from worker threads;
+    # the stores serialize their own writes.
+    conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return conn
+
+
+def open_database(path: str | Path | None = None, *, create_parent: bool | None = None) -> Database:
+    """Open (creating if needed) and migrate the database at ``path``.
+
+    ``None`` means :func:`default_db_path` (whose directory is created); ``":memory:"`` gives a
+    private in-memory database for tests. A missing directory given explicitly is an error, not
+    silently created, so a typo in a path is noticed.
+    """
+    if path is None:
+        target: Path | str = default_db_path()
+        create_parent = True if create_parent is None else create_parent
+    else:
+        target = path if str(path) == ":memory:" else Path(path).expanduser()
+    if target == ":memory:" or str(target) == ":memory:":
+        db = Database(_connect(":memory:"))
+        migrate(db, label=":memory:")
+        return db
+    assert isinstance(target, Path)
+    parent = target.parent
+    if not parent.exists():
+        if create_parent:
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise DatabaseError(
+                    f"Cannot create the directory for the database {target}: {exc.strerror}."
+                ) from None
+        else:
+            raise DatabaseError(
+                f"Cannot open the database {target}: the directory {parent} does not exist. "
+                "Create it, or pass another db_path / set DATAMACHINE_DB."
+            )
+    if target.is_dir():
+        raise DatabaseError(f"Cannot open the database {target}: it is a directory, not a file.")
+    try:
+        conn = _connect(target)
+        conn.execute("PRAGMA schema_version").fetchone()
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        if mode is None or str(mode[0]).lower() != "wal":
+            raise DatabaseError(
+                f"Cannot enable WAL mode on the database {target} (got {mode!r}); "
+                "put the database on a local filesystem."
+            )
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseError(_explain(target, exc)) from None
+    db = Database(conn)
+    migrate(db, label=str(target))
+    return db
+
+
+def _explain(target: Path, exc: sqlite3.DatabaseError) -> str:
+    text = str(exc)
+    if "not a database" in text or "malformed" in text:
+        return (
+            f"The file {target} is not a datamachine database (SQLite says: {text}). "
+            "Point DATAMACHINE_DB / db_path at another file, or move this one away."
+        )
+    if "readonly" in text or "unable to open" in text:
+        return (
+            f"Cannot open the database {target} for writing (SQLite says: {text}). "
+            "Check that the file and its directory are writable."
+        )
+    return f"Cannot open the database {target}: {text}."

@@ -1,0 +1,81 @@
+"""Every hook a datamachine plugin can implement.
+
+Names are a contract: arguments may grow, never shrink. Three kinds (DESIGN.md section 3):
+``firstresult`` short-circuits (``None`` = no opinion; keep these sync), value filters folded by
+the host (each impl gets the current ``value`` and returns a new one or ``None``), and actions.
+Annotations here are real types, not strings, so ``docs/hooks.md`` can be checked against
+``inspect.signature`` text.
+"""
+
+from typing import Any
+
+import pluggy
+
+from agents_api import IterationBudget
+from datamachine.providers.base import ProviderRequest, ProviderResponse
+from datamachine.registry import BudgetSpec
+
+hookspec = pluggy.HookspecMarker("datamachine")
+hookimpl = pluggy.HookimplMarker("datamachine")
+
+# Hooks the host folds itself instead of calling through pluggy.
+VALUE_FILTERS = frozenset({"request_timeout", "connect_timeout"})
+
+
+@hookspec
+def register_budgets() -> list[BudgetSpec | tuple[str, dict[str, Any]]] | None:
+    """Called once at boot: return the budgets this plugin owns (BudgetSpec or (name, config))."""
+
+
+@hookspec
+def register_tools() -> list[Any] | None:
+    """Called once at boot: return the Tool objects this plugin offers."""
+
+
+@hookspec
+def register_providers() -> list[Any] | None:
+    """Called once at boot: return provider objects (each with ``name`` and ``complete``)."""
+
+
+@hookspec(firstresult=True)
+def text_result(request: ProviderRequest) -> ProviderResponse | dict[str, Any] | Exception | None:
+    """Before dispatch: return a compact dict, a ProviderResponse or an Exception to short-circuit."""
+
+
+@hookspec(firstresult=True)
+def provider_availability(provider: str, model: str) -> bool | str | None:
+    """Before dispatch: True = available, a reason string = unavailable, None = default check."""
+
+
+@hookspec
+def request_timeout(
+    value: float, mode: str, provider: str, model: str, payload: dict[str, Any]
+) -> float | None:
+    """Value filter: return the request timeout in seconds, or None to keep ``value``."""
+
+
+@hookspec
+def connect_timeout(
+    value: float,
+    mode: str,
+    provider: str,
+    model: str,
+    payload: dict[str, Any],
+    request_timeout: float,
+) -> float | None:
+    """Value filter: return the connect timeout in seconds, or None to keep ``value``."""
+
+
+@hookspec(firstresult=True)
+def confirm_continuation(budget: IterationBudget, context: dict[str, Any]) -> bool | None:
+    """A soft limit was reached: True = continue, False = stop, None = no UI (headless default)."""
+
+
+@hookspec
+def on_loop_event(event: str, payload: dict[str, Any]) -> None:
+    """Observe every loop event of every run; the return value is ignored."""
+
+
+@hookspec
+def register_commands(cli: Any) -> None:
+    """Called when the CLI starts: add click commands to the ``cli`` group."""

@@ -1,0 +1,186 @@
+"""The plugin manager: loading plugins, and calling hooks the way the source's filters behave.
+
+Built-in providers and tools are default plugins registered exactly like third-party ones.
+Installed plugins come from the ``datamachine`` entry point group, loaded in a deterministic
+order (distribution name, then entry point name) so two machines with the same packages behave
+the same. Each host gets its own manager: nothing here is global.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from datamachine import hookspecs
+from datamachine.errors import PluginLoadError
+
+__all__ = [
+    "DEFAULT_PLUGINS",
+    "ENTRY_POINT_GROUP",
+    "PluginInfo",
+    "collect",
+    "first_result",
+    "fold_value",
+    "make_plugin_manager",
+]
+
+ENTRY_POINT_GROUP = "datamachine"
+LOAD_PLUGINS_ENV = "DATAMACHINE_LOAD_PLUGINS"
+TRACE_HOOKS_ENV = "DATAMACHINE_TRACE_HOOKS"
+
+# Modules registered in every host before entry points; later issues add providers and tools.
+DEFAULT_PLUGINS: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """Where a loaded plugin came from, for ``datamachine plugins`` and error messages."""
+
+    name: str
+    module: str
+    distribution: str | None = None
+    version: str | None = None
+    source: str = "explicit"  # "default", "entrypoint" or "explicit"
+
+
+def _normalize_dist(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(".", "-")
+
+
+def _allowed_distributions(environ: Mapping[str, str]) -> set[str] | None:
+    raw = environ.get(LOAD_PLUGINS_ENV)
+    if raw is None:
+        return None
+    return {_normalize_dist(part) for part in raw.split(",") if part.strip()}
+
+
+def make_plugin_manager(
+    plugins: Iterable[object] = (),
+    *,
+    load_entrypoints: bool = True,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[pluggy.PluginManager, dict[str, PluginInfo]]:
+    """A fresh manager with the hookspecs, default plugins, entry points and ``plugins``.
+
+    ``check_pending()`` runs before returning, so a misspelled hookimpl fails here, loudly.
+    """
+    env = os.environ if environ is None else environ
+    pm = pluggy.PluginManager("datamachine")
+    pm.add_hookspecs(hookspecs)
+    infos: dict[str, PluginInfo] = {}
+
+    for module_name in DEFAULT_PLUGINS:
+        module = importlib.import_module(module_name)
+        pm.register(module, name=module_name)
+        infos[module_name] = PluginInfo(module_name, module_name, source="default")
+
+    if load_entrypoints:
+        _load_entrypoints(pm, infos, _allowed_distributions(env))
+
+    for plugin in plugins:
+        module_name = getattr(plugin, "__name__", type(plugin).__name__)
+        try:
+            name = pm.register(plugin)
+        except ValueError as exc:
+            raise PluginLoadError(f"Cannot register plugin {module_name!r}: {exc}") from None
+        if name is None:  # blocked or already registered
+            continue
+        infos[name] = PluginInfo(name, str(module_name))
+
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginLoadError(
+            f"Plugin {exc.plugin!r} implements a hook that does not exist: {exc}. "
+            "Check the spelling against docs/hooks.md."
+        ) from None
+
+    if env.get(TRACE_HOOKS_ENV, "").strip() not in ("", "0", "false", "no"):
+        pm.trace.root.setwriter(sys.stderr.write)
+        pm.enable_tracing()
+    return pm, infos
+
+
+def _load_entrypoints(
+    pm: pluggy.PluginManager, infos: dict[str, PluginInfo], allowed: set[str] | None
+) -> None:
+    from importlib.metadata import entry_points
+
+    found = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist_name = ep.dist.name if ep.dist is not None else ""
+        if allowed is not None and _normalize_dist(dist_name) not in allowed:
+            continue
+        found.append((_normalize_dist(dist_name), ep.name, ep))
+    for dist_name, ep_name, ep in sorted(found, key=lambda item: (item[0], item[1])):
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            raise PluginLoadError(
+                f"Could not load plugin {ep_name!r} from distribution {dist_name!r} "
+                f"({ep.value}): {type(exc).__name__}: {exc}"
+            ) from exc
+        if pm.is_registered(plugin):
+            continue
+        name = ep_name if pm.get_plugin(ep_name) is None else f"{dist_name}:{ep_name}"
+        pm.register(plugin, name=name)
+        version = ep.dist.version if ep.dist is not None else None
+        infos[name] = PluginInfo(name, ep.value, dist_name, version, source="entrypoint")
+
+
+def _impls(hook: pluggy.HookCaller) -> list[pluggy.HookImpl]:
+    # pluggy calls impls in reverse registration order (tryfirst first, trylast last).
+    return [impl for impl in reversed(hook.get_hookimpls())
+            if not (impl.hookwrapper or impl.wrapper)]
+
+
+def fold_value(pm: pluggy.PluginManager, hook_name: str, value: Any, **kwargs: Any) -> Any:
+    """Pass ``value`` through every impl of a value-filter hook, in pluggy's call order.
+
+    Each impl receives the current value and may return a new one; ``None`` leaves it unchanged.
+    """
+    hook: pluggy.HookCaller = getattr(pm.hook, hook_name)
+    tracing = os.environ.get(TRACE_HOOKS_ENV, "").strip() not in ("", "0", "false", "no")
+    for impl in _impls(hook):
+        args = {"value": value, **kwargs}
+        try:
+            out = impl.function(*[args[name] for name in impl.argnames])
+        except KeyError as exc:
+            raise PluginLoadError(
+                f"Plugin {impl.plugin_name!r} asks {hook_name} for argument {exc.args[0]!r}, "
+                "which the hook does not provide."
+            ) from None
+        if tracing:
+            sys.stderr.write(f"{hook_name} [{impl.plugin_name}] {value!r} -> {out!r}\n")
+        if out is not None:
+            value = out
+    return value
+
+
+def first_result(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> Any:
+    """Call a ``firstresult`` hook: the first non-None answer, or None when nobody has one."""
+    hook: pluggy.HookCaller = getattr(pm.hook, hook_name)
+    return hook(**kwargs)
+
+
+def collect(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
+    """Call a registration hook impl by impl, tagging each returned item with its plugin name."""
+    hook: pluggy.HookCaller = getattr(pm.hook, hook_name)
+    collected: list[tuple[str, Any]] = []
+    for impl in _impls(hook):
+        items = impl.function(*[kwargs[name] for name in impl.argnames])
+        if items is None:
+            continue
+        if not isinstance(items, list | tuple):
+            raise PluginLoadError(
+                f"Plugin {impl.plugin_name!r}: {hook_name}() must return a list, "
+                f"got {type(items).__name__}."
+            )
+        collected.extend((impl.plugin_name, item) for item in items)
+    return collected

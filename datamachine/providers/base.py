@@ -1,0 +1,65 @@
+"""The provider protocol: what a model integration receives and returns.
+
+Every provider, built in or from a plugin, and every ``text_result`` hookimpl sees the same
+:class:`ProviderRequest` and answers with a :class:`ProviderResponse`, so tests can script a model
+with the exact shape production code gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Provider", "ProviderRequest", "ProviderResponse"]
+
+
+class ProviderRequest(BaseModel):
+    """One turn's request, in OpenAI chat shape, with runtime objects already removed.
+
+    ``messages`` are ``{"role", "content", ...}`` dicts (budget pressure messages included);
+    ``tools`` are ``{"name", "description", "parameters"}`` dicts. Timeouts are resolved through
+    the settings and the ``request_timeout`` / ``connect_timeout`` hooks.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    provider: str
+    model: str = ""
+    mode: str = "pipeline"
+    payload: dict[str, Any] = Field(default_factory=dict)
+    turn: int = 1
+    request_timeout: float = 300.0
+    connect_timeout: float = 15.0
+
+
+class ProviderResponse(BaseModel):
+    """What one provider turn produced.
+
+    ``tool_calls`` are ``{"id", "name", "parameters"}`` dicts; ``usage`` uses the OpenAI token
+    names (``prompt_tokens``, ``completion_tokens``, ``total_tokens``); ``raw`` keeps the decoded
+    wire response for debugging.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = ""
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    usage: dict[str, Any] = Field(default_factory=dict)
+    finish_reason: str | None = None
+    raw: Any = None
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A model integration: a ``name`` and ``complete(request)`` (sync or async)."""
+
+    name: str
+
+    def complete(
+        self, request: ProviderRequest
+    ) -> ProviderResponse | Awaitable[ProviderResponse]:
+        """Run one turn against the model."""

@@ -1,0 +1,251 @@
+"""Named iteration budgets, resolved per run: :class:`IterationBudgetRegistry`.
+
+Budgets are registered once at boot (by ``bootstrap.py`` and by plugins) and instantiated per
+run. Resolution is always the same: caller override, else the setting, else the default, then
+the clamp, which is non-negotiable. Anything clamped is reported, never silently applied.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from agents_api import IterationBudget
+from datamachine.errors import InvalidBudgetSpec, InvalidBudgetValue
+
+__all__ = [
+    "MAX_BUDGET_VALUE",
+    "UNREGISTERED_SPEC",
+    "BudgetSpec",
+    "IterationBudgetRegistry",
+    "ResolvedCeiling",
+    "validate_budget_value",
+]
+
+MAX_BUDGET_VALUE = 10_000
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def validate_budget_value(knob: str, value: object) -> int:
+    """Return ``value`` if it is a positive integer no larger than 10,000.
+
+    Used for every user-supplied ceiling (``max_turns``, ``--max-turns``, a budget setting);
+    anything else raises :class:`InvalidBudgetValue` naming ``knob``. Nothing is coerced:
+    ``"10"``, ``10.0`` and ``True`` are refused.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidBudgetValue(
+            f"{knob} must be a positive integer between 1 and {MAX_BUDGET_VALUE:,}, "
+            f"got {value!r} ({type(value).__name__})."
+        )
+    if not 1 <= value <= MAX_BUDGET_VALUE:
+        raise InvalidBudgetValue(
+            f"{knob} must be a positive integer between 1 and {MAX_BUDGET_VALUE:,}, got {value}."
+        )
+    return value
+
+
+class BudgetSpec(BaseModel):
+    """A named budget's registration: default ceiling, clamp ``[min, max]`` and setting key.
+
+    Validated on construction: ``1 <= min <= default <= max <= 10_000``; a violation raises
+    :class:`InvalidBudgetSpec` naming the field.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    default: int = 10
+    min: int = 1
+    max: int = 100
+    setting: str | None = None
+    description: str = ""
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = ".".join(str(p) for p in error["loc"]) or "spec"
+            label = data.get("name", "?")
+            raise InvalidBudgetSpec(
+                f"Budget {label!r}: invalid {field}: {error['msg']}."
+            ) from None
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> BudgetSpec:
+        if not _NAME_RE.match(self.name):
+            raise ValueError(
+                f"name {self.name!r} must be lowercase letters, digits and underscores, "
+                "starting with a letter"
+            )
+        for field in ("default", "min", "max"):
+            value = getattr(self, field)
+            if not 1 <= value <= MAX_BUDGET_VALUE:
+                raise ValueError(f"{field}={value} must be between 1 and {MAX_BUDGET_VALUE:,}")
+        if self.min > self.default:
+            raise ValueError(f"min={self.min} must not be above default={self.default}")
+        if self.default > self.max:
+            raise ValueError(f"default={self.default} must not be above max={self.max}")
+        if self.setting is not None and not _NAME_RE.match(self.setting):
+            raise ValueError(f"setting {self.setting!r} must be a lowercase identifier")
+        return self
+
+    @classmethod
+    def from_config(cls, name: str, config: Mapping[str, Any]) -> BudgetSpec:
+        """Build a spec from the source's ``(name, {"default", "min", "max", "setting"})`` form."""
+        if not isinstance(config, Mapping):
+            raise InvalidBudgetSpec(
+                f"Budget {name!r}: config must be a dict with default/min/max/setting, "
+                f"got {type(config).__name__}."
+            )
+        data = dict(config)
+        if data.get("setting") == "":
+            data["setting"] = None
+        return cls(name=name, **data)
+
+
+UNREGISTERED_SPEC = {"default": 10, "min": 1, "max": 100}
+
+
+@dataclass(frozen=True)
+class ResolvedCeiling:
+    """How a budget's ceiling was chosen: the value, where it came from and any clamp."""
+
+    name: str
+    ceiling: int
+    requested: int
+    source: Literal["override", "setting", "default"]
+    clamped: bool
+    registered: bool
+
+    def warning(self) -> str | None:
+        """The notice a run reports when the request was clamped, else None."""
+        if not self.clamped:
+            return None
+        return (
+            f"Budget {self.name!r}: requested ceiling {self.requested} (from {self.source}) is "
+            f"outside the allowed range; using {self.ceiling}."
+        )
+
+
+class IterationBudgetRegistry:
+    """Registered budgets, resolved into :class:`agents_api.IterationBudget` objects per run."""
+
+    def __init__(self, settings_lookup: Callable[[str], Any] | None = None) -> None:
+        self._specs: dict[str, BudgetSpec] = {}
+        self._owners: dict[str, str] = {}
+        self.settings_lookup = settings_lookup
+
+    # -- registration ---------------------------------------------------------------------
+    def register(
+        self,
+        name_or_spec: str | BudgetSpec,
+        config: Mapping[str, Any] | None = None,
+        *,
+        owner: str | None = None,
+    ) -> BudgetSpec:
+        """Register (or overwrite) a budget; ``register(spec)`` and ``register(name, config)``.
+
+        Overwriting is allowed here on purpose (tests re-register); conflicting claims between
+        plugins are caught at boot, where the owners are known.
+        """
+        if isinstance(name_or_spec, BudgetSpec):
+            if config is not None:
+                raise InvalidBudgetSpec("Pass either a BudgetSpec or (name, config), not both.")
+            spec = name_or_spec
+        elif isinstance(name_or_spec, str):
+            spec = BudgetSpec.from_config(name_or_spec, config or {})
+        else:
+            raise InvalidBudgetSpec(
+                f"register() takes a BudgetSpec or a budget name, got {type(name_or_spec).__name__}."
+            )
+        self._specs[spec.name] = spec
+        if owner is not None:
+            self._owners[spec.name] = owner
+        return spec
+
+    def is_registered(self, name: str) -> bool:
+        """Whether ``name`` has a registration."""
+        return name in self._specs
+
+    def get_spec(self, name: str) -> BudgetSpec | None:
+        """The registration of ``name``, or None."""
+        return self._specs.get(name)
+
+    def get_config(self, name: str) -> dict[str, Any] | None:
+        """The source-shaped config dict of ``name`` (``default, min, max, setting``), or None."""
+        spec = self._specs.get(name)
+        if spec is None:
+            return None
+        return {"default": spec.default, "min": spec.min, "max": spec.max,
+                "setting": spec.setting or "", "description": spec.description}
+
+    def registered_names(self) -> list[str]:
+        """Registered names in registration order."""
+        return list(self._specs)
+
+    def owner(self, name: str) -> str | None:
+        """The plugin (pluggy name) that registered ``name``; ``bootstrap`` for built-ins."""
+        return self._owners.get(name)
+
+    def setting_keys(self) -> dict[str, str]:
+        """Map of setting key to the budget it feeds."""
+        return {s.setting: s.name for s in self._specs.values() if s.setting}
+
+    # -- resolution -----------------------------------------------------------------------
+    def resolve(self, name: str, ceiling_override: int | None = None) -> ResolvedCeiling:
+        """Choose the ceiling for ``name``: override, else setting, else default; then clamp."""
+        spec = self._specs.get(name)
+        default, low, high = (
+            (spec.default, spec.min, spec.max) if spec is not None
+            else (UNREGISTERED_SPEC["default"], UNREGISTERED_SPEC["min"], UNREGISTERED_SPEC["max"])
+        )
+        source: Literal["override", "setting", "default"] = "default"
+        requested = default
+        if ceiling_override is not None:
+            if isinstance(ceiling_override, bool) or not isinstance(ceiling_override, int):
+                raise InvalidBudgetValue(
+                    f"ceiling_override for budget {name!r} must be an integer, "
+                    f"got {ceiling_override!r}."
+                )
+            requested, source = ceiling_override, "override"
+        elif spec is not None and spec.setting and self.settings_lookup is not None:
+            stored = self.settings_lookup(spec.setting)
+            if stored is not None:
+                requested = validate_budget_value(f"setting {spec.setting!r}", stored)
+                source = "setting"
+        ceiling = max(low, min(high, requested))
+        return ResolvedCeiling(name=name, ceiling=ceiling, requested=requested, source=source,
+                               clamped=ceiling != requested, registered=spec is not None)
+
+    def create(
+        self,
+        name: str,
+        current: int = 0,
+        ceiling_override: int | None = None,
+        *,
+        warnings: list[str] | None = None,
+        max_seconds: float | None = None,
+    ) -> IterationBudget:
+        """A fresh per-run budget; its ``hard_ceiling`` is the spec's ``max``.
+
+        A clamped ceiling is appended to ``warnings`` when a list is given.
+        """
+        resolved = self.resolve(name, ceiling_override)
+        notice = resolved.warning()
+        if notice is not None and warnings is not None:
+            warnings.append(notice)
+        spec = self._specs.get(name)
+        hard = spec.max if spec is not None else UNREGISTERED_SPEC["max"]
+        return IterationBudget(name, resolved.ceiling, current, hard_ceiling=hard,
+                               max_seconds=max_seconds)
+
+    def validate_setting(self, key: str, value: object) -> None:
+        """Refuse a value for a budget's setting that is not a positive integer <= 10,000."""
+        if key in self.setting_keys():
+            validate_budget_value(f"setting {key!r}", value)

@@ -1,0 +1,128 @@
+"""Site settings: JSON values in SQLite, with ``DATAMACHINE_<KEY>`` environment overrides.
+
+The environment wins so a deployment can pin a value without touching the database. Writes are
+validated by the host (budget settings must be positive integers <= 10,000) before they land.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from sqlite_utils import Database
+
+from agents_api import clock
+from datamachine.errors import InvalidSetting
+
+__all__ = ["RESERVED_ENV", "Settings"]
+
+# Environment variables with their own meaning; they never override a setting.
+RESERVED_ENV = frozenset({"DATAMACHINE_DB", "DATAMACHINE_LOAD_PLUGINS", "DATAMACHINE_TRACE_HOOKS"})
+_KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_MISSING = object()
+
+
+def _env_name(key: str) -> str:
+    return f"DATAMACHINE_{key.upper()}"
+
+
+def _parse_env(raw: str) -> Any:
+    # Env values are text; numbers, booleans and JSON objects are read as JSON so
+    # DATAMACHINE_MAX_TURNS=30 means the integer 30, while plain words stay strings.
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+class Settings:
+    """``get/set/delete/all`` over the ``settings`` table of one host's database."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        environ: Mapping[str, str] | None = None,
+        validator: Callable[[str, Any], None] | None = None,
+    ) -> None:
+        self._db = db
+        self._environ = environ
+        self.validator = validator
+
+    @property
+    def _env(self) -> Mapping[str, str]:
+        return os.environ if self._environ is None else self._environ
+
+    @staticmethod
+    def check_key(key: object) -> str:
+        """Return ``key`` if it is a lowercase identifier, else raise InvalidSetting."""
+        if not isinstance(key, str) or not _KEY_RE.match(key):
+            raise InvalidSetting(
+                f"Setting key {key!r} must be lowercase letters, digits and underscores, "
+                "starting with a letter (for example 'max_turns')."
+            )
+        return key
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The environment override, else the stored value, else ``default``."""
+        env_name = _env_name(key)
+        if env_name not in RESERVED_ENV:
+            raw = self._env.get(env_name)
+            if raw is not None:
+                return _parse_env(raw)
+        row = self._db.execute("SELECT value FROM settings WHERE key = ?", [key]).fetchone()
+        if row is None:
+            return default
+        return json.loads(row[0])
+
+    def source(self, key: str) -> Literal["env", "db"] | None:
+        """Where ``get(key)`` reads from: ``"env"``, ``"db"`` or None (unset)."""
+        env_name = _env_name(key)
+        if env_name not in RESERVED_ENV and env_name in self._env:
+            return "env"
+        row = self._db.execute("SELECT 1 FROM settings WHERE key = ?", [key]).fetchone()
+        return "db" if row is not None else None
+
+    def stored(self, key: str, default: Any = None) -> Any:
+        """The value in the database only, ignoring the environment."""
+        row = self._db.execute("SELECT value FROM settings WHERE key = ?", [key]).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    def set(self, key: str, value: Any) -> None:
+        """Validate and store ``value`` (any JSON value) under ``key``."""
+        self.check_key(key)
+        if self.validator is not None:
+            self.validator(key, value)
+        try:
+            encoded = json.dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidSetting(f"Setting {key!r} must be a JSON value: {exc}.") from None
+        with self._db.atomic():
+            self._db.execute(
+                "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
+                "updated_at = excluded.updated_at",
+                [key, encoded, clock.now()],
+            )
+
+    def delete(self, key: str) -> bool:
+        """Remove the stored value; True if there was one (environment overrides stay)."""
+        with self._db.atomic():
+            cursor = self._db.execute("DELETE FROM settings WHERE key = ?", [key])
+        return bool(cursor.rowcount)
+
+    def all(self) -> dict[str, Any]:
+        """Every stored setting, with environment overrides applied on top."""
+        values = {
+            row[0]: json.loads(row[1])
+            for row in self._db.execute("SELECT key, value FROM settings ORDER BY key").fetchall()
+        }
+        for env_name, raw in self._env.items():
+            if env_name.startswith("DATAMACHINE_") and env_name not in RESERVED_ENV:
+                key = env_name[len("DATAMACHINE_"):].lower()
+                if _KEY_RE.match(key):
+                    values[key] = _parse_env(raw)
+        return dict(sorted(values.items()))
