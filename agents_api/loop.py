@@ -289,7 +289,9 @@ def _loop_steps(
                 f"budgets must hold agents_api.IterationBudget objects, got {type(extra).__name__}."
             )
         all_budgets.setdefault(extra.name(), extra)
-    ordered = list(all_budgets.values())
+    # ``all_budgets`` is handed to the runner and the executor as ``context["budgets"]``; a tool
+    # may add a budget to it mid-run (ToolContext.budget), so checks read the live mapping.
+    ordered = all_budgets.values()
     wall_clock = all_budgets.get(WALL_CLOCK_BUDGET)
     wall_clock_start = wall_clock.current() if wall_clock is not None else 0
     tool_budget = all_budgets.get(TOOL_BUDGET)
@@ -468,7 +470,7 @@ class _RunState:
     def build(
         self,
         status: LoopStatus,
-        budgets: list[IterationBudget],
+        budgets: Iterable[IterationBudget],
         session_id: str | None,
         *,
         stop_budget: IterationBudget | None = None,
@@ -513,7 +515,7 @@ def _final_content(messages: list[Message]) -> str:
 
 
 def _first_exceeded(
-    budgets: list[IterationBudget], skip: IterationBudget | None = None
+    budgets: Iterable[IterationBudget], skip: IterationBudget | None = None
 ) -> IterationBudget | None:
     for budget in budgets:
         if budget is not skip and budget.exceeded():
