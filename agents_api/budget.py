@@ -143,7 +143,7 @@ class IterationBudget:
         return self._max_seconds is not None and self.elapsed_seconds() >= self._max_seconds
 
     def exhausted_rail(self) -> BudgetRail | None:
-        """Which rail stops this budget: ``"time"``, then ``"hard_ceiling"``, then ``"ceiling"``."""
+        """Which rail stops this budget (``time``, then ``hard_ceiling``, then ``ceiling``)."""
         if self._time_spent():
             return "time"
         if self._hard_ceiling is not None and self._current >= self._hard_ceiling:
@@ -157,7 +157,7 @@ class IterationBudget:
         return self.exhausted_rail() == "ceiling"
 
     def extend(self, by: int) -> int:
-        """Raise the soft ceiling by ``by`` (never past the hard ceiling); return the new ceiling."""
+        """Raise the soft ceiling by ``by``, never past the hard ceiling; return the new one."""
         amount = _as_int("extend(by)", by)
         if amount < 1:
             raise InvalidBudget(f"IterationBudget.extend(by) needs a positive integer, got {by!r}.")

@@ -15,7 +15,7 @@ import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeAlias, TypeVar, Union, runtime_checkable
 
 from agents_api import clock as _clock
 from agents_api.budget import IterationBudget
@@ -36,9 +36,11 @@ __all__ = [
 logger = logging.getLogger("agents_api.loop")
 
 T = TypeVar("T")
-MaybeAwaitable = T | Awaitable[T]
+MaybeAwaitable: TypeAlias = Union[T, Awaitable[T]]  # noqa: UP007
 
-TurnRunner = Callable[[list[Message], dict[str, Any]], MaybeAwaitable[TurnResult | Mapping[str, Any]]]
+TurnRunner = Callable[
+    [list[Message], dict[str, Any]], MaybeAwaitable[TurnResult | Mapping[str, Any]]
+]
 ToolExecutor = Callable[[dict[str, Any], dict[str, Any]], MaybeAwaitable[Any]]
 EventSink = Callable[[str, dict[str, Any]], object]
 ToolResultHook = Callable[
@@ -150,6 +152,9 @@ def drive_sync(steps: Steps[T]) -> T:
                 except RuntimeError:
                     loop = asyncio.new_event_loop()
                 else:
+                    close = getattr(pending, "close", None)
+                    if close is not None:
+                        close()
                     steps.close()
                     raise InvalidLoopArgument(
                         "An async callable was used from the synchronous run_loop inside a "
@@ -272,7 +277,9 @@ def _loop_steps(
     on_budget_exhausted: BudgetExhaustedHook | None,
 ) -> Steps[LoopResult]:
     if not callable(turn_runner):
-        raise InvalidLoopArgument("turn_runner must be a callable (messages, context) -> TurnResult.")
+        raise InvalidLoopArgument(
+            "turn_runner must be a callable (messages, context) -> TurnResult."
+        )
     if not isinstance(turn_budget, IterationBudget):
         raise InvalidLoopArgument("turn_budget must be an agents_api.IterationBudget.")
     if isinstance(transcript_lock_ttl, bool) or not isinstance(transcript_lock_ttl, int):
@@ -374,15 +381,15 @@ def _loop_steps(
                 if blocked is not None:
                     stop_budget = blocked
                     break
-                result = yield from _run_tool(call, turn, turn_context, tool_executor, msgs,
-                                              state, emit)
+                tool_result = yield from _run_tool(call, turn, turn_context, tool_executor, msgs,
+                                                   state, emit)
                 if tool_budget is not None:
                     tool_budget.increment()
                 per_tool = all_budgets.get(f"{TOOL_BUDGET}_{call['name']}")
                 if per_tool is not None:
                     per_tool.increment()
                 if on_tool_result is not None:
-                    decision = on_tool_result(call, result, turn_context)
+                    decision = on_tool_result(call, tool_result, turn_context)
                     if inspect.isawaitable(decision):
                         decision = yield decision
                     if isinstance(decision, Decision):

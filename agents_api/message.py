@@ -17,7 +17,7 @@ from agents_api.errors import InvalidMessage
 
 __all__ = ["MESSAGE_SCHEMA", "MESSAGE_TYPES", "Message", "normalize_message", "normalize_messages"]
 
-MESSAGE_SCHEMA = "agents-api.message"
+MESSAGE_SCHEMA: Literal["agents-api.message"] = "agents-api.message"
 MESSAGE_TYPES = frozenset({"text", "tool_call", "tool_result", "final_result", "error"})
 
 # Keys promoted from a plain message's metadata into the envelope payload, per type.

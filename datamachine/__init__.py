@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from datamachine.default_host import get_default_host
     from datamachine.errors import (
         BootError,
         DatabaseError,
@@ -48,7 +49,26 @@ _EXPORTS: dict[str, str] = {
     "UsageError": "datamachine.errors",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "BootError",
+    "BudgetSpec",
+    "DataMachineError",
+    "DatabaseError",
+    "DuplicateBudgetError",
+    "InvalidBudgetSpec",
+    "InvalidBudgetValue",
+    "InvalidSetting",
+    "IterationBudgetRegistry",
+    "PluginLoadError",
+    "ProviderRequest",
+    "ProviderResponse",
+    "SessionAborted",
+    "UsageError",
+    "__version__",
+    "get_default_host",
+    "hookimpl",
+    "validate_budget_value",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -39,7 +39,7 @@ def register_providers() -> list[Any] | None:
 
 @hookspec(firstresult=True)
 def text_result(request: ProviderRequest) -> ProviderResponse | dict[str, Any] | Exception | None:
-    """Before dispatch: return a compact dict, a ProviderResponse or an Exception to short-circuit."""
+    """Before dispatch: a compact dict, a ProviderResponse or an Exception short-circuits it."""
 
 
 @hookspec(firstresult=True)

@@ -1,8 +1,14 @@
 """The schema, as numbered sqlite-utils migrations.
 
-Migrations run inside ``BEGIN IMMEDIATE``: two processes booting against a new file take turns
-instead of both creating tables, and each migration is rolled back whole if it fails (sqlite-utils
-wraps each one in a savepoint), leaving the database as it was.
+All pending migrations run inside one ``BEGIN IMMEDIATE`` transaction: two processes booting
+against a new file take turns instead of both creating tables (the second finds nothing pending
+once it gets the lock), and if any migration fails the whole batch is rolled back, leaving the
+database exactly as it was, and the failure surfaces as a :class:`DatabaseError` naming the
+migration and the file.
+
+Timestamps are ``REAL`` seconds since the epoch written by the stores from
+``agents_api.clock.now()``; no column defaults to ``CURRENT_TIMESTAMP``, because freezegun cannot
+move SQLite's own clock. JSON columns are ``TEXT`` holding a JSON document.
 """
 
 from __future__ import annotations
@@ -24,17 +30,174 @@ def m001_settings(db: Database) -> None:
     db["settings"].create({"key": str, "value": str, "updated_at": float}, pk="key")
 
 
-def migrate(db: Database, *, label: str = "database") -> None:
-    """Apply pending migrations atomically; a failure leaves the schema untouched."""
+@MIGRATIONS()
+def m002_transcripts(db: Database) -> None:
+    """Transcripts: one row per session, its messages in order in ``transcript_messages``.
+
+    ``status`` is ``running`` while a run writes it, then the run's final status. A row still
+    ``running`` with no live lock was left by a killed process and reads back as ``interrupted``.
+    ``message_count`` is kept in the row so a turn's append finds its next position without
+    scanning the messages.
+    """
+    db.execute(
+        """
+        CREATE TABLE transcripts (
+            id TEXT PRIMARY KEY,
+            status TEXT NOT NULL,
+            provider TEXT,
+            model TEXT,
+            mode TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            turn_count INTEGER NOT NULL DEFAULT 0,
+            cumulative_turn_count INTEGER NOT NULL DEFAULT 0,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            usage TEXT NOT NULL DEFAULT '{}',
+            budgets TEXT NOT NULL DEFAULT '{}',
+            result TEXT NOT NULL DEFAULT '{}'
+        )
+        """
+    )
+    db.execute("CREATE INDEX transcripts_updated_at ON transcripts (updated_at)")
+    db.execute(
+        """
+        CREATE TABLE transcript_messages (
+            session_id TEXT NOT NULL REFERENCES transcripts (id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            turn INTEGER NOT NULL,
+            envelope TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (session_id, position)
+        )
+        """
+    )
+
+
+@MIGRATIONS()
+def m003_transcript_locks(db: Database) -> None:
+    """Transcript locks: at most one holder per session, until ``expires_at``.
+
+    No foreign key to ``transcripts``: a run takes the lock before its transcript exists.
+    ``holder`` (host and pid) is only for people debugging a stuck lock.
+    """
+    db.execute(
+        """
+        CREATE TABLE transcript_locks (
+            session_id TEXT PRIMARY KEY,
+            token TEXT NOT NULL,
+            expires_at REAL NOT NULL,
+            acquired_at REAL NOT NULL,
+            holder TEXT NOT NULL DEFAULT ''
+        )
+        """
+    )
+
+
+@MIGRATIONS()
+def m004_chat_sessions(db: Database) -> None:
+    """Chat sessions: turn count, ``active``/``aborted`` status and the limit.
+
+    ``max_turns`` holds an integer in [1, 10000] or the text ``'unlimited'`` (the column has no
+    declared type, so SQLite keeps whichever it was given; the CHECK admits only those two).
+    """
+    db.execute(
+        """
+        CREATE TABLE chat_sessions (
+            id TEXT PRIMARY KEY,
+            turn_count INTEGER NOT NULL DEFAULT 0 CHECK (turn_count >= 0),
+            status TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'aborted')),
+            max_turns NOT NULL CHECK (
+                max_turns = 'unlimited'
+                OR (typeof(max_turns) = 'integer' AND max_turns BETWEEN 1 AND 10000)
+            ),
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        )
+        """
+    )
+
+
+@MIGRATIONS()
+def m005_jobs(db: Database) -> None:
+    """Jobs: a pipeline step's unit of work, its status and its engine data (JSON).
+
+    AUTOINCREMENT so a job id is never reused, even after the newest job is deleted.
+    """
+    db.execute(
+        """
+        CREATE TABLE jobs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            flow_step_id TEXT,
+            status TEXT NOT NULL DEFAULT 'pending'
+                CHECK (status IN ('pending', 'running', 'completed', 'failed')),
+            engine_data TEXT NOT NULL DEFAULT '{}',
+            failure_reason TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            started_at REAL,
+            finished_at REAL
+        )
+        """
+    )
+    db.execute("CREATE INDEX jobs_status ON jobs (status, id)")
+
+
+@MIGRATIONS()
+def m006_api_tokens(db: Database) -> None:
+    """API tokens for ``/chat``: the name and the SHA-256 of the token, never the token."""
+    db.execute(
+        """
+        CREATE TABLE api_tokens (
+            name TEXT PRIMARY KEY,
+            token_hash TEXT NOT NULL UNIQUE,
+            created_at REAL NOT NULL,
+            revoked_at REAL
+        )
+        """
+    )
+
+
+def migrate(db: Database, *, label: str = "database", migrations: Migrations = MIGRATIONS) -> None:
+    """Apply pending ``migrations`` atomically; any failure leaves the schema untouched.
+
+    Raises :class:`DatabaseError` naming ``label`` (the file) and, when a migration function
+    failed, that migration.
+    """
     try:
-        if not MIGRATIONS.pending(db):
+        if not migrations.pending(db):
             return
         db.conn.execute("BEGIN IMMEDIATE")
-        try:
-            MIGRATIONS.apply(db)
-        except BaseException:
-            db.conn.execute("ROLLBACK")
-            raise
-        db.conn.execute("COMMIT")
-    except sqlite3.DatabaseError as exc:
+    except sqlite3.Error as exc:
         raise DatabaseError(f"Cannot migrate the database {label}: {exc}.") from exc
+    try:
+        # pending() is read again inside apply(), under the write lock: a process that waited
+        # here while another one migrated finds nothing left to do.
+        migrations.apply(db)
+    except BaseException as exc:
+        failed = _first_pending(db, migrations)
+        if db.conn.in_transaction:
+            db.conn.execute("ROLLBACK")
+        if not isinstance(exc, Exception):
+            raise
+        where = f"migration {failed!r}" if failed else "a migration"
+        raise DatabaseError(
+            f"Cannot migrate the database {label}: {where} failed ({type(exc).__name__}: {exc}). "
+            "Nothing was changed; fix the cause (disk space, permissions, a damaged file) and "
+            "start again."
+        ) from exc
+    try:
+        db.conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        if db.conn.in_transaction:
+            db.conn.execute("ROLLBACK")
+        raise DatabaseError(f"Cannot migrate the database {label}: {exc}.") from exc
+
+
+def _first_pending(db: Database, migrations: Migrations) -> str | None:
+    # Read inside the failed transaction: migrations applied before the failure are recorded
+    # there, so the first one still pending is the one that raised.
+    try:
+        pending = migrations.pending(db)
+    except sqlite3.Error:
+        return None
+    return pending[0].name if pending else None

@@ -101,7 +101,7 @@ def make_plugin_manager(
             "Check the spelling against docs/hooks.md."
         ) from None
 
-    if env.get(TRACE_HOOKS_ENV, "").strip() not in ("", "0", "false", "no"):
+    if _tracing(env):
         pm.trace.root.setwriter(sys.stderr.write)
         pm.enable_tracing()
     return pm, infos
@@ -134,6 +134,11 @@ def _load_entrypoints(
         infos[name] = PluginInfo(name, ep.value, dist_name, version, source="entrypoint")
 
 
+def _tracing(environ: Mapping[str, str] | None = None) -> bool:
+    value = (os.environ if environ is None else environ).get(TRACE_HOOKS_ENV, "")
+    return value.strip().lower() not in ("", "0", "false", "no")
+
+
 def _impls(hook: pluggy.HookCaller) -> list[pluggy.HookImpl]:
     # pluggy calls impls in reverse registration order (tryfirst first, trylast last).
     return [impl for impl in reversed(hook.get_hookimpls())
@@ -146,7 +151,7 @@ def fold_value(pm: pluggy.PluginManager, hook_name: str, value: Any, **kwargs: A
     Each impl receives the current value and may return a new one; ``None`` leaves it unchanged.
     """
     hook: pluggy.HookCaller = getattr(pm.hook, hook_name)
-    tracing = os.environ.get(TRACE_HOOKS_ENV, "").strip() not in ("", "0", "false", "no")
+    tracing = _tracing()
     for impl in _impls(hook):
         args = {"value": value, **kwargs}
         try:
@@ -173,8 +178,11 @@ def collect(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> list[tup
     """Call a registration hook impl by impl, tagging each returned item with its plugin name."""
     hook: pluggy.HookCaller = getattr(pm.hook, hook_name)
     collected: list[tuple[str, Any]] = []
+    tracing = _tracing()
     for impl in _impls(hook):
         items = impl.function(*[kwargs[name] for name in impl.argnames])
+        if tracing:
+            sys.stderr.write(f"{hook_name} [{impl.plugin_name}] -> {items!r}\n")
         if items is None:
             continue
         if not isinstance(items, list | tuple):

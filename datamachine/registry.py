@@ -56,7 +56,7 @@ class BudgetSpec(BaseModel):
     :class:`InvalidBudgetSpec` naming the field.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     name: str
     default: int = 10
@@ -162,7 +162,8 @@ class IterationBudgetRegistry:
             spec = BudgetSpec.from_config(name_or_spec, config or {})
         else:
             raise InvalidBudgetSpec(
-                f"register() takes a BudgetSpec or a budget name, got {type(name_or_spec).__name__}."
+                "register() takes a BudgetSpec or a budget name, "
+                f"got {type(name_or_spec).__name__}."
             )
         self._specs[spec.name] = spec
         if owner is not None:

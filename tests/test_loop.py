@@ -1,0 +1,530 @@
+"""agents_api.run_loop: turn sequencing, budgets at their boundaries, locks, persistence, events."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from freezegun import freeze_time
+
+from agents_api import (
+    Decision,
+    InvalidLoopArgument,
+    InvalidMessage,
+    IterationBudget,
+    LoopResult,
+    Message,
+    TurnResult,
+    arun_loop,
+    run_loop,
+)
+
+USER = [{"role": "user", "content": "go"}]
+
+
+def calling_runner(calls_per_turn: int = 1, answer_on: int | None = None,
+                   tool: str = "double") -> Callable[[list[Message], dict[str, Any]], TurnResult]:
+    """A model that calls ``tool`` every turn, and answers in text on turn ``answer_on``."""
+
+    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        turn = context["turn"]
+        if answer_on is not None and turn >= answer_on:
+            return TurnResult(content=f"done after {turn}", usage={"total_tokens": 1})
+        return TurnResult(
+            tool_calls=[{"id": f"c{turn}-{i}", "name": tool, "parameters": {"n": turn * 10 + i}}
+                        for i in range(calls_per_turn)],
+            usage={"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3},
+        )
+
+    return runner
+
+
+def double(call: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    return {"success": True, "result": call["parameters"]["n"] * 2}
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, event: str, payload: dict[str, Any]) -> None:
+        self.seen.append((event, payload))
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.seen]
+
+
+def test_natural_answer_completes_after_one_turn() -> None:
+    result = run_loop(USER, lambda m, c: TurnResult(content="hello"),
+                      turn_budget=IterationBudget("turns", 5))
+    assert (result.status, result.completed, result.turn_count) == ("completed", True, 1)
+    assert result.final_content == "hello"
+    assert [m.role for m in result.messages] == ["user", "assistant"]
+
+
+def test_tool_calls_run_through_executor_and_usage_is_summed() -> None:
+    result = run_loop(USER, calling_runner(answer_on=3), turn_budget=IterationBudget("turns", 5),
+                      tool_executor=double)
+    assert result.status == "completed"
+    assert result.turn_count == 3
+    assert [r["result"]["result"] for r in result.tool_execution_results] == [20, 40]
+    assert result.usage == {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 7}
+    types = [m.type for m in result.messages]
+    assert types == ["text", "tool_call", "tool_result", "tool_call", "tool_result", "text"]
+    assert result.messages[2].content == "20"
+    assert result.messages[2].metadata == {"tool_call_id": "c1-0"}
+
+
+@pytest.mark.parametrize(("ceiling", "answer_on", "status", "turns"), [
+    (3, 2, "completed", 2),          # N-1: finishes with a turn to spare
+    (3, 3, "completed", 3),          # N: answering on the last allowed turn still completes
+    (3, 4, "budget_exceeded", 3),    # N+1: would need one more turn
+    (3, None, "budget_exceeded", 3),
+])
+def test_turn_budget_stops_at_ceiling_inclusive(
+    ceiling: int, answer_on: int | None, status: str, turns: int
+) -> None:
+    runner_calls: list[int] = []
+    inner = calling_runner(answer_on=answer_on)
+
+    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        runner_calls.append(context["turn"])
+        return inner(messages, context)
+
+    budget = IterationBudget("conversation_turns", ceiling)
+    result = run_loop(USER, runner, turn_budget=budget, tool_executor=double)
+    assert (result.status, result.turn_count) == (status, turns)
+    assert runner_calls == list(range(1, turns + 1))
+    if status == "budget_exceeded":
+        assert result.budget == "conversation_turns"
+        assert result.flags == ["max_conversation_turns_reached"]
+        assert result.warning == "Maximum conversation turns (3) reached."
+        assert not result.completed
+    assert result.budgets["conversation_turns"]["current"] == turns
+
+
+@pytest.mark.parametrize(("ceiling", "executed"), [(2, 2), (3, 3), (4, 4)])
+def test_tool_call_budget_stops_after_the_ceiling_call(ceiling: int, executed: int) -> None:
+    ran: list[int] = []
+
+    def executor(call: dict[str, Any], context: dict[str, Any]) -> int:
+        ran.append(call["parameters"]["n"])
+        return 1
+
+    result = run_loop(USER, calling_runner(calls_per_turn=3),
+                      turn_budget=IterationBudget("turns", 50),
+                      budgets=[IterationBudget("tool_calls", ceiling)], tool_executor=executor)
+    assert result.status == "budget_exceeded"
+    assert result.budget == "tool_calls"
+    assert len(ran) == executed
+    assert result.flags == ["max_tool_calls_reached"]
+
+
+def test_spent_tool_budget_runs_no_tool_at_all() -> None:
+    ran: list[str] = []
+    result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("turns", 5),
+                      budgets=[IterationBudget("tool_calls", 2, 2)],
+                      tool_executor=lambda c, ctx: ran.append(c["name"]))
+    assert result.status == "budget_exceeded"
+    assert result.turn_count == 0
+    assert ran == []
+
+
+def test_per_tool_budget_stops_only_that_tool_name() -> None:
+    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        return TurnResult(tool_calls=[{"name": "other", "parameters": {}},
+                                      {"name": "search", "parameters": {"q": context["turn"]}}])
+
+    result = run_loop(USER, runner, turn_budget=IterationBudget("turns", 10),
+                      budgets=[IterationBudget("tool_calls_search", 2)],
+                      tool_executor=lambda c, ctx: "ok")
+    assert (result.status, result.budget, result.turn_count) == (
+        "budget_exceeded", "tool_calls_search", 2)
+    names = [r["tool_name"] for r in result.tool_execution_results]
+    assert names == ["other", "search", "other", "search"]
+
+
+def test_extension_budget_spent_by_a_tool_stops_after_that_call() -> None:
+    fetches = IterationBudget("http_fetches", 2)
+
+    def executor(call: dict[str, Any], context: dict[str, Any]) -> str:
+        context["budgets"]["http_fetches"].increment()
+        return "page"
+
+    result = run_loop(USER, calling_runner(calls_per_turn=3), turn_budget=IterationBudget("t", 9),
+                      budgets=[fetches], tool_executor=executor)
+    assert (result.status, result.budget) == ("budget_exceeded", "http_fetches")
+    assert len(result.tool_execution_results) == 2
+    assert result.flags == ["max_http_fetches_reached"]
+
+
+def test_budget_added_mid_run_is_checked() -> None:
+    def executor(call: dict[str, Any], context: dict[str, Any]) -> str:
+        budgets = context["budgets"]
+        budgets.setdefault("late", IterationBudget("late", 1)).increment()
+        return "ok"
+
+    result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 9),
+                      tool_executor=executor)
+    assert (result.status, result.budget, result.turn_count) == ("budget_exceeded", "late", 1)
+    assert "late" in result.budgets
+
+
+def test_wall_clock_budget_is_checked_before_each_turn() -> None:
+    with freeze_time("2026-01-01") as frozen:
+        def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+            frozen.tick(4)
+            return TurnResult(tool_calls=[{"name": "double", "parameters": {"n": 1}}])
+
+        events = Events()
+        result = run_loop(USER, runner, turn_budget=IterationBudget("turns", 50),
+                          budgets=[IterationBudget("wall_clock_seconds", 10)],
+                          tool_executor=double, on_event=events)
+    # 4 s per turn: before turn 3 the clock reads 8 s, before turn 4 it reads 12 s.
+    assert (result.status, result.budget, result.turn_count) == (
+        "budget_exceeded", "wall_clock_seconds", 3)
+    exceeded = [p for name, p in events.seen if name == "budget_exceeded"]
+    assert exceeded[0]["dimension"] == "wall_clock"
+    assert exceeded[0]["current"] == 12
+
+
+def test_time_rail_on_the_turn_budget_stops_the_run() -> None:
+    now = [0.0]
+
+    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        now[0] += 5
+        return TurnResult(tool_calls=[{"name": "double", "parameters": {"n": 1}}])
+
+    budget = IterationBudget("turns", 50, max_seconds=12, clock=lambda: now[0])
+    result = run_loop(USER, runner, turn_budget=budget, tool_executor=double)
+    assert (result.status, result.turn_count) == ("budget_exceeded", 3)
+    assert result.budgets["turns"]["rail"] == "time"
+
+
+def test_runner_failure_keeps_earlier_turns_and_emits_failed() -> None:
+    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        if context["turn"] == 2:
+            raise RuntimeError("provider exploded")
+        return TurnResult(tool_calls=[{"name": "double", "parameters": {"n": 1}}])
+
+    events = Events()
+    result = run_loop(USER, runner, turn_budget=IterationBudget("turns", 5),
+                      tool_executor=double, on_event=events)
+    assert (result.status, result.completed, result.turn_count) == ("error", False, 2)
+    assert result.error == "provider exploded"
+    assert len(result.tool_execution_results) == 1
+    assert len(result.messages) == 3
+    assert events.names()[-1] == "failed"
+    assert [n for n in events.names() if n in ("failed", "completed")] == ["failed", "failed"]
+
+
+def test_runner_returning_garbage_is_an_error_result() -> None:
+    result = run_loop(USER, lambda m, c: 42, turn_budget=IterationBudget("turns", 5))  # type: ignore[arg-type,return-value]
+    assert result.status == "error"
+    assert "must return a TurnResult" in (result.error or "")
+
+
+def test_runner_may_return_a_plain_dict() -> None:
+    result = run_loop(USER, lambda m, c: {"content": "fine"}, turn_budget=IterationBudget("t", 2))
+    assert result.final_content == "fine"
+
+
+def test_tool_failures_never_end_the_run() -> None:
+    def executor(call: dict[str, Any], context: dict[str, Any]) -> Any:
+        if context["turn"] == 1:
+            raise ValueError("bad input")
+        return {"success": False, "error": "nope"}
+
+    result = run_loop(USER, calling_runner(answer_on=3), turn_budget=IterationBudget("t", 5),
+                      tool_executor=executor)
+    assert result.status == "completed"
+    first, second = result.tool_execution_results
+    assert first["result"]["error_type"] == "executor_exception"
+    assert "bad input" in first["result"]["error"]
+    assert second["result"] == {"success": False, "error": "nope"}
+
+
+def test_without_executor_tool_calls_get_a_readable_failure() -> None:
+    result = run_loop(USER, calling_runner(answer_on=2), turn_budget=IterationBudget("t", 5))
+    assert result.tool_execution_results[0]["result"]["error_type"] == "executor_unavailable"
+
+
+def test_event_sink_that_raises_never_changes_the_result() -> None:
+    def sink(event: str, payload: dict[str, Any]) -> None:
+        raise RuntimeError("observer bug")
+
+    result = run_loop(USER, calling_runner(answer_on=2), turn_budget=IterationBudget("t", 5),
+                      tool_executor=double, on_event=sink)
+    assert result.status == "completed"
+
+
+def test_every_run_ends_with_exactly_one_terminal_event() -> None:
+    for runner, status in ((calling_runner(answer_on=2), "completed"),
+                           (calling_runner(), "budget_exceeded")):
+        events = Events()
+        result = run_loop(USER, runner, turn_budget=IterationBudget("t", 3),
+                          tool_executor=double, on_event=events)
+        terminal = [(n, p) for n, p in events.seen if n in ("completed", "failed")]
+        assert len(terminal) == 1
+        name, payload = terminal[0]
+        assert name == "completed"
+        assert payload["status"] == status == result.status
+        assert payload["budgets"]["t"]["current"] == result.turn_count
+
+
+def test_event_order_for_one_tool_turn() -> None:
+    events = Events()
+    run_loop(USER, calling_runner(answer_on=2), turn_budget=IterationBudget("t", 3),
+             tool_executor=double, on_event=events)
+    assert events.names() == ["turn_started", "tool_call", "tool_result", "turn_started",
+                              "completed"]
+
+
+def test_should_continue_overrides_the_default_rule() -> None:
+    result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 9),
+                      tool_executor=double, should_continue=lambda r, c: c["turn"] < 2)
+    assert (result.status, result.turn_count) == ("completed", 2)
+
+
+def test_complete_flag_ends_the_run_even_with_tool_calls() -> None:
+    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        return TurnResult(tool_calls=[{"name": "double", "parameters": {"n": 1}}], complete=True)
+
+    result = run_loop(USER, runner, turn_budget=IterationBudget("t", 9), tool_executor=double)
+    assert (result.status, result.turn_count) == ("completed", 1)
+    assert len(result.tool_execution_results) == 1
+
+
+def test_continuation_messages_are_appended_and_keep_the_loop_going() -> None:
+    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        if context["turn"] == 1:
+            return TurnResult(content="I think I'm done",
+                              continuation_messages=[Message(role="user", content="keep going")])
+        return TurnResult(content="now done")
+
+    result = run_loop(USER, runner, turn_budget=IterationBudget("t", 9))
+    assert [m.content for m in result.messages] == ["go", "I think I'm done", "keep going",
+                                                    "now done"]
+
+
+def test_on_tool_result_decision_can_complete_or_nudge() -> None:
+    def policy(call: dict[str, Any], result: dict[str, Any], ctx: dict[str, Any]) -> Decision:
+        if ctx["turn"] == 2:
+            return Decision(complete=True)
+        return Decision(complete=False, message="one more please")
+
+    result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 9),
+                      tool_executor=double, on_tool_result=policy)
+    assert (result.status, result.turn_count) == ("completed", 2)
+    assert "one more please" in [m.content for m in result.messages]
+
+
+class Lock:
+    def __init__(self, grant: bool = True) -> None:
+        self.grant = grant
+        self.acquired: list[tuple[str, int]] = []
+        self.released: list[tuple[str, str]] = []
+        self.renewed: list[tuple[str, str, int]] = []
+
+    def acquire(self, session_id: str, ttl: int) -> str | None:
+        self.acquired.append((session_id, ttl))
+        return "tok" if self.grant else None
+
+    def release(self, session_id: str, token: str) -> bool:
+        self.released.append((session_id, token))
+        return True
+
+    def renew(self, session_id: str, token: str, ttl: int) -> bool:
+        self.renewed.append((session_id, token, ttl))
+        return True
+
+
+class Persister:
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.persisted: list[LoopResult] = []
+        self.turns: list[tuple[str, int, list[str]]] = []
+
+    def append_turn(self, session_id: str, turn: int, messages: list[Message]) -> None:
+        self.turns.append((session_id, turn, [m.type for m in messages]))
+
+    def persist(self, messages: list[Message], request: dict[str, Any], result: LoopResult) -> str:
+        if self.fail:
+            raise OSError("disk full")
+        self.persisted.append(result)
+        return "stored-" + str(request.get("provider"))
+
+
+def test_lock_contention_returns_without_runner_or_persister() -> None:
+    ran: list[int] = []
+    persister, events = Persister(), Events()
+    result = run_loop(USER, lambda m, c: ran.append(1), turn_budget=IterationBudget("t", 3),  # type: ignore[arg-type,func-returns-value]
+                      transcript_lock=Lock(grant=False), transcript_persister=persister,
+                      transcript_session_id="s1", on_event=events)
+    assert result.status == "transcript_lock_contention"
+    assert not result.completed
+    assert ran == []
+    assert persister.persisted == []
+    assert persister.turns == []
+    assert events.names() == ["transcript_lock_contention", "completed"]
+    assert events.seen[0][1] == {"session_id": "s1"}
+
+
+def test_lock_is_acquired_renewed_per_turn_and_released() -> None:
+    lock = Lock()
+    run_loop(USER, calling_runner(answer_on=3), turn_budget=IterationBudget("t", 5),
+             tool_executor=double, transcript_lock=lock, transcript_session_id="s1",
+             transcript_lock_ttl=42)
+    assert lock.acquired == [("s1", 42)]
+    assert lock.renewed == [("s1", "tok", 42)] * 3
+    assert lock.released == [("s1", "tok")]
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_lock_is_released_on_every_exit_path(failure: BaseException) -> None:
+    lock = Lock()
+
+    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        raise failure
+
+    if isinstance(failure, KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt):
+            run_loop(USER, runner, turn_budget=IterationBudget("t", 5), transcript_lock=lock,
+                     transcript_session_id="s1")
+    else:
+        run_loop(USER, runner, turn_budget=IterationBudget("t", 5), transcript_lock=lock,
+                 transcript_session_id="s1")
+    assert lock.released == [("s1", "tok")]
+
+
+def test_persister_called_once_per_run_also_on_failure() -> None:
+    persister = Persister()
+
+    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        if context["turn"] == 2:
+            raise RuntimeError("down")
+        return TurnResult(tool_calls=[{"name": "double", "parameters": {"n": 1}}])
+
+    result = run_loop(USER, runner, turn_budget=IterationBudget("t", 5), tool_executor=double,
+                      transcript_persister=persister, request={"provider": "p"})
+    assert len(persister.persisted) == 1
+    assert persister.persisted[0].status == "error"
+    assert result.transcript_session_id == "stored-p"
+    # Only the finished turn was appended; the failed one wrote nothing.
+    assert [(turn, kinds) for _, turn, kinds in persister.turns] == [
+        (1, ["tool_call", "tool_result"])]
+
+
+def test_persister_failure_is_reported_as_a_warning() -> None:
+    result = run_loop(USER, lambda m, c: TurnResult(content="x"),
+                      turn_budget=IterationBudget("t", 5), transcript_persister=Persister(True))
+    assert result.status == "completed"
+    assert result.warnings == ["Transcript could not be stored: disk full"]
+
+
+def test_session_id_is_generated_for_a_persister_without_one() -> None:
+    persister = Persister()
+    run_loop(USER, lambda m, c: TurnResult(content="x"), turn_budget=IterationBudget("t", 5),
+             transcript_persister=persister)
+    session_id, turn, kinds = persister.turns[0]
+    assert len(session_id) == 32
+    assert turn == 1
+    assert kinds == ["text"]
+
+
+def test_budget_exhausted_hook_extends_soft_ceiling_only() -> None:
+    asked: list[str] = []
+
+    def hook(budget: IterationBudget, context: dict[str, Any]) -> bool:
+        asked.append(budget.name())
+        budget.extend(2)
+        return True
+
+    events = Events()
+    budget = IterationBudget("turns", 2, hard_ceiling=6)
+    result = run_loop(USER, calling_runner(), turn_budget=budget, tool_executor=double,
+                      on_budget_exhausted=hook, on_event=events)
+    # 2 turns, +2, +2 reaches the hard ceiling of 6: never asked again.
+    assert (result.status, result.turn_count) == ("budget_exceeded", 6)
+    assert asked == ["turns", "turns"]
+    assert events.names().count("budget_extended") == 2
+    assert result.budgets["turns"]["rail"] == "hard_ceiling"
+
+
+def test_budget_exhausted_hook_declining_stops() -> None:
+    result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 2, hard_ceiling=9),
+                      tool_executor=double, on_budget_exhausted=lambda b, c: False)
+    assert (result.status, result.turn_count) == ("budget_exceeded", 2)
+
+
+def test_async_runner_and_executor_under_arun_loop() -> None:
+    async def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        await asyncio.sleep(0)
+        if context["turn"] == 3:
+            return TurnResult(content="async done")
+        return TurnResult(tool_calls=[{"name": "double", "parameters": {"n": 2}}])
+
+    async def executor(call: dict[str, Any], context: dict[str, Any]) -> int:
+        await asyncio.sleep(0)
+        return 4
+
+    result = asyncio.run(arun_loop(USER, runner, turn_budget=IterationBudget("t", 5),
+                                   tool_executor=executor))
+    assert (result.status, result.final_content, result.turn_count) == ("completed",
+                                                                        "async done", 3)
+
+
+def test_sync_run_loop_accepts_an_async_runner() -> None:
+    async def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        await asyncio.sleep(0)
+        return TurnResult(content="ok")
+
+    assert run_loop(USER, runner, turn_budget=IterationBudget("t", 5)).final_content == "ok"
+
+
+def test_sync_run_loop_inside_running_loop_with_async_runner_says_use_arun() -> None:
+    async def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        return TurnResult(content="ok")
+
+    async def main() -> None:
+        with pytest.raises(InvalidLoopArgument, match="arun_loop"):
+            run_loop(USER, runner, turn_budget=IterationBudget("t", 5))
+
+    asyncio.run(main())
+
+
+def test_many_concurrent_async_runs_are_independent() -> None:
+    async def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        await asyncio.sleep(0)
+        return TurnResult(tool_calls=[{"name": "double", "parameters": {"n": 1}}])
+
+    async def main() -> list[LoopResult]:
+        return await asyncio.gather(*[
+            arun_loop(USER, runner, turn_budget=IterationBudget("t", 3 + i % 3),
+                      tool_executor=double) for i in range(30)])
+
+    results = asyncio.run(main())
+    assert [r.turn_count for r in results] == [3 + i % 3 for i in range(30)]
+
+
+@pytest.mark.parametrize("messages", ["hello", [42], [{"content": "no role"}],
+                                      [{"role": "user", "content": "x", "type": "weird"}]])
+def test_bad_messages_are_refused_before_any_turn(messages: Any) -> None:
+    ran: list[int] = []
+    with pytest.raises(InvalidMessage):
+        run_loop(messages, lambda m, c: ran.append(1), turn_budget=IterationBudget("t", 2))  # type: ignore[arg-type,func-returns-value]
+    assert ran == []
+
+
+def test_budget_that_starts_spent_runs_no_turn() -> None:
+    result = run_loop(USER, lambda m, c: TurnResult(content="x"),
+                      turn_budget=IterationBudget("t", 3, 3))
+    assert (result.status, result.turn_count) == ("budget_exceeded", 0)
+
+
+def test_non_budget_in_budgets_is_refused() -> None:
+    with pytest.raises(InvalidLoopArgument, match="IterationBudget"):
+        run_loop(USER, lambda m, c: TurnResult(), turn_budget=IterationBudget("t", 3),
+                 budgets=["turns"])  # type: ignore[list-item]
