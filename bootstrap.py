@@ -6,7 +6,6 @@ that claims a built-in name fails at boot with both owners named.
 
 from __future__ import annotations
 
-
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from datamachine.host import Host
 from datamachine.plugins import collect, make_plugin_manager
 from datamachine.registry import BudgetSpec, IterationBudgetRegistry
 from datamachine.settings import Settings
+from datamachine.storage import ChatSessionStore, JobStore, TokenStore, TranscriptStore
 
 __all__ = ["boot"]
 
@@ -43,8 +43,11 @@ def boot(
     for spec in BUILTIN_BUDGETS:
         registry.register(spec, owner=BUILTIN_OWNER)
     _register_plugin_budgets(pm, registry)
+    transcripts = TranscriptStore(db)
     return Host(pm=pm, db=db, settings=settings, budgets=registry, db_path=resolved_path,
-                plugins=infos)
+                plugins=infos, transcripts=transcripts, jobs=JobStore(db),
+                chat_sessions=ChatSessionStore(db, settings=settings, transcripts=transcripts),
+                tokens=TokenStore(db))
 
 
 def _register_plugin_budgets(pm: object, registry: IterationBudgetRegistry) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from sqlite_utils import Database
 
 from datamachine.errors import DatabaseError
-from datamachine.migrations import migrate
+from datamachine.migrations import MIGRATIONS, migrate
 
 __all__ = ["BUSY_TIMEOUT_MS", "default_db_path", "open_database"]
 
@@ -34,9 +34,14 @@ def default_db_path() -> Path:
 
 def _connect(path: Path | str) -> sqlite3.Connection:
     # check_same_thread=False: the server and async runs touch the host from worker threads;
-    # the stores serialize their own writes.
+    # the stores serialize their use of the connection (datamachine.storage._tx).
     conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA foreign_keys = ON")
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 
@@ -45,7 +50,9 @@ def open_database(path: str | Path | None = None, *, create_parent: bool | None 
 
     ``None`` means :func:`default_db_path` (whose directory is created); ``":memory:"`` gives a
     private in-memory database for tests. A missing directory given explicitly is an error, not
-    silently created, so a typo in a path is noticed.
+    silently created, so a typo in a path is noticed. Every failure is a :class:`DatabaseError`
+    naming the path: a missing or unwritable directory, a file that is not SQLite, a SQLite file
+    that belongs to another application, a migration that failed.
     """
     if path is None:
         target: Path | str = default_db_path()
@@ -57,8 +64,29 @@ def open_database(path: str | Path | None = None, *, create_parent: bool | None 
         migrate(db, label=":memory:")
         return db
     assert isinstance(target, Path)
+    _check_location(target, create_parent=bool(create_parent))
+    try:
+        conn = _connect(target)
+    except sqlite3.Error as exc:
+        raise DatabaseError(_explain(target, exc)) from None
+    try:
+        _prepare(conn, target)
+        db = Database(conn)
+        migrate(db, label=str(target))
+    except BaseException:
+        conn.close()
+        raise
+    return db
+
+
+def _check_location(target: Path, *, create_parent: bool) -> None:
     parent = target.parent
-    if not parent.exists():
+    try:
+        parent_exists = parent.exists()
+        is_dir = target.is_dir()
+    except OSError as exc:
+        raise DatabaseError(f"Cannot open the database {target}: {exc.strerror}.") from None
+    if not parent_exists:
         if create_parent:
             try:
                 parent.mkdir(parents=True, exist_ok=True)
@@ -71,27 +99,49 @@ def open_database(path: str | Path | None = None, *, create_parent: bool | None 
                 f"Cannot open the database {target}: the directory {parent} does not exist. "
                 "Create it, or pass another db_path / set DATAMACHINE_DB."
             )
-    if target.is_dir():
+    if is_dir:
         raise DatabaseError(f"Cannot open the database {target}: it is a directory, not a file.")
+
+
+def _prepare(conn: sqlite3.Connection, target: Path) -> None:
+    """Refuse files that are not ours, then switch to WAL (readers never block the writer)."""
     try:
-        conn = _connect(target)
-        conn.execute("PRAGMA schema_version").fetchone()
+        # Reading the schema is the first real access: a non-SQLite file fails here, before
+        # anything is written to it.
+        tables = [row[0] for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        ).fetchall()]
+        if tables and not _is_datamachine(conn, tables):
+            shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+            raise DatabaseError(
+                f"The file {target} is a SQLite database of another application (tables: "
+                f"{shown}), not a datamachine database. Point DATAMACHINE_DB / db_path at a new "
+                "or datamachine file; this one was left untouched."
+            )
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
         if mode is None or str(mode[0]).lower() != "wal":
             raise DatabaseError(
                 f"Cannot enable WAL mode on the database {target} (got {mode!r}); "
-                "put the database on a local filesystem."
+                "put the database on a local, writable filesystem."
             )
+        # NORMAL in WAL mode: a commit is durable against a process crash (the case we test);
+        # only an OS crash or power loss may drop the last commits, never corrupt the file.
         conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("PRAGMA foreign_keys = ON")
-    except sqlite3.DatabaseError as exc:
+    except sqlite3.Error as exc:
         raise DatabaseError(_explain(target, exc)) from None
-    db = Database(conn)
-    migrate(db, label=str(target))
-    return db
 
 
-def _explain(target: Path, exc: sqlite3.DatabaseError) -> str:
+def _is_datamachine(conn: sqlite3.Connection, tables: list[str]) -> bool:
+    if MIGRATIONS.migrations_table not in tables:
+        return False
+    row = conn.execute(
+        f"SELECT 1 FROM [{MIGRATIONS.migrations_table}] WHERE migration_set = ? LIMIT 1",
+        [MIGRATIONS.name],
+    ).fetchone()
+    return row is not None
+
+
+def _explain(target: Path, exc: sqlite3.Error) -> str:
     text = str(exc)
     if "not a database" in text or "malformed" in text:
         return (

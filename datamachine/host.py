@@ -17,6 +17,7 @@ from sqlite_utils import Database
 from datamachine.plugins import PluginInfo, first_result, fold_value
 from datamachine.registry import IterationBudgetRegistry
 from datamachine.settings import Settings
+from datamachine.storage import ChatSessionStore, JobStore, TokenStore, TranscriptStore
 
 __all__ = ["Host"]
 
@@ -31,6 +32,12 @@ class Host:
     budgets: IterationBudgetRegistry
     db_path: Path | None
     plugins: dict[str, PluginInfo] = field(default_factory=dict)
+    # Storage (docs/storage.md): the default transcript persister and lock, jobs, chat sessions
+    # and API tokens, all on ``db``.
+    transcripts: TranscriptStore = field(kw_only=True)
+    jobs: JobStore = field(kw_only=True)
+    chat_sessions: ChatSessionStore = field(kw_only=True)
+    tokens: TokenStore = field(kw_only=True)
 
     def fold(self, hook_name: str, value: Any, **kwargs: Any) -> Any:
         """Pass ``value`` through a value-filter hook (see ``plugins.fold_value``)."""

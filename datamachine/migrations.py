@@ -27,7 +27,7 @@ MIGRATIONS = Migrations("datamachine")
 @MIGRATIONS()
 def m001_settings(db: Database) -> None:
     """Settings: one row per key, the value stored as JSON text."""
-    db["settings"].create({"key": str, "value": str, "updated_at": float}, pk="key")
+    db.table("settings").create({"key": str, "value": str, "updated_at": float}, pk="key")
 
 
 @MIGRATIONS()

@@ -1,0 +1,40 @@
+"""SQLite storage of a host: transcripts and their locks, jobs, chat sessions, API tokens.
+
+Each store owns one table group and takes the database connection's lock for every use, so one
+host can be shared across threads; every write is one ``BEGIN IMMEDIATE`` transaction, so several
+processes can share one database file. See ``docs/storage.md``.
+"""
+
+from datamachine.storage.chat_sessions import (
+    ChatSession,
+    ChatSessionStore,
+    MaxTurns,
+    validate_max_turns,
+)
+from datamachine.storage.jobs import Job, JobStatus, JobStore
+from datamachine.storage.locks import LockInfo, TranscriptLocks
+from datamachine.storage.tokens import ApiToken, TokenStore
+from datamachine.storage.transcripts import (
+    Transcript,
+    TranscriptStatus,
+    TranscriptStore,
+    TranscriptSummary,
+)
+
+__all__ = [
+    "ApiToken",
+    "ChatSession",
+    "ChatSessionStore",
+    "Job",
+    "JobStatus",
+    "JobStore",
+    "LockInfo",
+    "MaxTurns",
+    "TokenStore",
+    "Transcript",
+    "TranscriptLocks",
+    "TranscriptStatus",
+    "TranscriptStore",
+    "TranscriptSummary",
+    "validate_max_turns",
+]

@@ -1,0 +1,101 @@
+"""Write transactions shared by every store: one lock per connection, ``BEGIN IMMEDIATE``.
+
+Why ``BEGIN IMMEDIATE``: a deferred transaction that reads and then writes can fail at once with
+``database is locked`` when another process wrote in between (SQLite cannot wait there without
+risking a deadlock). Taking the write lock up front makes SQLite's busy timeout apply instead, so
+concurrent processes queue rather than fail.
+
+Why one lock per connection (not per store): the host shares one ``sqlite3`` connection across
+threads, and a transaction belongs to the connection. Two stores writing from two threads on one
+connection would otherwise nest into each other's transaction.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlite_utils import Database
+
+from datamachine.errors import DatabaseError
+
+__all__ = ["connection_lock", "db_label", "immediate", "sqlite_errors"]
+
+_LOCKS: weakref.WeakKeyDictionary[Database, threading.RLock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def connection_lock(db: Database) -> threading.RLock:
+    """The re-entrant lock every store takes before using ``db``'s connection."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(db)
+        if lock is None:
+            lock = _LOCKS[db] = threading.RLock()
+        return lock
+
+
+def db_label(db: Database) -> str:
+    """The file behind ``db`` (or ``:memory:``), for error messages that name the path."""
+    try:
+        for row in db.conn.execute("PRAGMA database_list").fetchall():
+            if row[1] == "main":
+                return str(row[2]) or ":memory:"
+    except sqlite3.Error:
+        pass
+    return "database"
+
+
+@contextmanager
+def sqlite_errors(label: str, action: str) -> Iterator[None]:
+    """Turn a raw ``sqlite3`` failure into a :class:`DatabaseError` naming the file."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise DatabaseError(
+            f"Cannot {action} in the database {label}: {exc}. If another process holds the "
+            "database for longer than the busy timeout, retry; if the file is damaged, restore "
+            "it or point DATAMACHINE_DB elsewhere."
+        ) from exc
+
+
+@contextmanager
+def immediate(db: Database, lock: threading.RLock, label: str, action: str) -> Iterator[
+    sqlite3.Connection
+]:
+    """Run the block as one write transaction, holding ``lock``.
+
+    Outside a transaction this is ``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on any error). If
+    the caller already opened one (for example with ``db.atomic()``), the block becomes a savepoint
+    inside it, so the caller still decides whether everything commits together.
+    """
+    with lock, sqlite_errors(label, action):
+        conn = db.conn
+        if conn.in_transaction:
+            savepoint = f"dm_{secrets.token_hex(8)}"
+            conn.execute(f"SAVEPOINT {savepoint}")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
+                    conn.execute(f"RELEASE SAVEPOINT {savepoint}")
+                raise
+            conn.execute(f"RELEASE SAVEPOINT {savepoint}")
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise

@@ -1,0 +1,217 @@
+"""Chat sessions and their turn limits (DESIGN.md section 6): :class:`ChatSessionStore`.
+
+This module is the storage half of the turn-limit rules: the count, the ``active`` ->
+``aborted`` status (terminal), and the limit (an integer or ``"unlimited"``, default from the
+setting ``chat_max_turns``). Switching the limit from ``"unlimited"`` to an integer resets the
+count, because turns counted without a limit were never offered a confirmation. The run-time half
+(asking ``confirm_continuation`` when the count reaches the limit, then ``reset_turns`` or
+``abort``) belongs to ``host.chat``. A session's messages live in the transcript with the same id.
+"""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlite_utils import Database
+
+from agents_api import clock
+from datamachine.errors import (
+    ChatSessionExists,
+    ChatSessionNotFound,
+    InvalidBudgetValue,
+    SessionAborted,
+    UsageError,
+)
+from datamachine.registry import validate_budget_value
+from datamachine.storage._tx import connection_lock, db_label, immediate
+from datamachine.storage.locks import check_session_id
+
+if TYPE_CHECKING:
+    from datamachine.settings import Settings
+    from datamachine.storage.transcripts import TranscriptStore
+
+__all__ = ["DEFAULT_CHAT_MAX_TURNS", "ChatSession", "ChatSessionStore", "MaxTurns",
+           "validate_max_turns"]
+
+MaxTurns = int | Literal["unlimited"]
+DEFAULT_CHAT_MAX_TURNS = 25
+CHAT_MAX_TURNS_SETTING = "chat_max_turns"
+_COLUMNS = "id, turn_count, status, max_turns, created_at, updated_at"
+
+
+class ChatSession(BaseModel):
+    """One chat session: ``turn_count`` provider turns since the last reset, ``status``
+    (``active`` or ``aborted``) and ``max_turns`` (an integer or ``"unlimited"``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    turn_count: int
+    status: Literal["active", "aborted"]
+    max_turns: MaxTurns
+    created_at: float
+    updated_at: float
+
+    @property
+    def limit_reached(self) -> bool:
+        """True when the count is at or past an integer limit (never when unlimited)."""
+        return self.max_turns != "unlimited" and self.turn_count >= self.max_turns
+
+    @property
+    def aborted(self) -> bool:
+        """True once the session refused to continue; it stays so."""
+        return self.status == "aborted"
+
+
+def validate_max_turns(value: object, knob: str = "max_turns") -> MaxTurns:
+    """Return ``value`` if it is ``"unlimited"`` or an integer in [1, 10,000]; else raise
+    :class:`InvalidBudgetValue` naming ``knob``. Nothing is coerced (``"10"`` is refused)."""
+    if value == "unlimited":
+        return "unlimited"
+    try:
+        return validate_budget_value(knob, value)
+    except InvalidBudgetValue as exc:
+        raise InvalidBudgetValue(f'{exc} Use "unlimited" for no limit.') from None
+
+
+def _session(row: Any) -> ChatSession:
+    return ChatSession(id=row[0], turn_count=row[1], status=row[2], max_turns=row[3],
+                       created_at=row[4], updated_at=row[5])
+
+
+class ChatSessionStore:
+    """Create, read and update chat sessions; every change is one transaction."""
+
+    def __init__(self, db: Database, *, settings: Settings | None = None,
+                 transcripts: TranscriptStore | None = None) -> None:
+        self._db = db
+        self._lock = connection_lock(db)
+        self._label = db_label(db)
+        self._settings = settings
+        self._transcripts = transcripts
+
+    def default_max_turns(self) -> MaxTurns:
+        """The setting ``chat_max_turns`` (validated), else 25."""
+        if self._settings is None:
+            return DEFAULT_CHAT_MAX_TURNS
+        value = self._settings.get(CHAT_MAX_TURNS_SETTING, DEFAULT_CHAT_MAX_TURNS)
+        return validate_max_turns(value, f"setting {CHAT_MAX_TURNS_SETTING!r}")
+
+    def create(self, max_turns: MaxTurns | None = None, *,
+               session_id: str | None = None) -> ChatSession:
+        """A new ``active`` session with ``turn_count`` 0.
+
+        ``max_turns``: an integer in [1, 10,000] or ``"unlimited"``; None takes the setting
+        ``chat_max_turns`` (default 25). ``session_id``: a chosen id (else a new one); an id
+        already taken raises :class:`ChatSessionExists`.
+        """
+        limit = (self.default_max_turns() if max_turns is None
+                 else validate_max_turns(max_turns))
+        sid = uuid.uuid4().hex if session_id is None else check_session_id(session_id)
+        now = clock.now()
+        with self._lock:
+            with immediate(self._db, self._lock, self._label, "create a chat session") as conn:
+                cursor = conn.execute(
+                    "INSERT INTO chat_sessions (id, turn_count, status, max_turns, created_at, "
+                    "updated_at) VALUES (?, 0, 'active', ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                    [sid, limit, now, now],
+                )
+                if cursor.rowcount != 1:
+                    raise ChatSessionExists(
+                        f"A chat session with id {sid!r} already exists; use "
+                        "chat_sessions.get() to read it or pick another id."
+                    )
+            return self.get(sid)
+
+    def get(self, session_id: str) -> ChatSession:
+        """The session; ChatSessionNotFound if there is none."""
+        with self._lock:
+            row = self._db.conn.execute(
+                f"SELECT {_COLUMNS} FROM chat_sessions WHERE id = ?", [session_id]
+            ).fetchone()
+        if row is None:
+            raise self._not_found(session_id)
+        return _session(row)
+
+    def list(self, limit: int = 50) -> builtins.list[ChatSession]:
+        """Sessions, most recently updated first."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise UsageError(f"limit must be a positive integer, got {limit!r}.")
+        with self._lock:
+            rows = self._db.conn.execute(
+                f"SELECT {_COLUMNS} FROM chat_sessions ORDER BY updated_at DESC, id LIMIT ?",
+                [limit],
+            ).fetchall()
+        return [_session(row) for row in rows]
+
+    def require_active(self, session_id: str) -> ChatSession:
+        """The session if it is active; :class:`SessionAborted` if it was aborted."""
+        session = self.get(session_id)
+        if session.aborted:
+            raise self._aborted(session)
+        return session
+
+    def set_limit(self, session_id: str, max_turns: MaxTurns) -> ChatSession:
+        """Change the limit; from ``"unlimited"`` to an integer also resets the count to 0."""
+        limit = validate_max_turns(max_turns)
+        return self._update(
+            session_id,
+            "max_turns = ?, turn_count = CASE WHEN max_turns = 'unlimited' AND ? != 'unlimited' "
+            "THEN 0 ELSE turn_count END",
+            [limit, limit],
+            active_only=False,
+        )
+
+    def add_turns(self, session_id: str, n: int = 1) -> ChatSession:
+        """Count ``n`` more provider turns (also when unlimited). Refused once aborted."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise UsageError(f"add_turns needs a non-negative integer, got {n!r}.")
+        return self._update(session_id, "turn_count = turn_count + ?", [n], active_only=True)
+
+    def reset_turns(self, session_id: str) -> ChatSession:
+        """The user confirmed at the limit: the count starts again from 0."""
+        return self._update(session_id, "turn_count = 0", [], active_only=True)
+
+    def abort(self, session_id: str) -> ChatSession:
+        """The user declined (or no UI answered): the session is aborted, for good."""
+        return self._update(session_id, "status = 'aborted'", [], active_only=False)
+
+    def messages(self, session_id: str) -> builtins.list[dict[str, Any]]:
+        """The session's stored messages (its transcript), ``[]`` before its first run."""
+        self.get(session_id)
+        if self._transcripts is None or not self._transcripts.exists(session_id):
+            return []
+        return self._transcripts.get(session_id)
+
+    def _update(self, session_id: str, assignments: str, params: builtins.list[Any], *,
+                active_only: bool) -> ChatSession:
+        with self._lock:
+            with immediate(self._db, self._lock, self._label, "update a chat session") as conn:
+                row = conn.execute(
+                    f"SELECT {_COLUMNS} FROM chat_sessions WHERE id = ?", [session_id]
+                ).fetchone()
+                if row is None:
+                    raise self._not_found(session_id)
+                if active_only and row[2] == "aborted":
+                    raise self._aborted(_session(row))
+                conn.execute(
+                    f"UPDATE chat_sessions SET {assignments}, updated_at = ? WHERE id = ?",
+                    [*params, clock.now(), session_id],
+                )
+            return self.get(session_id)
+
+    def _not_found(self, session_id: str) -> ChatSessionNotFound:
+        return ChatSessionNotFound(
+            f"No chat session has id {session_id!r} in {self._label}; create one with "
+            "host.chat_sessions.create()."
+        )
+
+    @staticmethod
+    def _aborted(session: ChatSession) -> SessionAborted:
+        return SessionAborted(
+            f"Chat session {session.id!r} was aborted at its turn limit ({session.max_turns}) "
+            "and accepts no more messages; start a new session."
+        )

@@ -1,0 +1,191 @@
+"""Pipeline jobs: :class:`JobStore` and the :class:`Job` record.
+
+A job moves ``pending`` -> ``running`` -> ``completed`` or ``failed`` and nowhere else; a move
+against that order raises :class:`InvalidJobTransition` instead of silently rewriting history
+(a job completed twice usually means two workers picked it up). Engine data is a JSON object a
+pipeline run merges its diagnostics, usage and transcript id into; a merge is a read-modify-write
+inside one ``BEGIN IMMEDIATE`` transaction, so concurrent merges from several processes never
+lose each other's keys.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlite_utils import Database
+
+from agents_api import clock
+from datamachine.errors import InvalidJobTransition, JobNotFound, UsageError
+from datamachine.storage._tx import connection_lock, db_label, immediate
+
+__all__ = ["Job", "JobStatus", "JobStore"]
+
+JobStatus = Literal["pending", "running", "completed", "failed"]
+JOB_STATUSES: tuple[JobStatus, ...] = ("pending", "running", "completed", "failed")
+
+# Allowed source statuses for each target status.
+_TRANSITIONS: dict[JobStatus, tuple[JobStatus, ...]] = {
+    "running": ("pending",),
+    "completed": ("running",),
+    "failed": ("running",),
+}
+_COLUMNS = ("id, flow_step_id, status, engine_data, failure_reason, created_at, updated_at, "
+            "started_at, finished_at")
+
+
+class Job(BaseModel):
+    """One job as stored. ``engine_data`` is the JSON object runs merge their results into."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    flow_step_id: str | None
+    status: JobStatus
+    engine_data: dict[str, Any]
+    failure_reason: str | None
+    created_at: float
+    updated_at: float
+    started_at: float | None
+    finished_at: float | None
+
+
+def _check_id(job_id: object) -> int:
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise UsageError(f"A job id is an integer (as returned by jobs.create), got {job_id!r}.")
+    return job_id
+
+
+def _encode_data(engine_data: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
+    if engine_data is None:
+        return {}
+    if not isinstance(engine_data, Mapping):
+        raise UsageError(f"{what} must be a dict, got {type(engine_data).__name__}.")
+    data = dict(engine_data)
+    try:
+        json.dumps(data)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{what} must be JSON-serializable: {exc}.") from None
+    return data
+
+
+def _job(row: Any) -> Job:
+    return Job(
+        id=row[0], flow_step_id=row[1], status=row[2], engine_data=json.loads(row[3]),
+        failure_reason=row[4], created_at=row[5], updated_at=row[6], started_at=row[7],
+        finished_at=row[8],
+    )
+
+
+class JobStore:
+    """Create, read, list and move jobs through their statuses."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._lock = connection_lock(db)
+        self._label = db_label(db)
+
+    def create(self, flow_step_id: str | None = None,
+               engine_data: Mapping[str, Any] | None = None) -> Job:
+        """A new ``pending`` job, optionally tied to a flow step and seeded with engine data."""
+        if flow_step_id is not None and not isinstance(flow_step_id, str):
+            raise UsageError(f"flow_step_id must be a string or None, got {flow_step_id!r}.")
+        data = _encode_data(engine_data, "engine_data")
+        now = clock.now()
+        with self._lock:
+            with immediate(self._db, self._lock, self._label, "create a job") as conn:
+                cursor = conn.execute(
+                    "INSERT INTO jobs (flow_step_id, status, engine_data, created_at, updated_at) "
+                    "VALUES (?, 'pending', ?, ?, ?)",
+                    [flow_step_id, json.dumps(data), now, now],
+                )
+                job_id = int(cursor.lastrowid or 0)
+            return self.get(job_id)
+
+    def get(self, job_id: int) -> Job:
+        """The job with ``job_id``; JobNotFound if there is none."""
+        jid = _check_id(job_id)
+        with self._lock:
+            row = self._db.conn.execute(
+                f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", [jid]
+            ).fetchone()
+        if row is None:
+            raise JobNotFound(f"No job has id {jid} in {self._label}.")
+        return _job(row)
+
+    def list(self, status: JobStatus | None = None, limit: int = 50) -> builtins.list[Job]:
+        """Jobs, newest first, optionally only those in ``status``."""
+        if status is not None and status not in JOB_STATUSES:
+            raise UsageError(f"status must be one of {', '.join(JOB_STATUSES)}, got {status!r}.")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise UsageError(f"limit must be a positive integer, got {limit!r}.")
+        sql = f"SELECT {_COLUMNS} FROM jobs"
+        params: builtins.list[Any] = []
+        if status is not None:
+            sql += " WHERE status = ?"
+            params.append(status)
+        sql += " ORDER BY id DESC LIMIT ?"
+        params.append(limit)
+        with self._lock:
+            rows = self._db.conn.execute(sql, params).fetchall()
+        return [_job(row) for row in rows]
+
+    def start(self, job_id: int) -> Job:
+        """``pending`` -> ``running``."""
+        return self._move(job_id, "running")
+
+    def complete(self, job_id: int) -> Job:
+        """``running`` -> ``completed``."""
+        return self._move(job_id, "completed")
+
+    def fail(self, job_id: int, reason: str) -> Job:
+        """``running`` -> ``failed`` with ``reason`` (for example
+        ``completion_assertions_missing``)."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise UsageError("A job failure needs a non-empty reason string.")
+        return self._move(job_id, "failed", reason)
+
+    def merge_engine_data(self, job_id: int, data: Mapping[str, Any]) -> Job:
+        """Merge ``data``'s top-level keys into the job's engine data (later writes win)."""
+        jid = _check_id(job_id)
+        update = _encode_data(data, "engine data to merge")
+        with self._lock:
+            with immediate(self._db, self._lock, self._label, "update a job") as conn:
+                row = conn.execute("SELECT engine_data FROM jobs WHERE id = ?", [jid]).fetchone()
+                if row is None:
+                    raise JobNotFound(f"No job has id {jid} in {self._label}.")
+                merged = {**json.loads(row[0]), **update}
+                conn.execute(
+                    "UPDATE jobs SET engine_data = ?, updated_at = ? WHERE id = ?",
+                    [json.dumps(merged), clock.now(), jid],
+                )
+            return self.get(jid)
+
+    def _move(self, job_id: int, target: JobStatus, reason: str | None = None) -> Job:
+        jid = _check_id(job_id)
+        allowed = _TRANSITIONS[target]
+        now = clock.now()
+        with self._lock:
+            with immediate(self._db, self._lock, self._label, "update a job") as conn:
+                row = conn.execute("SELECT status FROM jobs WHERE id = ?", [jid]).fetchone()
+                if row is None:
+                    raise JobNotFound(f"No job has id {jid} in {self._label}.")
+                current = row[0]
+                if current not in allowed:
+                    raise InvalidJobTransition(
+                        f"Job {jid} is {current!r}; it can become {target!r} only from "
+                        f"{' or '.join(repr(s) for s in allowed)}. Jobs move pending -> running "
+                        "-> completed or failed; create a new job to run the step again."
+                    )
+                conn.execute(
+                    "UPDATE jobs SET status = ?, updated_at = ?, "
+                    "started_at = CASE WHEN ? = 'running' THEN ? ELSE started_at END, "
+                    "finished_at = CASE WHEN ? IN ('completed', 'failed') THEN ? "
+                    "ELSE finished_at END, "
+                    "failure_reason = COALESCE(?, failure_reason) WHERE id = ?",
+                    [target, now, target, now, target, now, reason, jid],
+                )
+            return self.get(jid)

@@ -1,0 +1,132 @@
+"""Transcript locks with a TTL: one writer per session, across threads and processes.
+
+A lock is a row in ``transcript_locks``. Taking it is a single upsert that succeeds only when no
+row exists or the existing one has expired, run inside ``BEGIN IMMEDIATE``; SQLite serializes
+writers across processes, so two processes can never both see "free" and both win. Nothing here
+waits for a lock to free up: a held lock answers ``None`` at once and the caller decides.
+Expiry is read from ``agents_api.clock.now()``, so freezegun moves it in tests.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from sqlite_utils import Database
+
+from agents_api import clock
+from datamachine.errors import UsageError
+from datamachine.storage._tx import connection_lock, db_label, immediate
+
+__all__ = ["LockInfo", "TranscriptLocks", "check_session_id"]
+
+_HOLDER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+class LockInfo(BaseModel):
+    """Who holds a session's lock and until when (the token itself is never shown)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    session_id: str
+    acquired_at: float
+    expires_at: float
+    holder: str
+
+
+def check_session_id(session_id: object) -> str:
+    """Return ``session_id`` if it is a non-empty string of at most 200 characters."""
+    if not isinstance(session_id, str) or not session_id.strip() or len(session_id) > 200:
+        raise UsageError(
+            f"A session id must be a non-empty string of at most 200 characters, "
+            f"got {session_id!r}."
+        )
+    return session_id
+
+
+def _check_ttl(ttl: object) -> float:
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0:
+        raise UsageError(f"A lock ttl must be a number of seconds above 0, got {ttl!r}.")
+    return float(ttl)
+
+
+class TranscriptLocks:
+    """``acquire`` / ``renew`` / ``release`` over the ``transcript_locks`` table."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._lock = connection_lock(db)
+        self._label = db_label(db)
+
+    def acquire(self, session_id: str, ttl: float) -> str | None:
+        """Take the lock for ``ttl`` seconds and return its token; None if another holder has an
+        unexpired lock. Never waits (beyond SQLite's own brief write serialization)."""
+        sid = check_session_id(session_id)
+        seconds = _check_ttl(ttl)
+        token = secrets.token_hex(16)
+        now = clock.now()
+        with immediate(self._db, self._lock, self._label, "take a transcript lock") as conn:
+            cursor = conn.execute(
+                "INSERT INTO transcript_locks (session_id, token, expires_at, acquired_at, holder) "
+                "VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (session_id) DO UPDATE SET token = excluded.token, "
+                "expires_at = excluded.expires_at, acquired_at = excluded.acquired_at, "
+                "holder = excluded.holder "
+                "WHERE transcript_locks.expires_at <= ?",
+                [sid, token, now + seconds, now, _HOLDER, now],
+            )
+            won = cursor.rowcount == 1
+        return token if won else None
+
+    def renew(self, session_id: str, token: str, ttl: float) -> bool:
+        """Push the expiry to ``now + ttl`` if ``token`` still holds the lock.
+
+        An expired lock that nobody took over is still ours and is renewed; once another run
+        acquired it, the old token is refused.
+        """
+        sid = check_session_id(session_id)
+        seconds = _check_ttl(ttl)
+        now = clock.now()
+        with immediate(self._db, self._lock, self._label, "renew a transcript lock") as conn:
+            cursor = conn.execute(
+                "UPDATE transcript_locks SET expires_at = ? WHERE session_id = ? AND token = ?",
+                [now + seconds, sid, str(token)],
+            )
+            return cursor.rowcount == 1
+
+    def release(self, session_id: str, token: str) -> bool:
+        """Release the lock if ``token`` still holds it; a stale token releases nothing."""
+        sid = check_session_id(session_id)
+        with immediate(self._db, self._lock, self._label, "release a transcript lock") as conn:
+            cursor = conn.execute(
+                "DELETE FROM transcript_locks WHERE session_id = ? AND token = ?",
+                [sid, str(token)],
+            )
+            return cursor.rowcount == 1
+
+    def info(self, session_id: str) -> LockInfo | None:
+        """The live (unexpired) lock on ``session_id``, or None."""
+        with self._lock:
+            row = self._db.conn.execute(
+                "SELECT session_id, acquired_at, expires_at, holder FROM transcript_locks "
+                "WHERE session_id = ? AND expires_at > ?",
+                [session_id, clock.now()],
+            ).fetchone()
+        return None if row is None else LockInfo(**_row(row))
+
+    def held(self) -> list[LockInfo]:
+        """Every live lock, oldest first (for diagnostics and tests)."""
+        with self._lock:
+            rows = self._db.conn.execute(
+                "SELECT session_id, acquired_at, expires_at, holder FROM transcript_locks "
+                "WHERE expires_at > ? ORDER BY acquired_at, session_id",
+                [clock.now()],
+            ).fetchall()
+        return [LockInfo(**_row(row)) for row in rows]
+
+
+def _row(row: Any) -> dict[str, Any]:
+    return {"session_id": row[0], "acquired_at": row[1], "expires_at": row[2], "holder": row[3]}

@@ -1,0 +1,377 @@
+"""The default transcript persister and lock: :class:`TranscriptStore`.
+
+A transcript is one ``transcripts`` row per session plus its messages, in order, in
+``transcript_messages``. The loop writes it in three steps, each one transaction:
+
+- ``begin(session_id, messages, request)`` (optional): the run's starting messages that are not
+  stored yet (a new prompt, a new chat message) and status ``running``;
+- ``append_turn(session_id, turn, messages)`` after every turn: that turn's messages and counts;
+- ``persist(messages, request, result)`` once at the end: anything not yet written, the final
+  status, usage, budgets and a result summary.
+
+So a process killed mid-run leaves every finished turn and never half a turn. Its row stays
+``running``; with no live lock behind it, reading it back reports ``interrupted``.
+
+A run on an existing session must start from that session's stored messages (continuation and
+chat do): the store writes only the messages beyond the stored count, it never rewrites history.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlite_utils import Database
+
+from agents_api import clock
+from agents_api.message import Message, normalize_message
+from datamachine.errors import TranscriptNotFound, UsageError
+from datamachine.storage._tx import connection_lock, db_label, immediate
+from datamachine.storage.locks import TranscriptLocks, check_session_id
+
+__all__ = ["Transcript", "TranscriptStatus", "TranscriptStore", "TranscriptSummary"]
+
+logger = logging.getLogger("datamachine.storage")
+
+TranscriptStatus = Literal[
+    "running", "interrupted", "completed", "incomplete", "budget_exceeded", "aborted", "error"
+]
+MessageLike = Message | Mapping[str, Any]
+
+_SUMMARY_FIELDS = ("status", "completed", "final_content", "budget", "flags", "warning", "error",
+                   "error_code", "warnings", "turn_count", "cumulative_turn_count", "blocker")
+_COLUMNS = ("t.id, t.status, t.provider, t.model, t.mode, t.created_at, t.updated_at, "
+            "t.turn_count, t.cumulative_turn_count, t.message_count, t.usage, t.budgets, "
+            "t.result, l.expires_at")
+_LIVE_LOCK_JOIN = "LEFT JOIN transcript_locks l ON l.session_id = t.id AND l.expires_at > ?"
+
+
+class TranscriptSummary(BaseModel):
+    """A stored transcript's metadata, as ``list()`` returns it.
+
+    ``status`` is the stored status, except that a ``running`` transcript with no live lock is
+    reported as ``interrupted`` (its process died). ``turn_count`` is the last run's finished
+    turns; ``cumulative_turn_count`` counts every run of the session. ``locked_until`` is the
+    expiry of a live lock, else None.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    status: TranscriptStatus
+    provider: str | None
+    model: str | None
+    mode: str | None
+    created_at: float
+    updated_at: float
+    turn_count: int
+    cumulative_turn_count: int
+    message_count: int
+    usage: dict[str, Any]
+    budgets: dict[str, Any]
+    result: dict[str, Any]
+    locked_until: float | None
+
+
+class Transcript(TranscriptSummary):
+    """A transcript with its messages (envelope dicts, in order)."""
+
+    messages: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What this process wrote for the run currently holding a session (in memory only).
+
+    ``persist`` uses it to find which of its messages are already stored: when ``begin`` was not
+    called, the run's starting messages were never written and go in front of its turns.
+    """
+
+    base_count: int
+    base_cumulative: int
+    initial_written: bool
+    turns: int = 0
+    appended: int = 0
+    first_appended: object = None
+
+
+def _encode(item: MessageLike) -> str:
+    envelope = item.to_dict() if isinstance(item, Message) else normalize_message(item).to_dict()
+    # default=str: a tool may return values JSON cannot hold (datetimes, paths); storing their
+    # text beats failing the run's persistence.
+    return json.dumps(envelope, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value if value is not None else {}, ensure_ascii=False, default=str)
+
+
+def _request_field(request: Mapping[str, Any], key: str) -> str | None:
+    value = request.get(key)
+    if isinstance(value, list | tuple):  # a list of modes is accepted; store them joined
+        value = ",".join(str(v) for v in value)
+    return None if value is None else str(value)
+
+
+class TranscriptStore:
+    """SQLite transcripts: the host's default ``transcript_persister`` and ``transcript_lock``.
+
+    Thread-safe: every use of the shared connection holds the connection's lock. Safe across
+    processes: every write is one ``BEGIN IMMEDIATE`` transaction, and the lock table keeps two
+    runs off one session.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._lock = connection_lock(db)
+        self._label = db_label(db)
+        self.locks = TranscriptLocks(db)
+        self._runs: dict[str, _Run] = {}
+
+    # -- the lock protocol -----------------------------------------------------------------
+    def acquire(self, session_id: str, ttl: float) -> str | None:
+        """Take the session's lock for ``ttl`` seconds; None at once if it is held."""
+        return self.locks.acquire(session_id, ttl)
+
+    def renew(self, session_id: str, token: str, ttl: float) -> bool:
+        """Extend the lock ``token`` holds to ``now + ttl``; False if it was taken over."""
+        return self.locks.renew(session_id, token, ttl)
+
+    def release(self, session_id: str, token: str) -> bool:
+        """Release the lock if ``token`` holds it; a stale token releases nothing."""
+        return self.locks.release(session_id, token)
+
+    # -- the persister protocol ------------------------------------------------------------
+    def begin(
+        self, session_id: str, messages: Sequence[MessageLike],
+        request: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Store a run's starting messages (those beyond the stored ones) before its first turn.
+
+        Call it while holding the session's lock. Optional: without it, ``persist`` writes the
+        starting messages at the end, but a run killed before then loses them.
+        """
+        sid = check_session_id(session_id)
+        info = dict(request or {})
+        now = clock.now()
+        with self._lock:
+            with immediate(self._db, self._lock, self._label, "start a transcript") as conn:
+                count, cumulative = self._ensure_row(conn, sid, now)
+                if len(messages) < count:
+                    logger.warning(
+                        "transcript %r holds %d messages but the run starts from %d; new "
+                        "messages are appended after the stored ones", sid, count, len(messages))
+                new = [_encode(m) for m in messages[count:]]
+                self._insert(conn, sid, count, 0, new, now)
+                conn.execute(
+                    "UPDATE transcripts SET status = 'running', provider = COALESCE(?, provider), "
+                    "model = COALESCE(?, model), mode = COALESCE(?, mode), message_count = ?, "
+                    "updated_at = ? WHERE id = ?",
+                    [_request_field(info, "provider"), _request_field(info, "model"),
+                     _request_field(info, "mode"), count + len(new), now, sid],
+                )
+            self._runs[sid] = _Run(base_count=count, base_cumulative=cumulative,
+                                   initial_written=True)
+
+    def append_turn(self, session_id: str, turn: int, messages: Sequence[MessageLike]) -> None:
+        """Append one finished turn's messages in one transaction (creating the row if needed)."""
+        sid = check_session_id(session_id)
+        encoded = [_encode(m) for m in messages]  # serialized before taking the write lock
+        now = clock.now()
+        with self._lock:
+            run = self._runs.get(sid)
+            with immediate(self._db, self._lock, self._label, "append a turn") as conn:
+                count, cumulative = self._ensure_row(conn, sid, now)
+                if run is None or (turn == 1 and run.turns > 0):
+                    # A run that did not call begin() (or a new run on this session).
+                    run = _Run(base_count=count, base_cumulative=cumulative,
+                               initial_written=False)
+                self._insert(conn, sid, count, turn, encoded, now)
+                conn.execute(
+                    "UPDATE transcripts SET status = 'running', turn_count = ?, "
+                    "cumulative_turn_count = ?, message_count = ?, updated_at = ? WHERE id = ?",
+                    [turn, cumulative + 1, count + len(encoded), now, sid],
+                )
+            first = run.first_appended
+            if first is None and messages:
+                first = messages[0]
+            self._runs[sid] = replace(run, turns=run.turns + 1,
+                                      appended=run.appended + len(encoded), first_appended=first)
+
+    def persist(self, messages: Sequence[MessageLike], request: Mapping[str, Any],
+                result: Any) -> str:
+        """Finish the run: write what is not stored yet, its status, usage and budgets.
+
+        ``result`` is a ``LoopResult`` (or any object with its attributes); ``request`` may hold
+        ``provider``, ``model`` and ``mode``. Returns the session id.
+        """
+        session_id = getattr(result, "transcript_session_id", None) or uuid.uuid4().hex
+        sid = check_session_id(session_id)
+        status = str(getattr(result, "status", "completed"))
+        if status == "transcript_lock_contention":
+            # Another run holds this session; writing here would interleave with it.
+            return sid
+        info = dict(request or {})
+        turn_count = int(getattr(result, "turn_count", 0) or 0)
+        summary = {key: getattr(result, key) for key in _SUMMARY_FIELDS if hasattr(result, key)}
+        now = clock.now()
+        with self._lock:
+            run = self._runs.pop(sid, None)
+            with immediate(self._db, self._lock, self._label, "store a transcript") as conn:
+                count, cumulative = self._ensure_row(conn, sid, now)
+                if run is not None and not run.initial_written and run.appended:
+                    count = self._place_starting_messages(conn, sid, messages, run, count, now)
+                new = [_encode(m) for m in messages[count:]]
+                self._insert(conn, sid, count, turn_count, new, now)
+                base = run.base_cumulative if run is not None else cumulative
+                summary.setdefault("cumulative_turn_count", base + turn_count)
+                conn.execute(
+                    "UPDATE transcripts SET status = ?, provider = COALESCE(?, provider), "
+                    "model = COALESCE(?, model), mode = COALESCE(?, mode), updated_at = ?, "
+                    "turn_count = ?, cumulative_turn_count = ?, message_count = ?, usage = ?, "
+                    "budgets = ?, result = ? WHERE id = ?",
+                    [status, _request_field(info, "provider"), _request_field(info, "model"),
+                     _request_field(info, "mode"), now, turn_count, base + turn_count,
+                     count + len(new), _dump(getattr(result, "usage", {})),
+                     _dump(getattr(result, "budgets", {})), _dump(summary), sid],
+                )
+        return sid
+
+    # -- reading ---------------------------------------------------------------------------
+    def exists(self, session_id: str) -> bool:
+        """True if a transcript is stored under ``session_id``."""
+        with self._lock:
+            row = self._db.conn.execute(
+                "SELECT 1 FROM transcripts WHERE id = ?", [session_id]
+            ).fetchone()
+        return row is not None
+
+    def get(self, session_id: str) -> list[dict[str, Any]]:
+        """The stored messages (envelope dicts), in order; TranscriptNotFound if unknown."""
+        with self._lock:
+            rows = self._db.conn.execute(
+                "SELECT envelope FROM transcript_messages WHERE session_id = ? ORDER BY position",
+                [session_id],
+            ).fetchall()
+            if not rows and not self.exists(session_id):
+                raise self._not_found(session_id)
+        return [json.loads(row[0]) for row in rows]
+
+    def get_transcript(self, session_id: str) -> Transcript:
+        """Metadata and messages of one transcript; TranscriptNotFound if unknown."""
+        with self._lock:
+            row = self._db.conn.execute(
+                f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN} WHERE t.id = ?",
+                [clock.now(), session_id],
+            ).fetchone()
+            if row is None:
+                raise self._not_found(session_id)
+            messages = self.get(session_id)
+        return Transcript(**_summary_fields(row), messages=messages)
+
+    def list(self, *, limit: int = 50,
+             status: TranscriptStatus | None = None) -> builtins.list[TranscriptSummary]:
+        """The most recently updated transcripts first, optionally only those in ``status``."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise UsageError(f"limit must be a positive integer, got {limit!r}.")
+        effective = ("CASE WHEN t.status = 'running' AND l.expires_at IS NULL "
+                     "THEN 'interrupted' ELSE t.status END")
+        sql = f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN}"
+        params: builtins.list[Any] = [clock.now()]
+        if status is not None:
+            sql += f" WHERE {effective} = ?"
+            params.append(status)
+        sql += " ORDER BY t.updated_at DESC, t.id LIMIT ?"
+        params.append(limit)
+        with self._lock:
+            rows = self._db.conn.execute(sql, params).fetchall()
+        return [TranscriptSummary(**_summary_fields(row)) for row in rows]
+
+    # -- internals -------------------------------------------------------------------------
+    def _not_found(self, session_id: str) -> TranscriptNotFound:
+        return TranscriptNotFound(
+            f"No transcript is stored under session id {session_id!r} in {self._label}; "
+            "list them with host.transcripts.list() or `datamachine transcripts list`."
+        )
+
+    @staticmethod
+    def _ensure_row(conn: Any, sid: str, now: float) -> tuple[int, int]:
+        row = conn.execute(
+            "SELECT message_count, cumulative_turn_count FROM transcripts WHERE id = ?", [sid]
+        ).fetchone()
+        if row is not None:
+            return int(row[0]), int(row[1])
+        conn.execute(
+            "INSERT INTO transcripts (id, status, created_at, updated_at) "
+            "VALUES (?, 'running', ?, ?)",
+            [sid, now, now],
+        )
+        return 0, 0
+
+    @staticmethod
+    def _insert(conn: Any, sid: str, start: int, turn: int, encoded: Sequence[str],
+                now: float) -> None:
+        if encoded:
+            conn.executemany(
+                "INSERT INTO transcript_messages (session_id, position, turn, envelope, "
+                "created_at) VALUES (?, ?, ?, ?, ?)",
+                [(sid, start + i, turn, text, now) for i, text in enumerate(encoded)],
+            )
+
+    def _place_starting_messages(self, conn: Any, sid: str, messages: Sequence[MessageLike],
+                                 run: _Run, count: int, now: float) -> int:
+        """Insert the run's unwritten starting messages in front of its turns; new count."""
+        start = run.base_count
+        first_turn = _locate(messages, run.first_appended, start)
+        if first_turn is None:
+            first_turn = max(start, len(messages) - run.appended)
+        missing = [_encode(m) for m in messages[start:first_turn]]
+        if not missing:
+            return count
+        shift = len(missing)
+        # Two steps through negative positions keep (session_id, position) unique mid-update.
+        conn.execute(
+            "UPDATE transcript_messages SET position = -(position + ?) - 1 "
+            "WHERE session_id = ? AND position >= ?",
+            [shift, sid, start],
+        )
+        conn.execute(
+            "UPDATE transcript_messages SET position = -position - 1 "
+            "WHERE session_id = ? AND position < 0",
+            [sid],
+        )
+        self._insert(conn, sid, start, 0, missing, now)
+        return count + shift
+
+
+def _locate(messages: Sequence[MessageLike], target: object, start: int) -> int | None:
+    """Index of the first message ``append_turn`` wrote: the same object, else an equal one."""
+    if target is None:
+        return None
+    for index in range(start, len(messages)):
+        if messages[index] is target:
+            return index
+    for index in range(start, len(messages)):
+        if messages[index] == target:
+            return index
+    return None
+
+
+def _summary_fields(row: Sequence[Any]) -> dict[str, Any]:
+    status = row[1]
+    locked_until = row[13]
+    if status == "running" and locked_until is None:
+        status = "interrupted"
+    return {
+        "id": row[0], "status": status, "provider": row[2], "model": row[3], "mode": row[4],
+        "created_at": row[5], "updated_at": row[6], "turn_count": row[7],
+        "cumulative_turn_count": row[8], "message_count": row[9], "usage": json.loads(row[10]),
+        "budgets": json.loads(row[11]), "result": json.loads(row[12]),
+        "locked_until": locked_until,
+    }
