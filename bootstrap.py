@@ -14,9 +14,11 @@ from datamachine.db import default_db_path, open_database
 from datamachine.errors import DuplicateBudgetError, InvalidBudgetSpec, PluginLoadError
 from datamachine.host import Host
 from datamachine.plugins import collect, make_plugin_manager
+from datamachine.providers.registry import ProviderRegistry
 from datamachine.registry import BudgetSpec, IterationBudgetRegistry
 from datamachine.settings import Settings
 from datamachine.storage import ChatSessionStore, JobStore, TokenStore, TranscriptStore
+from datamachine.tools.registry import ToolRegistry
 
 __all__ = ["boot"]
 
@@ -44,8 +46,12 @@ def boot(
         registry.register(spec, owner=BUILTIN_OWNER)
     _register_plugin_budgets(pm, registry)
     transcripts = TranscriptStore(db)
+    providers = ProviderRegistry.from_plugin_manager(pm)
+    providers.bind_settings(settings.get)
     return Host(pm=pm, db=db, settings=settings, budgets=registry, db_path=resolved_path,
-                plugins=infos, transcripts=transcripts, jobs=JobStore(db),
+                plugins=infos, providers=providers,
+                tools=ToolRegistry.from_plugin_manager(pm),
+                transcripts=transcripts, jobs=JobStore(db),
                 chat_sessions=ChatSessionStore(db, settings=settings, transcripts=transcripts),
                 tokens=TokenStore(db))
 

@@ -10,6 +10,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from agents_api import Decision
+    from datamachine.api import arun_conversation, run_conversation
+    from datamachine.conversation.result import ConversationResult
     from datamachine.default_host import get_default_host
     from datamachine.errors import (
         BootError,
@@ -26,10 +29,18 @@ if TYPE_CHECKING:
     from datamachine.hookspecs import hookimpl
     from datamachine.providers.base import ProviderRequest, ProviderResponse
     from datamachine.registry import BudgetSpec, IterationBudgetRegistry, validate_budget_value
+    from datamachine.tools import Tool, ToolContext, tool
 
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
+    "run_conversation": "datamachine.api",
+    "arun_conversation": "datamachine.api",
+    "ConversationResult": "datamachine.conversation.result",
+    "Tool": "datamachine.tools",
+    "ToolContext": "datamachine.tools",
+    "tool": "datamachine.tools",
+    "Decision": "agents_api",
     "hookimpl": "datamachine.hookspecs",
     "BudgetSpec": "datamachine.registry",
     "IterationBudgetRegistry": "datamachine.registry",
@@ -52,8 +63,10 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "BootError",
     "BudgetSpec",
+    "ConversationResult",
     "DataMachineError",
     "DatabaseError",
+    "Decision",
     "DuplicateBudgetError",
     "InvalidBudgetSpec",
     "InvalidBudgetValue",
@@ -63,10 +76,15 @@ __all__ = [
     "ProviderRequest",
     "ProviderResponse",
     "SessionAborted",
+    "Tool",
+    "ToolContext",
     "UsageError",
     "__version__",
+    "arun_conversation",
     "get_default_host",
     "hookimpl",
+    "run_conversation",
+    "tool",
     "validate_budget_value",
 ]
 

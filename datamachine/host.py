@@ -9,15 +9,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 from sqlite_utils import Database
 
 from datamachine.plugins import PluginInfo, first_result, fold_value
+from datamachine.providers.registry import ProviderRegistry
 from datamachine.registry import IterationBudgetRegistry
 from datamachine.settings import Settings
 from datamachine.storage import ChatSessionStore, JobStore, TokenStore, TranscriptStore
+from datamachine.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from datamachine.conversation.result import ConversationResult
 
 __all__ = ["Host"]
 
@@ -32,6 +37,9 @@ class Host:
     budgets: IterationBudgetRegistry
     db_path: Path | None
     plugins: dict[str, PluginInfo] = field(default_factory=dict)
+    # Providers and tools contributed by plugins (built-ins come from default plugins).
+    providers: ProviderRegistry = field(kw_only=True, default_factory=ProviderRegistry)
+    tools: ToolRegistry = field(kw_only=True, default_factory=ToolRegistry)
     # Storage (docs/storage.md): the default transcript persister and lock, jobs, chat sessions
     # and API tokens, all on ``db``.
     transcripts: TranscriptStore = field(kw_only=True)
@@ -46,6 +54,51 @@ class Host:
     def first(self, hook_name: str, **kwargs: Any) -> Any:
         """The first non-None answer of a firstresult hook."""
         return first_result(self.pm, hook_name, **kwargs)
+
+    def run_conversation(
+        self,
+        messages: Any,
+        tools: Any = None,
+        provider: str | None = None,
+        model: str | None = None,
+        mode: Any = "pipeline",
+        payload: dict[str, Any] | None = None,
+        max_turns: int | None = None,
+        single_turn: bool = False,
+    ) -> ConversationResult:
+        """Run one bounded conversation on this host (see ``datamachine.run_conversation``)."""
+        from datamachine.conversation.run import run_conversation_on
+
+        return run_conversation_on(self, messages, tools, self._provider(provider),
+                                   self._model(model), mode, payload, max_turns, single_turn)
+
+    async def arun_conversation(
+        self,
+        messages: Any,
+        tools: Any = None,
+        provider: str | None = None,
+        model: str | None = None,
+        mode: Any = "pipeline",
+        payload: dict[str, Any] | None = None,
+        max_turns: int | None = None,
+        single_turn: bool = False,
+    ) -> ConversationResult:
+        """Async twin of :meth:`run_conversation`."""
+        from datamachine.conversation.run import arun_conversation_on
+
+        return await arun_conversation_on(self, messages, tools, self._provider(provider),
+                                          self._model(model), mode, payload, max_turns,
+                                          single_turn)
+
+    def _provider(self, provider: str | None) -> Any:
+        if provider is not None:
+            return provider
+        return self.settings.get("default_provider", "scripted")
+
+    def _model(self, model: str | None) -> Any:
+        if model is not None:
+            return model
+        return self.settings.get("default_model", "")
 
     def close(self) -> None:
         """Close the database connection; the host is unusable afterwards."""

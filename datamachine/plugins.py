@@ -35,7 +35,7 @@ LOAD_PLUGINS_ENV = "DATAMACHINE_LOAD_PLUGINS"
 TRACE_HOOKS_ENV = "DATAMACHINE_TRACE_HOOKS"
 
 # Modules registered in every host before entry points; later issues add providers and tools.
-DEFAULT_PLUGINS: tuple[str, ...] = ()
+DEFAULT_PLUGINS: tuple[str, ...] = ("datamachine.default_plugins.providers",)
 
 
 @dataclass(frozen=True)

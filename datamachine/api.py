@@ -1,0 +1,53 @@
+"""The module-level entry points, backed by the lazily booted default host.
+
+``datamachine.run_conversation(...)`` is ``get_default_host().run_conversation(...)``; apps that
+want isolation (tests, several tenants) boot their own host with ``bootstrap.boot()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from datamachine.conversation.result import ConversationResult
+from datamachine.default_host import get_default_host
+
+__all__ = ["arun_conversation", "run_conversation"]
+
+
+def run_conversation(
+    messages: Any,
+    tools: Any = None,
+    provider: str | None = None,
+    model: str | None = None,
+    mode: Any = "pipeline",
+    payload: dict[str, Any] | None = None,
+    max_turns: int | None = None,
+    single_turn: bool = False,
+) -> ConversationResult:
+    """Run one bounded conversation and say honestly why it stopped.
+
+    ``messages``: ``{"role", "content"}`` dicts or ``agents_api.Message`` envelopes. ``tools``: a
+    mapping name -> Tool or a list of Tool. ``provider``/``model``: a registered provider name
+    (default: the ``default_provider`` setting, ``scripted``) and its model id. ``mode``:
+    ``pipeline`` (default), ``chat``, ``system`` or an extension mode. ``payload``: context for
+    tools and requests plus runtime options (DESIGN.md 5.2). ``max_turns``: the turn ceiling,
+    resolved and clamped through the ``conversation_turns`` budget. ``single_turn``: stop after
+    exactly one provider turn. Bad arguments raise ``UsageError`` before any provider call.
+    """
+    return get_default_host().run_conversation(messages, tools, provider, model, mode, payload,
+                                               max_turns, single_turn)
+
+
+async def arun_conversation(
+    messages: Any,
+    tools: Any = None,
+    provider: str | None = None,
+    model: str | None = None,
+    mode: Any = "pipeline",
+    payload: dict[str, Any] | None = None,
+    max_turns: int | None = None,
+    single_turn: bool = False,
+) -> ConversationResult:
+    """Async twin of :func:`run_conversation` (async providers and tools are awaited)."""
+    return await get_default_host().arun_conversation(messages, tools, provider, model, mode,
+                                                      payload, max_turns, single_turn)

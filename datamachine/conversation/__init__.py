@@ -1,0 +1,1 @@
+"""The product adapter over the generic loop: request building, dispatch, result mapping."""

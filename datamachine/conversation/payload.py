@@ -1,0 +1,88 @@
+"""Splitting a run's payload into what tools and requests may see and the runtime objects.
+
+Runtime objects (event sinks, persisters, locks, policies, scripts) are taken out before anything
+reaches a tool or a provider request: they are not JSON, and a model must never see them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from datamachine.errors import UsageError
+
+__all__ = ["RUNTIME_KEYS", "RuntimeOptions", "base_log_context", "split_payload"]
+
+RUNTIME_KEYS = frozenset({
+    "event_sink", "transcript_persister", "transcript_lock", "transcript_session_id",
+    "transcript_lock_ttl", "completion_assertions", "completion_policy", "tool_runtime_rules",
+    "budget_pressure", "final_summary", "persist_transcript", "script", "max_seconds",
+})
+_LOG_KEYS = ("job_id", "flow_step_id", "agent_slug")
+
+
+@dataclass
+class RuntimeOptions:
+    """The runtime objects of one run, taken out of its payload."""
+
+    event_sink: Any = None
+    transcript_persister: Any = None
+    transcript_lock: Any = None
+    transcript_session_id: str | None = None
+    transcript_lock_ttl: int = 300
+    completion_assertions: dict[str, Any] = field(default_factory=dict)
+    completion_policy: Any = None
+    tool_runtime_rules: list[Any] = field(default_factory=list)
+    budget_pressure: Any = None
+    final_summary: bool = True
+    persist_transcript: bool = True
+    script: Any = None
+    max_seconds: float | None = None
+
+
+def split_payload(payload: Mapping[str, Any] | None) -> tuple[dict[str, Any], RuntimeOptions]:
+    """Return ``(clean_payload, runtime)``; bad runtime values raise UsageError naming the key."""
+    if payload is None:
+        return {}, RuntimeOptions()
+    if not isinstance(payload, Mapping):
+        raise UsageError(f"payload must be a dict, got {type(payload).__name__}.")
+    clean = {k: v for k, v in payload.items() if k not in RUNTIME_KEYS}
+    options = RuntimeOptions()
+    for key in RUNTIME_KEYS & payload.keys():
+        setattr(options, key, payload[key])
+    session_id = options.transcript_session_id
+    if session_id is not None and (not isinstance(session_id, str) or not session_id.strip()):
+        raise UsageError("payload['transcript_session_id'] must be a non-empty string.")
+    ttl = options.transcript_lock_ttl
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
+        raise UsageError("payload['transcript_lock_ttl'] must be a positive number of seconds.")
+    if options.completion_assertions is None:
+        options.completion_assertions = {}
+    if not isinstance(options.completion_assertions, Mapping):
+        raise UsageError("payload['completion_assertions'] must be a dict.")
+    if options.tool_runtime_rules is None:
+        options.tool_runtime_rules = []
+    if not isinstance(options.tool_runtime_rules, list):
+        raise UsageError("payload['tool_runtime_rules'] must be a list of rule dicts.")
+    seconds = options.max_seconds
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)
+                                or seconds <= 0):
+        raise UsageError("payload['max_seconds'] must be a positive number of seconds.")
+    if options.event_sink is not None and not (
+        callable(options.event_sink) or callable(getattr(options.event_sink, "emit", None))
+    ):
+        raise UsageError("payload['event_sink'] must be a callable or have emit(event, payload).")
+    options.final_summary = bool(options.final_summary)
+    options.persist_transcript = bool(options.persist_transcript)
+    return clean, options
+
+
+def base_log_context(mode: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """``{mode, job_id, flow_step_id, agent_slug}`` with absent keys omitted."""
+    context: dict[str, Any] = {"mode": mode}
+    for key in _LOG_KEYS:
+        value = payload.get(key)
+        if value not in (None, ""):
+            context[key] = value
+    return context

@@ -1,0 +1,273 @@
+"""``run_conversation``: the product adapter over the generic loop (DESIGN.md section 5).
+
+It validates every argument before anything runs, takes the runtime objects out of the payload,
+resolves budgets through the registry (reporting clamps), builds the turn runner and the tool
+executor, runs ``agents_api``'s loop, and maps the loop's outcome onto one
+:class:`ConversationResult`. The loop owns mechanics; this module owns policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from agents_api import InvalidMessage, IterationBudget, LoopResult, Message, normalize_messages
+from agents_api.loop import arun_loop, run_loop
+from datamachine.conversation.modes import normalize_modes
+from datamachine.conversation.payload import RuntimeOptions, base_log_context, split_payload
+from datamachine.conversation.result import ConversationResult
+from datamachine.conversation.timeouts import resolve_timeouts
+from datamachine.conversation.turns import ProviderTurnRunner
+from datamachine.errors import UsageError
+from datamachine.host import Host
+from datamachine.registry import validate_budget_value
+
+__all__ = ["PreparedRun", "arun_conversation_on", "prepare_run", "run_conversation_on"]
+
+logger = logging.getLogger("datamachine.conversation")
+
+TURN_BUDGET = "conversation_turns"
+TOOL_BUDGET = "tool_calls"
+
+
+class PreparedRun:
+    """Everything one run needs, validated and resolved before the first provider call."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
+
+    host: Host
+    messages: list[Message]
+    tools: dict[str, Any]
+    provider_name: str
+    model: str
+    mode: str
+    modes: list[str]
+    payload: dict[str, Any]
+    runtime: RuntimeOptions
+    turn_budget: IterationBudget
+    budgets: list[IterationBudget]
+    warnings: list[str]
+    runner: ProviderTurnRunner
+    executor: Any
+    emit: Any
+    session_id: str | None
+    persister: Any
+    lock: Any
+    single_turn: bool
+
+
+def _normalize_tools(tools: object) -> dict[str, Any]:
+    from datamachine.tools import Tool
+
+    if tools is None:
+        return {}
+    items: list[tuple[str | None, object]]
+    if isinstance(tools, Mapping):
+        items = list(tools.items())
+    elif isinstance(tools, list | tuple):
+        items = [(None, t) for t in tools]
+    else:
+        raise UsageError(
+            f"tools must be a dict of name -> Tool or a list of Tool, got {type(tools).__name__}."
+        )
+    normalized: dict[str, Any] = {}
+    for key, candidate in items:
+        if not isinstance(candidate, Tool):
+            where = f"tools[{key!r}]" if key is not None else "tools"
+            raise UsageError(
+                f"{where} must be a datamachine.Tool (build one with Tool(...) or "
+                f"@datamachine.tool), got {type(candidate).__name__}."
+            )
+        if key is not None and key != candidate.name:
+            raise UsageError(
+                f"tools[{key!r}] is a Tool named {candidate.name!r}; use the same name."
+            )
+        if candidate.name in normalized:
+            raise UsageError(f"tools lists {candidate.name!r} twice.")
+        normalized[candidate.name] = candidate
+    return normalized
+
+
+def _emitter(host: Host, runtime: RuntimeOptions, base: dict[str, Any]) -> Any:
+    sink = runtime.event_sink
+    if sink is not None and not callable(sink):
+        sink = sink.emit
+    hook = host.pm.hook.on_loop_event
+    has_hook = bool(hook.get_hookimpls())
+
+    def emit(event: str, payload: dict[str, Any]) -> None:
+        data = {**base, **payload}
+        if sink is not None:
+            try:
+                sink(event, data)
+            except Exception:
+                logger.warning("datamachine: event sink failed on %r", event, exc_info=True)
+        if has_hook:
+            try:
+                hook(event=event, payload=data)
+            except Exception:
+                logger.warning("datamachine: on_loop_event hook failed on %r", event,
+                               exc_info=True)
+
+    return emit
+
+
+def prepare_run(
+    host: Host,
+    messages: Any,
+    tools: Any,
+    provider: Any,
+    model: Any,
+    mode: Any = "pipeline",
+    payload: Any = None,
+    max_turns: Any = None,
+    single_turn: Any = False,
+) -> PreparedRun:
+    """Validate and resolve a run; every bad argument raises a UsageError naming it."""
+    try:
+        normalized = normalize_messages(messages)
+    except InvalidMessage as exc:
+        raise UsageError(f"messages: {exc}") from None
+    if not isinstance(provider, str) or not provider.strip():
+        raise UsageError(f"provider must be a provider name such as 'scripted', got {provider!r}.")
+    if model is None:
+        model = ""
+    if not isinstance(model, str):
+        raise UsageError(f"model must be a string (the provider's model id), got {model!r}.")
+    if not isinstance(single_turn, bool):
+        raise UsageError(f"single_turn must be True or False, got {single_turn!r}.")
+    if max_turns is not None:
+        validate_budget_value("max_turns", max_turns)
+    modes = normalize_modes(mode)
+    clean_payload, runtime = split_payload(payload)
+    tool_map = _normalize_tools(tools)
+    provider_obj: Any = host.providers.get(provider)
+    start_run = getattr(provider_obj, "start_run", None)
+    if callable(start_run):
+        provider_obj = start_run(runtime.script) if runtime.script is not None else start_run()
+    elif runtime.script is not None:
+        raise UsageError(
+            f"payload['script'] only applies to the scripted provider, not {provider!r}."
+        )
+
+    warnings: list[str] = []
+    turn_budget = host.budgets.create(TURN_BUDGET, ceiling_override=max_turns, warnings=warnings)
+    budgets = [host.budgets.create(TOOL_BUDGET, warnings=warnings)]
+    max_seconds = runtime.max_seconds
+    if max_seconds is None:
+        setting = host.settings.get("max_run_seconds")
+        if setting is not None:
+            if isinstance(setting, bool) or not isinstance(setting, int | float) or setting <= 0:
+                raise UsageError("setting 'max_run_seconds' must be a positive number of seconds.")
+            max_seconds = setting
+    if max_seconds is not None:
+        budgets.append(IterationBudget("wall_clock_seconds", max(1, int(max_seconds))))
+
+    mode_label = ",".join(modes)
+    base = base_log_context(mode_label, clean_payload)
+    emit = _emitter(host, runtime, base)
+    timeouts = resolve_timeouts(host, mode_label, provider, model, clean_payload)
+    runner = ProviderTurnRunner(
+        host, provider=provider_obj, provider_name=provider, model=model, mode=mode_label,
+        tools=[t.to_provider_dict() for t in tool_map.values()], payload=clean_payload,
+        timeouts=timeouts, emit=emit, single_turn=single_turn,
+    )
+    from datamachine.tools import ToolExecutor
+
+    executor = ToolExecutor(
+        tool_map, mode=mode_label, payload=clean_payload,
+        engine_data=clean_payload.get("engine_data"), registry=host.budgets,
+        runtime_rules=runtime.tool_runtime_rules,
+    ) if tool_map else None
+
+    persister = runtime.transcript_persister
+    lock = runtime.transcript_lock
+    if persister is None and runtime.persist_transcript:
+        persister = host.transcripts
+        if lock is None:
+            lock = host.transcripts
+    session_id = runtime.transcript_session_id
+    if session_id is None and persister is not None:
+        session_id = uuid.uuid4().hex
+    return PreparedRun(
+        host=host, messages=normalized, tools=tool_map, provider_name=provider, model=model,
+        mode=mode_label, modes=modes, payload=clean_payload, runtime=runtime,
+        turn_budget=turn_budget, budgets=budgets, warnings=warnings, runner=runner,
+        executor=executor, emit=emit, session_id=session_id, persister=persister, lock=lock,
+        single_turn=single_turn,
+    )
+
+
+def _loop_kwargs(run: PreparedRun) -> dict[str, Any]:
+    return {
+        "turn_budget": run.turn_budget,
+        "budgets": run.budgets,
+        "tool_executor": run.executor,
+        "on_event": run.emit,
+        "transcript_persister": run.persister,
+        "transcript_lock": run.lock,
+        "transcript_session_id": run.session_id,
+        "transcript_lock_ttl": run.runtime.transcript_lock_ttl,
+        "context": {"mode": run.mode, "payload": run.payload},
+        "request": {"provider": run.provider_name, "model": run.model, "mode": run.mode},
+    }
+
+
+def finish(run: PreparedRun, outcome: LoopResult) -> ConversationResult:
+    """Map the loop's outcome onto the product result (DESIGN.md 5.4)."""
+    status = outcome.status
+    warning = outcome.warning
+    max_turns_reached = False
+    if status == "budget_exceeded" and outcome.budget == TURN_BUDGET:
+        max_turns_reached = True
+        warning = (f"Maximum conversation turns ({run.turn_budget.ceiling()}) reached. "
+                   "Response may be incomplete.")
+    results = [r for r in outcome.tool_execution_results if not r["result"].get("rejected")]
+    return ConversationResult.model_construct(
+        messages=outcome.messages,
+        final_content=outcome.final_content,
+        turn_count=outcome.turn_count,
+        cumulative_turn_count=outcome.turn_count,
+        completed=status == "completed",
+        status=status,
+        budget=outcome.budget,
+        flags=list(outcome.flags),
+        max_turns_reached=max_turns_reached,
+        warning=warning,
+        error=outcome.error,
+        error_code=outcome.error_code,
+        usage=outcome.usage,
+        tool_execution_results=results,
+        last_tool_calls=outcome.last_tool_calls,
+        request_metadata=outcome.request_metadata or run.runner.last_request_metadata,
+        transcript_session_id=outcome.transcript_session_id,
+        budgets=outcome.budgets,
+        warnings=[*run.warnings, *outcome.warnings],
+        mode=run.mode,
+        provider=run.provider_name,
+        model=run.model,
+    )
+
+
+def run_conversation_on(host: Host, messages: Any, tools: Any, provider: Any, model: Any,
+                        mode: Any = "pipeline", payload: Any = None, max_turns: Any = None,
+                        single_turn: Any = False) -> ConversationResult:
+    """Synchronous run on ``host`` (see ``datamachine.run_conversation``)."""
+    run = prepare_run(host, messages, tools, provider, model, mode, payload, max_turns,
+                      single_turn)
+    outcome = run_loop(run.messages, run.runner, **_loop_kwargs(run))
+    return finish(run, outcome)
+
+
+async def arun_conversation_on(host: Host, messages: Any, tools: Any, provider: Any, model: Any,
+                               mode: Any = "pipeline", payload: Any = None,
+                               max_turns: Any = None,
+                               single_turn: Any = False) -> ConversationResult:
+    """Asynchronous run on ``host`` (see ``datamachine.arun_conversation``)."""
+    run = prepare_run(host, messages, tools, provider, model, mode, payload, max_turns,
+                      single_turn)
+    outcome = await arun_loop(run.messages, run.runner, **_loop_kwargs(run))
+    return finish(run, outcome)

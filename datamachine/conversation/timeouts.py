@@ -1,0 +1,52 @@
+"""Request and connect timeouts: settings first, then the value-filter hooks.
+
+Resolved once per run (the hooks see the run's mode, provider, model and payload, none of which
+change between turns). The connect timeout is never above the request timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from datamachine.host import Host
+
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_REQUEST_TIMEOUT", "Timeouts", "resolve_timeouts"]
+
+DEFAULT_REQUEST_TIMEOUT = 300.0
+DEFAULT_CONNECT_TIMEOUT = 15.0
+MAX_REQUEST_TIMEOUT = 900.0
+MAX_CONNECT_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """The transport profile of a run, in seconds."""
+
+    request: float
+    connect: float
+
+
+def _number(value: object, fallback: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return fallback
+    return float(value)
+
+
+def resolve_timeouts(
+    host: Host, mode: str, provider: str, model: str, payload: Mapping[str, Any]
+) -> Timeouts:
+    """Settings ``request_timeout`` / ``connect_timeout``, clamped, then the filter hooks."""
+    base_request = _number(host.settings.get("request_timeout"), DEFAULT_REQUEST_TIMEOUT)
+    base_request = min(max(base_request, 0.0), MAX_REQUEST_TIMEOUT)
+    filtered = host.fold("request_timeout", base_request, mode=mode, provider=provider,
+                         model=model, payload=dict(payload))
+    request = max(0.0, _number(filtered, base_request))
+
+    base_connect = _number(host.settings.get("connect_timeout"), DEFAULT_CONNECT_TIMEOUT)
+    base_connect = min(max(base_connect, 0.0), MAX_CONNECT_TIMEOUT, request)
+    filtered = host.fold("connect_timeout", base_connect, mode=mode, provider=provider,
+                         model=model, payload=dict(payload), request_timeout=request)
+    connect = min(max(0.0, _number(filtered, base_connect)), request)
+    return Timeouts(request=request, connect=connect)
