@@ -1,0 +1,5 @@
+"""``python -m datamachine.cli``."""
+
+from datamachine.cli import main
+
+main()

@@ -1,0 +1,185 @@
+"""Inspection commands: budgets, settings, transcripts and plugins."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from datamachine.cli.app import State, handle_errors
+
+__all__ = ["COMMANDS"]
+
+
+def _emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, default=str))
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> None:
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for row in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+@click.group()
+def budgets() -> None:
+    """Registered budgets and how their ceilings resolve."""
+
+
+@budgets.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+@handle_errors
+def budgets_list(state: State, as_json: bool) -> None:
+    """Name, default, clamp, setting, resolved ceiling and its source, owner."""
+    host = state.host
+    rows = []
+    for name in host.budgets.registered_names():
+        spec = host.budgets.get_spec(name)
+        resolved = host.budgets.resolve(name)
+        rows.append({"name": name, "default": spec.default, "min": spec.min, "max": spec.max,
+                     "setting": spec.setting, "ceiling": resolved.ceiling,
+                     "source": resolved.source + (" (clamped)" if resolved.clamped else ""),
+                     "owner": host.budgets.owner(name)})
+    if as_json:
+        _emit_json(rows)
+        return
+    _table(["name", "default", "clamp", "setting", "ceiling", "from", "owner"],
+           [[r["name"], r["default"], f"[{r['min']}, {r['max']}]", r["setting"] or "-",
+             r["ceiling"], r["source"], r["owner"]] for r in rows])
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+@click.group()
+def settings() -> None:
+    """Read and write site settings (stored as JSON in SQLite)."""
+
+
+@settings.command("get")
+@click.argument("key")
+@click.pass_obj
+@handle_errors
+def settings_get(state: State, key: str) -> None:
+    """Print one setting's value as JSON (environment overrides applied)."""
+    _emit_json(state.host.settings.get(key))
+
+
+@settings.command("set")
+@click.argument("key")
+@click.argument("value")
+@click.pass_obj
+@handle_errors
+def settings_set(state: State, key: str, value: str) -> None:
+    """Store VALUE (JSON, or a plain string) under KEY; budget settings are validated."""
+    state.host.settings.set(key, _parse_value(value))
+    click.echo(f"{key} = {json.dumps(state.host.settings.stored(key))}")
+
+
+@settings.command("unset")
+@click.argument("key")
+@click.pass_obj
+@handle_errors
+def settings_unset(state: State, key: str) -> None:
+    """Remove a stored setting."""
+    removed = state.host.settings.delete(key)
+    click.echo(f"{key} {'removed' if removed else 'was not set'}")
+
+
+@settings.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+@handle_errors
+def settings_list(state: State, as_json: bool) -> None:
+    """Every setting with its source (env or db)."""
+    values = state.host.settings.all()
+    if as_json:
+        _emit_json(values)
+        return
+    _table(["key", "value", "from"],
+           [[k, json.dumps(v), state.host.settings.source(k)] for k, v in values.items()])
+
+
+def _when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@click.group()
+def transcripts() -> None:
+    """Browse stored transcripts."""
+
+
+@transcripts.command("list")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+@handle_errors
+def transcripts_list(state: State, limit: int, as_json: bool) -> None:
+    """The most recent transcripts."""
+    items = state.host.transcripts.list(limit=limit)
+    if as_json:
+        _emit_json([item.model_dump() for item in items])
+        return
+    _table(["id", "status", "turns", "messages", "tokens", "provider", "updated (UTC)"],
+           [[t.id, t.status, t.turn_count, t.message_count, t.usage.get("total_tokens", 0),
+             t.provider or "-", _when(t.updated_at)] for t in items])
+
+
+@transcripts.command("show")
+@click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+@handle_errors
+def transcripts_show(state: State, session_id: str, as_json: bool) -> None:
+    """One transcript: metadata, budgets and every message."""
+    record = state.host.transcripts.get_transcript(session_id)
+    if as_json:
+        _emit_json(record.model_dump())
+        return
+    click.echo(f"transcript {record.id}: {record.status}, {record.turn_count} turns "
+               f"({record.cumulative_turn_count} in all), provider {record.provider}, "
+               f"model {record.model}, mode {record.mode}")
+    click.echo(f"usage: {json.dumps(record.usage)}")
+    for name, snap in record.budgets.items():
+        click.echo(f"budget {name}: {snap.get('current')}/{snap.get('ceiling')}")
+    for message in record.messages:
+        kind, role = message.get("type"), message.get("role")
+        payload = message.get("payload", {})
+        if kind == "tool_call":
+            text = f"{payload.get('tool_name')}({json.dumps(payload.get('parameters', {}))})"
+        else:
+            text = str(message.get("content", ""))
+        click.echo(f"[{role}/{kind}] {text}")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+@handle_errors
+def plugins(state: State, as_json: bool) -> None:
+    """Loaded plugins, their hooks and versions."""
+    host = state.host
+    rows = []
+    for name, info in host.plugins.items():
+        plugin = host.pm.get_plugin(name)
+        hooks = sorted(c.name for c in host.pm.get_hookcallers(plugin) or [])
+        rows.append({"name": name, "source": info.source, "distribution": info.distribution,
+                     "version": info.version, "hooks": hooks})
+    if as_json:
+        _emit_json(rows)
+        return
+    _table(["name", "source", "distribution", "version", "hooks"],
+           [[r["name"], r["source"], r["distribution"] or "-", r["version"] or "-",
+             ", ".join(r["hooks"])] for r in rows])
+
+
+COMMANDS = [budgets, settings, transcripts, plugins]

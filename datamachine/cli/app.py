@@ -1,0 +1,103 @@
+"""The root click group, shared options, and the mapping from errors to exit codes."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from datamachine.errors import DataMachineError, UsageError
+
+__all__ = ["EXIT_CODES", "State", "cli", "exit_code_for", "handle_errors", "load_plugin_commands"]
+
+EXIT_CODES = {
+    "completed": 0,
+    "error": 1,
+    "transcript_lock_contention": 1,
+    "incomplete": 3,
+    "budget_exceeded": 3,
+    "aborted": 3,
+}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def exit_code_for(status: str) -> int:
+    """The process exit code for a run's status."""
+    return EXIT_CODES.get(status, 1)
+
+
+class State:
+    """Per-invocation options and the lazily booted host."""
+
+    def __init__(self, db: Path | None, debug: bool) -> None:
+        self.db = db
+        self.debug = debug
+        self._host: Any = None
+
+    @property
+    def host(self) -> Any:
+        if self._host is None:
+            import bootstrap
+
+            self._host = bootstrap.boot(db_path=self.db)
+        return self._host
+
+
+def handle_errors(func: F) -> F:
+    """Print a DataMachineError as one line and exit 1 (2 for usage errors)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        state = click.get_current_context().find_object(State)
+        try:
+            return func(*args, **kwargs)
+        except DataMachineError as exc:
+            if state is not None and state.debug:
+                raise
+            click.echo(f"Error: {exc}", err=True)
+            sys.exit(2 if isinstance(exc, UsageError) else 1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group()
+@click.version_option(package_name="datamachine")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), envvar="DATAMACHINE_DB",
+              help="Database file (default: $DATAMACHINE_DB or the user data directory).")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.pass_context
+def cli(ctx: click.Context, db: Path | None, debug: bool) -> None:
+    """datamachine: bounded LLM agent loops with named budgets."""
+    ctx.obj = State(db, debug)
+
+
+_plugin_commands_loaded = False
+
+
+def load_plugin_commands() -> None:
+    """Let installed plugins add commands (``register_commands(cli)``), once per process."""
+    global _plugin_commands_loaded
+    if _plugin_commands_loaded:
+        return
+    _plugin_commands_loaded = True
+    from datamachine.plugins import make_plugin_manager
+
+    pm, _ = make_plugin_manager()
+    pm.hook.register_commands(cli=cli)
+
+
+def _register_builtin_commands() -> None:
+    from datamachine.cli import admin, demo, run_cmd
+
+    cli.add_command(demo.demo)
+    cli.add_command(run_cmd.run)
+    for command in admin.COMMANDS:
+        cli.add_command(command)
+
+
+_register_builtin_commands()

@@ -1,0 +1,115 @@
+"""``datamachine demo``: two realistic runs on the embedded scripted provider.
+
+The first run is a weather comparison that finishes on its own: tool calls, one duplicate call
+rejected by the executor, and a final answer. The second is a research agent that never stops
+searching; the ``conversation_turns`` budget stops it and the result says so. Both transcripts
+are written to SQLite. Nothing here reaches the network.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from datamachine.cli.app import State, exit_code_for, handle_errors
+from datamachine.cli.output import print_run_summary
+
+__all__ = ["demo"]
+
+_WEATHER = {
+    "paris": {"city": "Paris", "temp_c": 14, "sky": "light rain"},
+    "oslo": {"city": "Oslo", "temp_c": 3, "sky": "snow showers"},
+    "lisbon": {"city": "Lisbon", "temp_c": 19, "sky": "sunny"},
+}
+
+
+def _tools() -> tuple[Any, Any]:
+    from datamachine import tool
+
+    @tool
+    def lookup_weather(city: str) -> dict[str, Any]:
+        """Current weather for a city.
+
+        Args:
+            city: The city name, e.g. "Paris".
+        """
+        found = _WEATHER.get(city.strip().lower())
+        if found is None:
+            return {"success": False, "error": f"No weather station for {city!r}."}
+        return found
+
+    @tool
+    def search_web(query: str) -> dict[str, Any]:
+        """Search the web and return the top result titles.
+
+        Args:
+            query: What to search for.
+        """
+        return {"query": query, "results": [f"{query}: an overview", f"{query}: recent news"]}
+
+    return lookup_weather, search_web
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}
+
+
+WEATHER_SCRIPT: list[dict[str, Any]] = [
+    {"content": "I'll look up Paris and Oslo first.",
+     "tool_calls": [{"id": "w1", "name": "lookup_weather", "parameters": {"city": "Paris"}},
+                    {"id": "w2", "name": "lookup_weather", "parameters": {"city": "Oslo"}}],
+     "usage": _usage(120, 30)},
+    {"content": "Checking Paris once more, then Lisbon.",
+     "tool_calls": [{"id": "w3", "name": "lookup_weather", "parameters": {"city": "Paris"}},
+                    {"id": "w4", "name": "lookup_weather", "parameters": {"city": "Lisbon"}}],
+     "usage": _usage(210, 28)},
+    {"content": "Lisbon is the warmest (19 °C, sunny), Paris is mild with light rain (14 °C), "
+                "and Oslo is coldest with snow showers (3 °C).",
+     "usage": _usage(300, 45)},
+]
+
+RUNAWAY_SCRIPT: list[dict[str, Any]] = [
+    {"content": "" if turn > 1 else "Let me research that thoroughly.",
+     "tool_calls": [{"id": f"s{turn}", "name": "search_web",
+                     "parameters": {"query": f"history of the bicycle, part {turn}"}}],
+     "usage": _usage(100 + 60 * turn, 20)}
+    for turn in range(1, 11)
+]
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print both results as JSON.")
+@click.pass_obj
+@handle_errors
+def demo(state: State, as_json: bool) -> None:
+    """Run two conversations on the scripted provider and explain how each one stopped."""
+    host = state.host
+    lookup_weather, search_web = _tools()
+    first = host.run_conversation(
+        [{"role": "user", "content": "Compare today's weather in Paris, Oslo and Lisbon."}],
+        [lookup_weather], provider="scripted", model="demo-weather", mode="chat",
+        payload={"script": WEATHER_SCRIPT},
+    )
+    second = host.run_conversation(
+        [{"role": "user", "content": "Tell me everything about the history of the bicycle."}],
+        [search_web], provider="scripted", model="demo-runaway", mode="chat",
+        payload={"script": RUNAWAY_SCRIPT}, max_turns=4,
+    )
+    if as_json:
+        import json
+
+        click.echo(json.dumps([first.model_dump(mode="json"), second.model_dump(mode="json")],
+                              indent=2))
+    else:
+        print_run_summary("1. A conversation that finishes", first, host)
+        click.echo()
+        print_run_summary("2. A runaway agent, stopped by its turn budget", second, host)
+        click.echo()
+        where = host.db_path or ":memory:"
+        click.echo(f"Transcripts are stored in {where}. Read one back with: "
+                   f"datamachine transcripts show {second.transcript_session_id}")
+    # The demo itself succeeded when both runs ended the way they were designed to.
+    expected = first.status == "completed" and second.status == "budget_exceeded"
+    raise SystemExit(0 if expected else exit_code_for("error"))

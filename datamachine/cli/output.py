@@ -1,0 +1,79 @@
+"""Readable run summaries for people, and JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from datamachine.conversation.result import ConversationResult
+
+__all__ = ["explain_stop", "print_run_summary", "tool_lines"]
+
+
+def explain_stop(result: ConversationResult) -> str:
+    """One sentence: why the run stopped."""
+    if result.status == "completed":
+        return "the model gave its final answer."
+    if result.status == "budget_exceeded":
+        budget = result.budgets.get(result.budget or "", {})
+        return (f"budget {result.budget!r} ran out ({budget.get('current')}/"
+                f"{budget.get('ceiling')}). {result.warning or ''}").strip()
+    if result.status == "error":
+        return f"error: {result.error} [{result.error_code}]"
+    if result.status == "transcript_lock_contention":
+        return "another run holds this transcript's lock; nothing ran."
+    if result.status == "incomplete":
+        return f"incomplete: {result.blocker or result.warning or 'assertions not satisfied'}"
+    return result.status
+
+
+def tool_lines(result: ConversationResult) -> list[str]:
+    """One line per tool call in the transcript, with its outcome (rejections included)."""
+    lines = []
+    calls: dict[str, str] = {}
+    for message in result.messages:
+        call_id = str(message.metadata.get("tool_call_id", ""))
+        if message.type == "tool_call":
+            params = json.dumps(message.payload.get("parameters", {}), ensure_ascii=False)
+            name = message.payload.get("tool_name")
+            calls[call_id] = f"turn {message.payload.get('turn')}: {name}({params})"
+        elif message.type == "tool_result":
+            payload = message.payload
+            if payload.get("success"):
+                outcome = "ok"
+            elif payload.get("rejected"):
+                outcome = "REJECTED: " + str(payload.get("error", ""))[:70] + "..."
+            else:
+                outcome = "failed: " + str(payload.get("error", ""))[:70]
+            lines.append(f"{calls.pop(call_id, '?')} -> {outcome}")
+    return lines
+
+
+def print_run_summary(title: str, result: ConversationResult, host: Any = None) -> None:
+    """A short report: status, why it stopped, turns, tools, budgets, usage, transcript."""
+    turns = result.budgets.get("conversation_turns", {})
+    click.echo(click.style(title, bold=True))
+    click.echo(f"  status:      {result.status} (completed={result.completed})")
+    click.echo(f"  stopped:     {explain_stop(result)}")
+    click.echo(f"  turns:       {result.turn_count}/{turns.get('ceiling', '?')}")
+    lines = tool_lines(result)
+    click.echo(f"  tool calls:  {len(lines)}")
+    for line in lines:
+        click.echo(f"    - {line}")
+    used = ", ".join(f"{name} {snap.get('current')}/{snap.get('ceiling')}"
+                     for name, snap in result.budgets.items())
+    click.echo(f"  budgets:     {used}")
+    usage = result.usage
+    click.echo(f"  tokens:      {usage.get('total_tokens', 0)} "
+               f"(prompt {usage.get('prompt_tokens', 0)}, "
+               f"completion {usage.get('completion_tokens', 0)})")
+    if result.flags:
+        click.echo(f"  flags:       {', '.join(result.flags)}")
+    for notice in result.warnings:
+        click.echo(f"  notice:      {notice}")
+    final = result.final_content or "(no final answer)"
+    click.echo(f"  final:       {final}")
+    if result.transcript_session_id:
+        click.echo(f"  transcript:  {result.transcript_session_id}")

@@ -1,0 +1,66 @@
+"""``datamachine run PROMPT``: one conversation from the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from datamachine.cli.app import State, exit_code_for, handle_errors
+from datamachine.cli.output import print_run_summary
+from datamachine.errors import InvalidBudgetValue, UsageError
+from datamachine.registry import validate_budget_value
+
+__all__ = ["parse_max_turns", "run"]
+
+
+def parse_max_turns(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """Refuse a ceiling that is not a positive integer <= 10,000 (exit code 2)."""
+    if value is None:
+        return None
+    try:
+        return validate_budget_value("--max-turns", value)
+    except InvalidBudgetValue as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command()
+@click.argument("prompt")
+@click.option("--mode", default="pipeline", show_default=True,
+              help="pipeline, chat, system or an extension mode.")
+@click.option("--provider", default=None, help="Provider name (default: setting default_provider).")
+@click.option("--model", default=None, help="Model id (default: setting default_model).")
+@click.option("--max-turns", type=int, default=None, callback=parse_max_turns,
+              help="Turn ceiling (1 to 10,000; clamped to the conversation_turns budget).")
+@click.option("--single-turn", is_flag=True, help="Stop after exactly one provider turn.")
+@click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="JSON or YAML script for the scripted provider.")
+@click.option("--tools", "tool_names", default="",
+              help="Comma-separated names of registered tools to offer.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON.")
+@click.pass_obj
+@handle_errors
+def run(state: State, prompt: str, mode: str, provider: str | None, model: str | None,
+        max_turns: int | None, single_turn: bool, script: Path | None, tool_names: str,
+        as_json: bool) -> None:
+    """Run one conversation with PROMPT as the user message."""
+    host = state.host
+    tools = []
+    for name in [n.strip() for n in tool_names.split(",") if n.strip()]:
+        found = host.tools.get(name)
+        if found is None:
+            known = ", ".join(host.tools.names()) or "none"
+            raise UsageError(f"--tools: no registered tool named {name!r} (registered: {known}).")
+        tools.append(found)
+    payload: dict[str, Any] = {}
+    if script is not None:
+        payload["script"] = str(script)
+    result = host.run_conversation([{"role": "user", "content": prompt}], tools, provider, model,
+                                   mode, payload, max_turns, single_turn)
+    if as_json:
+        click.echo(json.dumps(result.model_dump(mode="json"), indent=2))
+    else:
+        print_run_summary("Run", result, host)
+    raise SystemExit(exit_code_for(result.status))

@@ -1,0 +1,128 @@
+"""The command line through click's runner, and the main job through a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from datamachine.cli import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def invoke(runner: CliRunner, db: Path, *args: str) -> tuple[int, str]:
+    result = runner.invoke(cli, ["--db", str(db), *args])
+    return result.exit_code, result.output
+
+
+def test_demo_runs_both_conversations_and_explains_how_they_stopped(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    code, out = invoke(runner, tmp_path / "d.db", "demo")
+    assert code == 0, out
+    assert "status:      completed" in out
+    assert "REJECTED: DUPLICATE REJECTED" in out
+    assert "status:      budget_exceeded" in out
+    assert "Maximum conversation turns (4) reached" in out
+    assert str(tmp_path / "d.db") in out
+
+
+def test_demo_json_is_two_results(runner: CliRunner, tmp_path: Path) -> None:
+    code, out = invoke(runner, tmp_path / "d.db", "demo", "--json")
+    assert code == 0
+    first, second = json.loads(out)
+    assert (first["status"], second["status"]) == ("completed", "budget_exceeded")
+
+
+def test_run_echoes_with_the_default_scripted_provider(runner: CliRunner, tmp_path: Path) -> None:
+    code, out = invoke(runner, tmp_path / "d.db", "run", "hello there", "--json")
+    assert code == 0
+    assert json.loads(out)["final_content"] == "echo: hello there"
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "ten", "10001"])
+def test_run_refuses_bad_max_turns_with_exit_2(runner: CliRunner, tmp_path: Path, bad: str) -> None:
+    code, out = invoke(runner, tmp_path / "d.db", "run", "hi", "--max-turns", bad)
+    assert code == 2
+    assert "--max-turns" in out
+
+
+def test_run_with_script_file_and_budget_exit_code_3(runner: CliRunner, tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"content": "", "tool_calls": [
+        {"id": f"x{i}", "name": "nonexistent", "parameters": {"i": i}}]} for i in range(5)]))
+    code, out = invoke(runner, tmp_path / "d.db", "run", "go", "--script", str(script),
+                       "--max-turns", "2")
+    assert code == 3, out
+    assert "budget_exceeded" in out
+
+
+def test_run_with_unknown_tool_name_is_a_usage_error(runner: CliRunner, tmp_path: Path) -> None:
+    code, out = invoke(runner, tmp_path / "d.db", "run", "go", "--tools", "nope")
+    assert code == 2
+    assert "no registered tool named 'nope'" in out
+
+
+def test_budgets_list_shows_resolution_and_owner(runner: CliRunner, tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    assert invoke(runner, db, "settings", "set", "max_turns", "500")[0] == 0
+    code, out = invoke(runner, db, "budgets", "list", "--json")
+    assert code == 0
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert rows["conversation_turns"]["ceiling"] == 200
+    assert rows["conversation_turns"]["source"] == "setting (clamped)"
+    assert rows["http_fetches"]["owner"] == "fetch"
+
+
+def test_settings_roundtrip_and_validation(runner: CliRunner, tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    assert invoke(runner, db, "settings", "set", "default_model", "small")[0] == 0
+    assert invoke(runner, db, "settings", "get", "default_model")[1].strip() == '"small"'
+    code, out = invoke(runner, db, "settings", "set", "max_turns", "0")
+    assert code == 2
+    assert "max_turns" in out
+    code, out = invoke(runner, db, "settings", "list", "--json")
+    assert json.loads(out) == {"default_model": "small"}
+    assert "removed" in invoke(runner, db, "settings", "unset", "default_model")[1]
+
+
+def test_transcripts_list_and_show(runner: CliRunner, tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    code, out = invoke(runner, db, "run", "remember me", "--json")
+    session = json.loads(out)["transcript_session_id"]
+    code, out = invoke(runner, db, "transcripts", "list")
+    assert code == 0
+    assert session in out
+    code, out = invoke(runner, db, "transcripts", "show", session)
+    assert code == 0
+    assert "[user/text] remember me" in out
+    code, out = invoke(runner, db, "transcripts", "show", "missing-id")
+    assert code == 1
+    assert out.startswith("Error:")
+
+
+def test_plugins_lists_default_and_installed_plugins(runner: CliRunner, tmp_path: Path) -> None:
+    code, out = invoke(runner, tmp_path / "d.db", "plugins", "--json")
+    assert code == 0
+    names = {row["name"]: row for row in json.loads(out)}
+    assert names["fetch"]["distribution"] == "datamachine-fetch"
+    assert "register_budgets" in names["fetch"]["hooks"]
+    assert "register_providers" in names["datamachine.default_plugins.providers"]["hooks"]
+
+
+def test_demo_through_a_real_subprocess(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "datamachine", "--db", str(tmp_path / "s.db"),
+                           "demo"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "A runaway agent, stopped by its turn budget" in done.stdout
+    assert (tmp_path / "s.db").exists()

@@ -1,0 +1,363 @@
+"""run_conversation: the adapter over the loop, on the scripted provider and hooks."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+import bootstrap
+import datamachine
+from agents_api import Message
+from datamachine import (
+    InvalidBudgetValue,
+    ProviderRequest,
+    ProviderResponse,
+    Tool,
+    UsageError,
+    hookimpl,
+    tool,
+)
+from datamachine.default_host import reset_default_host
+from datamachine.host import Host
+
+USER = [{"role": "user", "content": "go"}]
+
+
+@tool
+def double(n: int) -> int:
+    """Double a number.
+
+    Args:
+        n: The number to double.
+    """
+    return n * 2
+
+
+def call(n: int, call_id: str = "", name: str = "double") -> dict[str, Any]:
+    return {"id": call_id or f"c{n}", "name": name, "parameters": {"n": n}}
+
+
+class Recorder:
+    """A text_result plugin that records requests and replays answers."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.answers = list(answers)
+        self.requests: list[ProviderRequest] = []
+
+    @hookimpl
+    def text_result(self, request: ProviderRequest) -> Any:
+        self.requests.append(request)
+        return self.answers.pop(0)
+
+    @hookimpl
+    def provider_availability(self, provider: str, model: str) -> bool:
+        # Availability is checked before text_result, as in the source: a scripted test of
+        # an app configured for openai says the provider is available.
+        return True
+
+
+def boot_with(*plugins: object) -> Host:
+    return bootstrap.boot(":memory:", plugins=list(plugins), load_entrypoints=False)
+
+
+def test_tools_run_and_final_answer_completes(host: Host) -> None:
+    script = [{"content": "", "tool_calls": [call(2)], "usage": {"total_tokens": 5}},
+              {"content": "It is 4.", "usage": {"total_tokens": 3}}]
+    result = host.run_conversation(USER, [double], "scripted", "m", payload={"script": script})
+    assert (result.status, result.completed, result.turn_count) == ("completed", True, 2)
+    assert result.final_content == "It is 4."
+    assert result.usage["total_tokens"] == 8
+    assert result.tool_execution_results[0]["result"]["result"] == 4
+    assert result.last_tool_calls == []
+
+
+def test_duplicate_is_rejected_kept_in_transcript_and_left_out_of_results(host: Host) -> None:
+    script = [{"tool_calls": [call(2, "a")]}, {"tool_calls": [call(2, "b")]}, {"content": "ok"}]
+    result = host.run_conversation(USER, [double], "scripted", "m", mode="chat",
+                                   payload={"script": script})
+    rejected = [m for m in result.messages if m.type == "tool_result"
+                and m.content.startswith("DUPLICATE REJECTED:")]
+    assert len(rejected) == 1
+    assert len(result.tool_execution_results) == 1
+
+
+def test_turn_exhaustion_sets_status_budget_flag_and_warning(host: Host) -> None:
+    script = [{"tool_calls": [call(i)]} for i in range(1, 10)]
+    result = host.run_conversation(USER, [double], "scripted", "m", payload={"script": script},
+                                   max_turns=3)
+    assert result.status == "budget_exceeded"
+    assert result.budget == "conversation_turns"
+    assert "max_conversation_turns_reached" in result.flags
+    assert result.max_turns_reached is True
+    assert result.completed is False
+    assert result.warning == ("Maximum conversation turns (3) reached. "
+                              "Response may be incomplete.")
+    assert result.turn_count == 3
+
+
+def test_clamped_max_turns_is_applied_and_reported(host: Host) -> None:
+    result = host.run_conversation(USER, None, "scripted", "m", max_turns=500)
+    assert result.budgets["conversation_turns"]["ceiling"] == 200
+    assert any("requested ceiling 500" in w for w in result.warnings)
+
+
+def test_single_turn_stops_after_exactly_one_provider_turn(host: Host) -> None:
+    script = [{"tool_calls": [call(1)]}, {"content": "never asked"}]
+    result = host.run_conversation(USER, [double], "scripted", "m", payload={"script": script},
+                                   single_turn=True)
+    assert result.turn_count == 1
+    assert result.status == "completed"
+    assert len(result.tool_execution_results) == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, "ten", 10_001, 2.5, True])
+def test_bad_max_turns_is_refused_before_any_provider_call(bad: Any) -> None:
+    recorder = Recorder([{"content": "x"}])
+    with boot_with(recorder) as host:
+        with pytest.raises(InvalidBudgetValue, match="max_turns"):
+            host.run_conversation(USER, None, "scripted", "m", max_turns=bad)
+        assert recorder.requests == []
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"provider": "nope"}, "nope"),
+    ({"mode": 42}, "mode must be a string"),
+    ({"messages": "hello"}, "messages"),
+    ({"messages": [{"content": "no role"}]}, "messages"),
+    ({"tools": "double"}, "tools must be"),
+    ({"tools": [object()]}, "datamachine.Tool"),
+    ({"payload": ["not", "a", "dict"]}, "payload must be a dict"),
+    ({"payload": {"max_seconds": -1}}, "max_seconds"),
+    ({"single_turn": "yes"}, "single_turn"),
+])
+def test_bad_arguments_raise_usage_error_naming_the_argument(
+    kwargs: dict[str, Any], match: str
+) -> None:
+    recorder = Recorder([{"content": "x"}])
+    args: dict[str, Any] = {"messages": USER, "tools": None, "provider": "scripted",
+                            "model": "m", **kwargs}
+    with boot_with(recorder) as host:
+        with pytest.raises(UsageError, match=match):
+            host.run_conversation(**args)
+        assert recorder.requests == []
+
+
+def test_tool_definition_without_a_name_is_a_clear_error() -> None:
+    with pytest.raises(UsageError, match="name"):
+        Tool(name="", description="x", parameters={"type": "object", "properties": {}},
+             function=lambda: None)
+
+
+def test_runtime_objects_never_reach_tools_or_requests() -> None:
+    seen: list[dict[str, Any]] = []
+
+    @tool
+    def peek(context: datamachine.ToolContext) -> str:
+        """Look at the payload."""
+        seen.append(dict(context.payload))
+        return "ok"
+
+    recorder = Recorder([{"tool_calls": [{"name": "peek", "parameters": {}}]}, {"content": "done"}])
+    payload = {"job_id": 7, "agent_slug": "a", "event_sink": lambda e, p: None,
+               "completion_policy": object(), "transcript_lock_ttl": 30, "budget_pressure": True}
+    with boot_with(recorder) as host:
+        result = host.run_conversation(USER, [peek], "scripted", "m", payload=payload)
+    assert result.status == "completed"
+    assert seen == [{"job_id": 7, "agent_slug": "a"}]
+    assert recorder.requests[0].payload == {"job_id": 7, "agent_slug": "a"}
+
+
+def test_events_carry_base_log_context_and_request_built() -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    with boot_with() as host:
+        payload = {"job_id": 3, "event_sink": lambda e, p: events.append((e, p))}
+        host.run_conversation(USER, None, "scripted", "m", mode="system", payload=payload)
+    names = [e for e, _ in events]
+    assert names == ["turn_started", "request_built", "completed"]
+    built = events[1][1]
+    assert built["mode"] == "system"
+    assert built["job_id"] == 3
+    assert built["success"] is True
+    assert built["request_metadata"]["provider"] == "scripted"
+
+
+def test_event_sink_object_with_emit_and_on_loop_event_hook() -> None:
+    class Sink:
+        def __init__(self) -> None:
+            self.events: list[str] = []
+
+        def emit(self, event: str, payload: dict[str, Any]) -> None:
+            self.events.append(event)
+
+    class Observer:
+        def __init__(self) -> None:
+            self.events: list[str] = []
+
+        @hookimpl
+        def on_loop_event(self, event: str, payload: dict[str, Any]) -> None:
+            self.events.append(event)
+            raise RuntimeError("observers never break runs")
+
+    sink, observer = Sink(), Observer()
+    with boot_with(observer) as host:
+        result = host.run_conversation(USER, None, "scripted", "m", payload={"event_sink": sink})
+    assert result.status == "completed"
+    assert sink.events == observer.events == ["turn_started", "request_built", "completed"]
+
+
+def test_text_result_hook_short_circuits_with_dict_response_or_exception() -> None:
+    recorder = Recorder([
+        {"content": "", "tool_calls": [{"name": "double", "parameters": {"n": 5}}],
+         "usage": {"total_tokens": 2}},
+        ProviderResponse(content="ten", usage={"total_tokens": 1}),
+    ])
+    with boot_with(recorder) as host:
+        result = host.run_conversation(USER, [double], "openai", "gpt-x")
+    assert (result.status, result.final_content) == ("completed", "ten")
+    assert result.tool_execution_results[0]["result"]["result"] == 10
+
+    failing = Recorder([RuntimeError("model offline")])
+    events: list[tuple[str, dict[str, Any]]] = []
+    with boot_with(failing) as host:
+        result = host.run_conversation(USER, None, "scripted", "m",
+                                       payload={"event_sink": lambda e, p: events.append((e, p))})
+    assert (result.status, result.error) == ("error", "model offline")
+    built = [p for e, p in events if e == "request_built"]
+    assert built[0]["success"] is False
+    assert [e for e, _ in events][-1] == "failed"
+
+
+def test_provider_failure_keeps_earlier_turns(host: Host) -> None:
+    script = [{"tool_calls": [call(1)]}]  # runs out on turn 2
+    result = host.run_conversation(USER, [double], "scripted", "m", payload={"script": script})
+    assert result.status == "error"
+    assert result.error_code == "script_exhausted"
+    assert "has 1 response" in (result.error or "")
+    assert len(result.tool_execution_results) == 1
+    assert result.turn_count == 2
+
+
+def test_provider_availability_string_is_the_reason_and_nothing_is_sent() -> None:
+    class Down:
+        @hookimpl
+        def provider_availability(self, provider: str, model: str) -> str:
+            return "Maintenance until noon."
+
+    recorder = Recorder([{"content": "x"}])
+    with boot_with(recorder, Down()) as host:
+        result = host.run_conversation(USER, None, "scripted", "m")
+    assert (result.status, result.error, result.error_code) == (
+        "error", "Maintenance until noon.", "provider_unavailable")
+    assert recorder.requests == []
+
+
+def test_openai_without_key_is_unavailable_naming_the_variable(host: Host) -> None:
+    result = host.run_conversation(USER, None, "openai", "gpt-4o-mini")
+    assert result.status == "error"
+    assert "OPENAI_API_KEY" in (result.error or "")
+
+
+def test_timeouts_come_from_settings_then_filters_and_connect_never_exceeds_request() -> None:
+    class Filters:
+        @hookimpl
+        def request_timeout(self, value: float) -> float:
+            return value / 2
+
+        @hookimpl
+        def connect_timeout(self, value: float, request_timeout: float) -> float:
+            return 10_000.0
+
+    recorder = Recorder([{"content": "x"}])
+    with boot_with(Filters(), recorder) as host:
+        host.settings.set("request_timeout", 5000)  # clamped to 900 before the filter
+        host.run_conversation(USER, None, "scripted", "m")
+    request = recorder.requests[0]
+    assert request.request_timeout == 450.0
+    assert request.connect_timeout == 450.0
+
+
+def test_default_timeouts(host: Host) -> None:
+    result = host.run_conversation(USER, None, "scripted", "m")
+    assert result.request_metadata["transport"] == {"request_timeout": 300.0,
+                                                    "connect_timeout": 15.0}
+
+
+def test_prompt_hash_is_a_running_hash_over_the_stored_envelopes(host: Host) -> None:
+    script = [{"tool_calls": [call(1)]}, {"content": "done"}]
+    result = host.run_conversation(USER, [double], "scripted", "m", payload={"script": script})
+    expected = hashlib.sha256()
+    # The turn-2 request saw every message except the final answer.
+    for message in result.messages[:-1]:
+        expected.update(json.dumps(message.to_dict(), sort_keys=True, ensure_ascii=False,
+                                   default=str).encode())
+    assert result.request_metadata["prompt_sha256"] == expected.hexdigest()
+    assert result.request_metadata["tools"]["names"] == ["double"]
+    assert result.request_metadata["message_count"] == 3
+
+
+def test_provider_sees_openai_shaped_messages_with_grouped_tool_calls() -> None:
+    recorder = Recorder([
+        {"content": "two at once", "tool_calls": [call(1, "a"), call(2, "b")]},
+        {"content": "done"},
+    ])
+    with boot_with(recorder) as host:
+        host.run_conversation(USER, [double], "scripted", "m")
+    second = recorder.requests[1].messages
+    assert second[0] == {"role": "user", "content": "go"}
+    assert second[1]["role"] == "assistant"
+    assert second[1]["content"] == "two at once"
+    assert [c["id"] for c in second[1]["tool_calls"]] == ["a", "b"]
+    assert second[2] == {"role": "tool", "tool_call_id": "a", "content": "2"}
+    assert second[3] == {"role": "tool", "tool_call_id": "b", "content": "4"}
+
+
+def test_transcript_is_stored_unless_disabled(host: Host) -> None:
+    result = host.run_conversation(USER, None, "scripted", "m",
+                                   payload={"transcript_session_id": "mine"})
+    assert result.transcript_session_id == "mine"
+    stored = host.transcripts.get("mine")
+    assert [m["content"] for m in stored] == ["go", "echo: go"]
+    skipped = host.run_conversation(USER, None, "scripted", "m",
+                                    payload={"persist_transcript": False})
+    assert skipped.transcript_session_id is None
+
+
+def test_messages_accept_envelopes(host: Host) -> None:
+    result = host.run_conversation([Message(role="user", content="hi")], None, "scripted", "m")
+    assert result.final_content == "echo: hi"
+
+
+def test_async_run_with_async_tool(host: Host) -> None:
+    @tool
+    async def slow_double(n: int) -> int:
+        """Double, asynchronously."""
+        await asyncio.sleep(0)
+        return n * 2
+
+    script = [{"tool_calls": [{"name": "slow_double", "parameters": {"n": 4}}]},
+              {"content": "8"}]
+    result = asyncio.run(host.arun_conversation(USER, [slow_double], "scripted", "m",
+                                                payload={"script": script}))
+    assert result.final_content == "8"
+    assert result.tool_execution_results[0]["result"]["result"] == 8
+
+
+def test_module_level_run_conversation_uses_the_default_host() -> None:
+    reset_default_host()
+    try:
+        result = datamachine.run_conversation(USER, provider="scripted", model="m")
+        assert result.final_content == "echo: go"
+        assert datamachine.get_default_host().transcripts.get(result.transcript_session_id)
+    finally:
+        reset_default_host()
+
+
+def test_result_dumps_to_plain_json(host: Host) -> None:
+    data = host.run_conversation(USER, None, "scripted", "m").model_dump(mode="json")
+    assert data["messages"][0]["schema"] == "agents-api.message"
+    assert data["status"] == "completed"
+    json.dumps(data)
