@@ -1,0 +1,108 @@
+"""One place that turns whatever a provider turn produced into a clean ProviderResponse.
+
+Both built-in providers pass their answer through :func:`normalize_response` before returning,
+and the adapter should pass ``text_result`` hook answers (a compact dict or a ProviderResponse)
+through it too, so every turn the loop sees has the same guarantees:
+
+* ``tool_calls`` are ``{"id", "name", "parameters"}`` with a non-empty name, a dict of
+  parameters and an id (``call_<turn>_<n>`` when the model gave none);
+* when there are no structured calls, calls written as text are extracted
+  (:mod:`datamachine.providers.text_tool_calls`); ``content`` is left as the model wrote it, so
+  the transcript stays an honest record of the answer;
+* ``usage`` keeps only top-level numbers (nested details such as ``prompt_tokens_details`` are
+  dropped) because the run's usage is a sum over turns;
+* ``finish_reason`` defaults to ``"tool_calls"`` or ``"stop"``.
+
+Anything that cannot be made valid raises :class:`~datamachine.errors.ProviderError` with code
+``provider_bad_response`` and the reason, which the adapter reports as a failed turn. Calling it
+twice gives the same result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from datamachine.errors import ProviderError
+from datamachine.providers.base import ProviderResponse
+from datamachine.providers.text_tool_calls import extract_text_tool_calls
+
+__all__ = ["normalize_response", "numeric_usage"]
+
+
+class _CompactToolCall(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str | None = None
+    name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class _CompactResponse(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    content: str | None = ""
+    tool_calls: list[_CompactToolCall] | None = None
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    raw: Any = None
+
+
+def numeric_usage(usage: Mapping[str, Any] | None) -> dict[str, int | float]:
+    """The top-level numeric entries of a usage mapping (booleans are not numbers here)."""
+    if not usage:
+        return {}
+    return {str(k): v for k, v in usage.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def _describe(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "response"
+    return f"{where}: {error['msg']}"
+
+
+def normalize_response(
+    response: ProviderResponse | Mapping[str, Any],
+    *,
+    provider: str = "",
+    turn: int = 1,
+) -> ProviderResponse:
+    """A validated :class:`ProviderResponse` from a response object or a compact dict.
+
+    A compact dict is ``{"content", "tool_calls": [{"id"?, "name", "parameters"}], "usage"}``
+    (``finish_reason`` and ``raw`` optional; other keys ignored). ``provider`` and ``turn`` only
+    label errors and generated ids.
+    """
+    data: Any = response.model_dump() if isinstance(response, ProviderResponse) else response
+    if not isinstance(data, Mapping):
+        raise ProviderError(
+            f"Provider {provider or '?'} returned {type(data).__name__}, not a response: return "
+            "a ProviderResponse or a dict with 'content', 'tool_calls' and 'usage'.",
+            code="provider_bad_response", provider=provider,
+        )
+    calls_in = data.get("tool_calls")
+    if isinstance(calls_in, list):
+        # Accept the loop's alias "tool_name" for hook authors who copy a transcript entry.
+        data = {**data, "tool_calls": [
+            {**c, "name": c["tool_name"]} if isinstance(c, Mapping) and "name" not in c
+            and "tool_name" in c else c for c in calls_in]}
+    try:
+        parsed = _CompactResponse.model_validate(data)
+    except ValidationError as exc:
+        raise ProviderError(
+            f"Provider {provider or '?'} returned an invalid response ({_describe(exc)}).",
+            code="provider_bad_response", provider=provider,
+        ) from None
+
+    content = parsed.content or ""
+    calls = [{"id": call.id or f"call_{turn}_{index}", "name": call.name,
+              "parameters": call.parameters}
+             for index, call in enumerate(parsed.tool_calls or [], start=1)]
+    if not calls and content:
+        calls = extract_text_tool_calls(content)
+    finish_reason = parsed.finish_reason or ("tool_calls" if calls else "stop")
+    return ProviderResponse(content=content, tool_calls=calls, usage=numeric_usage(parsed.usage),
+                            finish_reason=finish_reason, raw=parsed.raw)
