@@ -1,0 +1,137 @@
+"""A real HTTP server on loopback that speaks just enough of the Chat Completions protocol.
+
+Tests enqueue the replies it gives (status, headers, body, an optional delay) and read back the
+requests it received, so the provider is exercised over a real socket with real httpx timeouts
+instead of a mocked client. A delayed reply waits on an event that :meth:`stop` sets, so stopping
+never hangs on a handler that is still "thinking".
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    """One scripted HTTP answer."""
+
+    status: int = 200
+    body: Any = None  # dict/list -> JSON, str/bytes -> sent as is
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+@dataclass
+class Received:
+    """One request the server received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    raw: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.raw)
+
+
+def completion(content: str | None = "", *, tool_calls: list[dict[str, Any]] | None = None,
+               usage: dict[str, Any] | None = None, finish_reason: str = "stop"
+               ) -> dict[str, Any]:
+    """A Chat Completions response body."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls is not None:
+        message["tool_calls"] = tool_calls
+    body: dict[str, Any] = {
+        "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": "test-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+    }
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+class RecordingSleep:
+    """An injectable async sleep: remembers each wait and returns at once."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)
+
+
+class FakeOpenAIServer:
+    """Start with :meth:`start` (or use as a context manager); always :meth:`stop` it."""
+
+    def __init__(self) -> None:
+        self.replies: deque[Reply] = deque()
+        self.requests: list[Received] = []
+        self._release = threading.Event()
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                with server._lock:
+                    server.requests.append(Received(
+                        "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, raw))
+                    reply = server.replies.popleft() if server.replies else Reply(
+                        418, {"error": {"message": "the test enqueued no reply for this request"}})
+                if reply.delay:
+                    server._release.wait(reply.delay)
+                body = reply.body
+                if isinstance(body, dict | list):
+                    data = json.dumps(body).encode()
+                elif isinstance(body, str):
+                    data = body.encode()
+                else:
+                    data = body or b""
+                try:
+                    self.send_response(reply.status)
+                    headers = {"Content-Type": "application/json", **reply.headers}
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a timeout test); nothing to answer
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # keep test output clean
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        # Non-daemon handler threads are joined by server_close(), so stop() leaves none behind.
+        self._httpd.daemon_threads = False
+        self._httpd.block_on_close = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        kwargs={"poll_interval": 0.01}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def enqueue(self, *replies: Reply) -> None:
+        with self._lock:
+            self.replies.extend(replies)
+
+    def start(self) -> FakeOpenAIServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._release.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            raise RuntimeError("fake OpenAI server thread did not stop")
