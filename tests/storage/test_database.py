@@ -1,0 +1,157 @@
+"""Opening and migrating the database file: clear errors naming the path, atomic migrations."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from sqlite_utils import Database, Migrations
+
+import bootstrap
+from datamachine.db import open_database
+from datamachine.errors import DatabaseError
+from datamachine.migrations import MIGRATIONS, migrate
+
+TABLES = {"settings", "transcripts", "transcript_messages", "transcript_locks", "chat_sessions",
+          "jobs", "api_tokens"}
+
+
+def _schema(path: Path) -> list[tuple[str, str]]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
+    finally:
+        conn.close()
+
+
+def test_a_new_file_gets_every_table_in_wal_mode(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "new.db")
+    assert set(db.table_names()) >= TABLES
+    assert db.conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert db.conn.execute("PRAGMA busy_timeout").fetchone() == (30_000,)
+    assert db.conn.execute("PRAGMA foreign_keys").fetchone() == (1,)
+    assert MIGRATIONS.pending(db) == []
+
+
+def test_reopening_a_migrated_file_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "dm.db"
+    open_database(path).conn.close()
+    before = _schema(path)
+    open_database(path).conn.close()
+    assert _schema(path) == before
+
+
+def test_the_host_exposes_the_stores_on_its_database(tmp_path: Path) -> None:
+    with bootstrap.boot(db_path=tmp_path / "dm.db", load_entrypoints=False) as host:
+        job = host.jobs.create()
+        assert host.jobs.get(job.id).status == "pending"
+        assert host.chat_sessions.create().max_turns == 25
+        assert host.tokens.verify(host.tokens.create("x")) == "x"
+        assert host.transcripts.acquire("s", 5) is not None
+
+
+def test_a_failing_migration_leaves_the_database_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "dm.db"
+    open_database(path).conn.close()
+    before = _schema(path)
+
+    extra = Migrations("datamachine-test")
+
+    @extra()
+    def m001_fine(db: Database) -> None:
+        db.execute("CREATE TABLE extra_one (id INTEGER PRIMARY KEY)")
+
+    @extra()
+    def m002_broken(db: Database) -> None:
+        db.execute("CREATE TABLE extra_two (id INTEGER PRIMARY KEY)")
+        raise ValueError("disk full, say")
+
+    db = Database(sqlite3.connect(path))
+    with pytest.raises(DatabaseError) as caught:
+        migrate(db, label=str(path), migrations=extra)
+    message = str(caught.value)
+    assert str(path) in message
+    assert "m002_broken" in message
+    assert "disk full" in message
+    assert not db.conn.in_transaction
+    db.conn.close()
+    # Neither the failing migration nor the one before it left anything behind.
+    assert _schema(path) == before
+
+
+def test_a_migration_failing_on_sqlite_itself_is_a_database_error(tmp_path: Path) -> None:
+    extra = Migrations("datamachine-test")
+
+    @extra()
+    def m001_bad_sql(db: Database) -> None:
+        db.execute("CREATE TABLE broken (")
+
+    db = Database(sqlite3.connect(tmp_path / "x.db"))
+    with pytest.raises(DatabaseError, match="m001_bad_sql"):
+        migrate(db, label="x.db", migrations=extra)
+    assert db.table_names() == []
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"hello, I am a text file\n" * 50, os.urandom(8192),
+     b"SQLite format 3\x00" + b"\xff" * 4080],
+    ids=["text", "random", "damaged-header"],
+)
+def test_a_file_that_is_not_sqlite_is_refused_and_left_untouched(tmp_path: Path,
+                                                                 content: bytes) -> None:
+    path = tmp_path / "notes.db"
+    path.write_bytes(content)
+    with pytest.raises(DatabaseError, match=str(path)):
+        open_database(path)
+    assert path.read_bytes() == content
+    with pytest.raises(DatabaseError, match=str(path)):
+        bootstrap.boot(db_path=path, load_entrypoints=False)
+
+
+def test_a_sqlite_database_of_another_application_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    conn.commit()
+    conn.close()
+    before = _schema(path)
+    with pytest.raises(DatabaseError, match=f"{path}.*another application.*invoices"):
+        open_database(path)
+    assert _schema(path) == before
+
+
+def test_a_missing_directory_is_named_not_created(tmp_path: Path) -> None:
+    path = tmp_path / "no" / "such" / "dir" / "dm.db"
+    with pytest.raises(DatabaseError, match=f"{path}.*does not exist"):
+        open_database(path)
+    assert not (tmp_path / "no").exists()
+
+
+def test_a_directory_given_as_the_database_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(DatabaseError, match=f"{tmp_path}.*is a directory"):
+        open_database(tmp_path)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses Linux's /proc")
+def test_a_directory_nobody_can_write_is_a_clear_error() -> None:
+    """/proc refuses new files even to root, unlike a chmod-ed directory."""
+    path = Path("/proc/datamachine-test.db")
+    with pytest.raises(DatabaseError, match=f"{path}.*writable"):
+        open_database(path)
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
+                    reason="root ignores directory permissions; the /proc test covers this")
+def test_a_read_only_directory_is_a_clear_error(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        with pytest.raises(DatabaseError, match=str(locked / "dm.db")):
+            open_database(locked / "dm.db")
+    finally:
+        locked.chmod(0o755)

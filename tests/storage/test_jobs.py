@@ -1,0 +1,100 @@
+"""Jobs: the pending -> running -> completed|failed lifecycle and merged engine data."""
+
+from __future__ import annotations
+
+import pytest
+from freezegun import freeze_time
+
+from datamachine.errors import InvalidJobTransition, JobNotFound, UsageError
+from datamachine.host import Host
+
+
+def test_a_job_moves_pending_running_completed_with_timestamps(host: Host) -> None:
+    with freeze_time("2026-01-01 12:00:00") as clock:
+        job = host.jobs.create(flow_step_id="step-1", engine_data={"source": "feed"})
+        assert (job.status, job.flow_step_id, job.engine_data) == (
+            "pending", "step-1", {"source": "feed"})
+        assert job.started_at is None
+        assert job.finished_at is None
+        clock.tick(3)
+        started = host.jobs.start(job.id)
+        clock.tick(4)
+        done = host.jobs.complete(job.id)
+    assert started.status == "running"
+    assert done.status == "completed"
+    assert done.failure_reason is None
+    assert done.started_at == job.created_at + 3
+    assert done.finished_at == job.created_at + 7
+    assert host.jobs.get(job.id) == done
+
+
+def test_a_failed_job_keeps_its_reason(host: Host) -> None:
+    job = host.jobs.start(host.jobs.create().id)
+    failed = host.jobs.fail(job.id, "completion_assertions_missing")
+    assert failed.status == "failed"
+    assert failed.failure_reason == "completion_assertions_missing"
+
+
+@pytest.mark.parametrize(
+    ("steps", "move"),
+    [((), "complete"), ((), "fail"), (("start",), "start"),
+     (("start", "complete"), "fail"), (("start", "fail"), "complete"),
+     (("start", "complete"), "start")],
+)
+def test_moves_against_the_lifecycle_are_refused_and_change_nothing(
+    host: Host, steps: tuple[str, ...], move: str
+) -> None:
+    job = host.jobs.create()
+    for step in steps:
+        if step == "fail":
+            host.jobs.fail(job.id, "boom")
+        else:
+            getattr(host.jobs, step)(job.id)
+    before = host.jobs.get(job.id)
+    attempt = (lambda: host.jobs.fail(job.id, "again")) if move == "fail" else (
+        lambda: getattr(host.jobs, move)(job.id))
+    with pytest.raises(InvalidJobTransition, match=f"Job {job.id} is '{before.status}'"):
+        attempt()
+    assert host.jobs.get(job.id) == before
+    assert not host.db.conn.in_transaction
+
+
+def test_engine_data_merges_top_level_keys(host: Host) -> None:
+    job = host.jobs.create(engine_data={"a": 1, "b": {"x": 1}})
+    host.jobs.merge_engine_data(job.id, {"b": {"y": 2}, "transcript_session_id": "s1"})
+    merged = host.jobs.merge_engine_data(job.id, {"usage": {"total_tokens": 5}})
+    assert merged.engine_data == {"a": 1, "b": {"y": 2}, "transcript_session_id": "s1",
+                                  "usage": {"total_tokens": 5}}
+
+
+def test_list_filters_by_status_newest_first(host: Host) -> None:
+    first, second, third = (host.jobs.create() for _ in range(3))
+    host.jobs.start(second.id)
+    assert [j.id for j in host.jobs.list()] == [third.id, second.id, first.id]
+    assert [j.id for j in host.jobs.list(status="pending")] == [third.id, first.id]
+    assert [j.id for j in host.jobs.list(status="running")] == [second.id]
+    assert [j.id for j in host.jobs.list(limit=1)] == [third.id]
+    with pytest.raises(UsageError, match="status must be one of"):
+        host.jobs.list(status="done")  # type: ignore[arg-type]
+
+
+def test_missing_jobs_and_bad_arguments_are_clear_errors(host: Host) -> None:
+    with pytest.raises(JobNotFound, match="42"):
+        host.jobs.get(42)
+    with pytest.raises(JobNotFound):
+        host.jobs.start(42)
+    with pytest.raises(JobNotFound):
+        host.jobs.merge_engine_data(42, {})
+    with pytest.raises(UsageError, match="JSON-serializable"):
+        host.jobs.create(engine_data={"x": object()})
+    with pytest.raises(UsageError, match="integer"):
+        host.jobs.get("1")  # type: ignore[arg-type]
+    job = host.jobs.start(host.jobs.create().id)
+    with pytest.raises(UsageError, match="reason"):
+        host.jobs.fail(job.id, "  ")
+
+
+def test_job_ids_are_never_reused(host: Host) -> None:
+    job = host.jobs.create()
+    host.db.execute("DELETE FROM jobs WHERE id = ?", [job.id])
+    assert host.jobs.create().id == job.id + 1

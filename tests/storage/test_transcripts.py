@@ -1,0 +1,260 @@
+"""TranscriptStore as persister: per-turn writes, finalization, reading back, crash semantics."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from freezegun import freeze_time
+from freezegun.api import FrozenDateTimeFactory
+
+from agents_api import IterationBudget, LoopResult, Message, TurnResult, run_loop
+from datamachine.errors import DatabaseError, TranscriptNotFound, UsageError
+from datamachine.host import Host
+from datamachine.storage import TranscriptStore
+from tests.storage import workers
+
+T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC).timestamp()
+
+
+@pytest.fixture
+def frozen() -> Iterator[FrozenDateTimeFactory]:
+    with freeze_time("2026-01-01 12:00:00") as clock:
+        assert isinstance(clock, FrozenDateTimeFactory)
+        yield clock
+
+
+@pytest.fixture
+def store(host: Host) -> TranscriptStore:
+    return host.transcripts
+
+
+def _turn(turn: int) -> list[Message]:
+    return [Message.text("assistant", f"turn {turn}"),
+            Message.tool_call("echo", {"n": turn}, turn, f"c{turn}"),
+            Message.tool_result("echo", {"success": True, "result": turn}, turn, f"c{turn}",
+                                str(turn))]
+
+
+def _result(session_id: str, messages: list[Message], **fields: Any) -> LoopResult:
+    base: dict[str, Any] = {"messages": messages, "transcript_session_id": session_id,
+                            "status": "completed", "completed": True, "turn_count": 2}
+    return LoopResult(**{**base, **fields})
+
+
+def _dicts(messages: list[Message]) -> list[dict[str, Any]]:
+    return [m.to_dict() for m in messages]
+
+
+def test_append_turn_writes_each_turn_in_order_and_marks_running(
+    store: TranscriptStore, frozen: FrozenDateTimeFactory
+) -> None:
+    assert store.acquire("s", 60) is not None
+    store.append_turn("s", 1, _turn(1))
+    frozen.tick(5)
+    store.append_turn("s", 2, _turn(2))
+    assert store.get("s") == _dicts(_turn(1) + _turn(2))
+    record = store.get_transcript("s")
+    assert record.status == "running"  # a live lock: the run is in progress
+    assert (record.turn_count, record.cumulative_turn_count, record.message_count) == (2, 2, 6)
+    assert record.created_at == T0  # the project clock, which freezegun controls
+    assert record.updated_at == T0 + 5
+    assert record.locked_until == T0 + 60
+
+
+def test_a_running_transcript_without_a_live_lock_reads_as_interrupted(
+    store: TranscriptStore, frozen: FrozenDateTimeFactory
+) -> None:
+    token = store.acquire("killed", 30)
+    assert token is not None
+    store.append_turn("killed", 1, _turn(1))
+    assert store.get_transcript("killed").status == "running"
+    frozen.tick(31)  # the process died: nobody renewed the lock
+    record = store.get_transcript("killed")
+    assert record.status == "interrupted"
+    assert record.messages == _dicts(_turn(1))
+    assert [s.id for s in store.list(status="interrupted")] == ["killed"]
+    assert store.list(status="running") == []
+
+
+def test_persist_without_begin_puts_the_starting_messages_before_the_turns(
+    store: TranscriptStore, frozen: FrozenDateTimeFactory
+) -> None:
+    prompt = [Message.text("system", "be brief"), Message.text("user", "hi")]
+    turns = _turn(1) + _turn(2)
+    store.append_turn("s", 1, turns[:3])
+    store.append_turn("s", 2, turns[3:])
+    frozen.tick(2)
+    summary = Message.text("assistant", "summary after the last turn")
+    messages = [*prompt, *turns, summary]
+    result = _result("s", messages, usage={"prompt_tokens": 7, "completion_tokens": 3,
+                                           "total_tokens": 10},
+                     budgets={"conversation_turns": {"current": 2, "ceiling": 5}})
+    assert store.persist(messages, {"provider": "scripted", "model": "m1", "mode": "chat"},
+                         result) == "s"
+    record = store.get_transcript("s")
+    assert record.messages == _dicts(messages)
+    assert record.status == "completed"
+    assert (record.provider, record.model, record.mode) == ("scripted", "m1", "chat")
+    assert record.usage["total_tokens"] == 10
+    assert record.budgets == {"conversation_turns": {"current": 2, "ceiling": 5}}
+    assert record.result["status"] == "completed"
+    assert record.result["cumulative_turn_count"] == 2
+    assert (record.turn_count, record.cumulative_turn_count, record.message_count) == (2, 2, 9)
+    assert record.updated_at == T0 + 2
+
+
+def test_begin_stores_the_prompt_before_the_first_turn(store: TranscriptStore) -> None:
+    prompt = [Message.text("user", "hi")]
+    store.begin("s", prompt, {"provider": "scripted", "model": "m1"})
+    assert store.get("s") == _dicts(prompt)
+    store.append_turn("s", 1, _turn(1))
+    messages = prompt + _turn(1)
+    store.persist(messages, {}, _result("s", messages, turn_count=1))
+    record = store.get_transcript("s")
+    assert record.messages == _dicts(messages)
+    assert (record.provider, record.model) == ("scripted", "m1")  # kept from begin()
+
+
+def test_persist_writes_everything_when_no_turn_was_appended(store: TranscriptStore) -> None:
+    """A run whose first turn failed: nothing was appended, persist stores what there is."""
+    messages = [Message.text("user", "hi")]
+    result = _result("s", messages, status="error", completed=False, turn_count=1,
+                     error="provider down", error_code="turn_failed")
+    store.persist(messages, {}, result)
+    record = store.get_transcript("s")
+    assert record.messages == _dicts(messages)
+    assert record.status == "error"
+    assert record.result["error"] == "provider down"
+
+
+def test_a_continued_run_appends_after_the_stored_messages_and_counts_cumulatively(
+    store: TranscriptStore,
+) -> None:
+    first = [Message.text("user", "hi"), *_turn(1), *_turn(2)]
+    store.persist(first, {"provider": "scripted"}, _result("s", first, status="budget_exceeded"))
+    # A continuation starts from the stored messages, plus a new user message.
+    stored = [Message(**m) for m in store.get("s")]
+    follow_up = Message.text("user", "go on")
+    store.append_turn("s", 1, _turn(3))
+    messages = [*stored, follow_up, *_turn(3)]
+    store.persist(messages, {}, _result("s", messages, turn_count=1))
+    record = store.get_transcript("s")
+    assert record.messages == _dicts(messages)
+    assert (record.turn_count, record.cumulative_turn_count) == (1, 3)
+    assert record.provider == "scripted"  # a continuation does not forget the provider
+
+
+def test_persist_of_a_lock_contention_result_writes_nothing(store: TranscriptStore) -> None:
+    messages = [Message.text("user", "hi")]
+    result = _result("s", messages, status="transcript_lock_contention", completed=False)
+    assert store.persist(messages, {}, result) == "s"
+    assert not store.exists("s")
+
+
+def test_a_failed_turn_write_leaves_nothing_of_that_turn(host: Host,
+                                                         store: TranscriptStore) -> None:
+    store.append_turn("s", 1, _turn(1))
+    # Occupy the position the turn's second message will need, so its INSERT fails midway.
+    host.db.conn.execute("BEGIN IMMEDIATE")
+    host.db.conn.execute(
+        "INSERT INTO transcript_messages (session_id, position, turn, envelope, created_at) "
+        "VALUES ('s', 4, 9, '{}', 0)")
+    host.db.conn.execute("COMMIT")
+    with pytest.raises(DatabaseError, match="append a turn"):
+        store.append_turn("s", 2, _turn(2))
+    assert not host.db.conn.in_transaction
+    rows = host.db.conn.execute(
+        "SELECT position FROM transcript_messages WHERE session_id = 's' ORDER BY position"
+    ).fetchall()
+    assert rows == [(0,), (1,), (2,), (4,)]  # the turn's first message was rolled back too
+    assert store.get_transcript("s").turn_count == 1
+
+
+def test_a_write_inside_the_callers_transaction_rolls_back_with_it(
+    host: Host, store: TranscriptStore
+) -> None:
+    def write_then_fail() -> None:
+        with host.db.atomic():
+            store.append_turn("s", 1, _turn(1))
+            raise RuntimeError("the caller changed its mind")
+
+    with pytest.raises(RuntimeError):
+        write_then_fail()
+    assert not store.exists("s")
+    assert not host.db.conn.in_transaction
+
+
+def test_values_json_cannot_hold_are_stored_as_text(store: TranscriptStore) -> None:
+    when = dt.datetime(2026, 1, 2, 3, 4, 5)
+    message = Message.tool_result("clock", {"success": True, "result": when}, 1, "c1", "now")
+    store.append_turn("s", 1, [message])
+    assert store.get("s")[0]["payload"]["result"] == str(when)
+
+
+def test_unknown_transcripts_are_reported_by_id(store: TranscriptStore) -> None:
+    with pytest.raises(TranscriptNotFound, match="'nope'"):
+        store.get("nope")
+    with pytest.raises(TranscriptNotFound, match="'nope'"):
+        store.get_transcript("nope")
+    assert store.exists("nope") is False
+
+
+def test_list_is_newest_first_and_bounded(store: TranscriptStore,
+                                          frozen: FrozenDateTimeFactory) -> None:
+    for name in ("a", "b", "c"):
+        messages = [Message.text("user", name)]
+        store.persist(messages, {}, _result(name, messages))
+        frozen.tick(1)
+    assert [s.id for s in store.list()] == ["c", "b", "a"]
+    assert [s.id for s in store.list(limit=2)] == ["c", "b"]
+    assert [s.id for s in store.list(status="completed", limit=1)] == ["c"]
+    with pytest.raises(UsageError):
+        store.list(limit=0)
+
+
+def test_run_loop_persists_renews_and_releases_through_the_store(
+    store: TranscriptStore, frozen: FrozenDateTimeFactory
+) -> None:
+    expiries: list[float | None] = []
+
+    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        info = store.locks.info("run")
+        expiries.append(info.expires_at if info else None)
+        frozen.tick(100)  # each turn takes longer than the TTL; renewals keep the lock
+        return workers.scripted_turn("run", context["turn"], 3)
+
+    result = run_loop(
+        [{"role": "user", "content": "prompt for run"}], runner,
+        turn_budget=IterationBudget("conversation_turns", 5), tool_executor=workers.echo_tool,
+        transcript_persister=store, transcript_lock=store, transcript_session_id="run",
+        transcript_lock_ttl=150, request={"provider": "scripted", "model": "m"},
+    )
+    assert result.status == "completed"
+    assert result.transcript_session_id == "run"
+    assert expiries == [T0 + 150, T0 + 100 + 150, T0 + 200 + 150]
+    assert store.locks.info("run") is None  # released
+    record = store.get_transcript("run")
+    assert record.messages == [m.to_dict() for m in result.messages]
+    assert record.status == "completed"
+    assert record.turn_count == 3
+
+
+def test_run_loop_on_a_locked_session_never_calls_the_runner(store: TranscriptStore) -> None:
+    assert store.acquire("busy", 60) is not None
+    calls: list[int] = []
+
+    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        calls.append(context["turn"])
+        return TurnResult(content="should not run")
+
+    result = run_loop(
+        [{"role": "user", "content": "hi"}], runner,
+        turn_budget=IterationBudget("conversation_turns", 3),
+        transcript_persister=store, transcript_lock=store, transcript_session_id="busy",
+    )
+    assert result.status == "transcript_lock_contention"
+    assert calls == []
+    assert not store.exists("busy")
