@@ -48,6 +48,9 @@ ToolResultHook = Callable[
 ]
 BudgetExhaustedHook = Callable[[IterationBudget, dict[str, Any]], MaybeAwaitable[bool | None]]
 ShouldContinue = Callable[[TurnResult, dict[str, Any]], bool]
+# Called once when a run stops, before the transcript is persisted: it may append messages to
+# ``result.messages`` (the run's transcript) and set ``result.final_content``.
+StopHook = Callable[[LoopResult, dict[str, Any]], MaybeAwaitable[None]]
 
 
 @runtime_checkable
@@ -90,6 +93,7 @@ def run_loop(
     request: Mapping[str, Any] | None = None,
     on_tool_result: ToolResultHook | None = None,
     on_budget_exhausted: BudgetExhaustedHook | None = None,
+    on_stop: StopHook | None = None,
 ) -> LoopResult:
     """Run a bounded conversation synchronously and return its :class:`LoopResult`.
 
@@ -102,7 +106,7 @@ def run_loop(
         transcript_persister=transcript_persister, transcript_lock=transcript_lock,
         transcript_session_id=transcript_session_id, transcript_lock_ttl=transcript_lock_ttl,
         context=context, request=request, on_tool_result=on_tool_result,
-        on_budget_exhausted=on_budget_exhausted,
+        on_budget_exhausted=on_budget_exhausted, on_stop=on_stop,
     )
     return drive_sync(steps)
 
@@ -124,6 +128,7 @@ async def arun_loop(
     request: Mapping[str, Any] | None = None,
     on_tool_result: ToolResultHook | None = None,
     on_budget_exhausted: BudgetExhaustedHook | None = None,
+    on_stop: StopHook | None = None,
 ) -> LoopResult:
     """Run a bounded conversation inside the running event loop (same arguments as run_loop)."""
     steps = _loop_steps(
@@ -132,7 +137,7 @@ async def arun_loop(
         transcript_persister=transcript_persister, transcript_lock=transcript_lock,
         transcript_session_id=transcript_session_id, transcript_lock_ttl=transcript_lock_ttl,
         context=context, request=request, on_tool_result=on_tool_result,
-        on_budget_exhausted=on_budget_exhausted,
+        on_budget_exhausted=on_budget_exhausted, on_stop=on_stop,
     )
     return await drive_async(steps)
 
@@ -275,6 +280,7 @@ def _loop_steps(
     request: Mapping[str, Any] | None,
     on_tool_result: ToolResultHook | None,
     on_budget_exhausted: BudgetExhaustedHook | None,
+    on_stop: StopHook | None = None,
 ) -> Steps[LoopResult]:
     if not callable(turn_runner):
         raise InvalidLoopArgument(
@@ -355,8 +361,17 @@ def _loop_steps(
             try:
                 raw = turn_runner(msgs, turn_context)
                 if inspect.isawaitable(raw):
-                    raw = yield raw
+                    left = _deadline_left(ordered, wall_clock, wall_clock_start, started)
+                    raw = yield (raw if left is None else _bounded(raw, left))
                 outcome = coerce_turn_result(raw, turn)
+            except DeadlineReached:
+                # The wall clock ran out while the provider was still answering: the call was
+                # cancelled and the run stops on its time budget.
+                stop_budget = _spend_time(ordered, wall_clock)
+                status = "budget_exceeded"
+                emit("turn_interrupted", {"turn": turn, "reason": "deadline",
+                                          "budget": stop_budget.name()})
+                break
             except Exception as exc:
                 status = "error"
                 error = str(exc) or type(exc).__name__
@@ -381,8 +396,9 @@ def _loop_steps(
                 if blocked is not None:
                     stop_budget = blocked
                     break
+                left = _deadline_left(ordered, wall_clock, wall_clock_start, started)
                 tool_result = yield from _run_tool(call, turn, turn_context, tool_executor, msgs,
-                                                   state, emit)
+                                                   state, emit, left)
                 if tool_budget is not None:
                     tool_budget.increment()
                 per_tool = all_budgets.get(f"{TOOL_BUDGET}_{call['name']}")
@@ -399,6 +415,8 @@ def _loop_steps(
                             msgs.append(Message.text("user", decision.message,
                                                      {"type": "completion_policy_continue"}))
                 # After each call every budget is checked (tools may spend extension budgets).
+                if wall_clock is not None:
+                    wall_clock.set_current(wall_clock_start + int(_clock.monotonic() - started))
                 spent = _first_exceeded(ordered, skip=turn_budget)
                 if spent is not None:
                     stop_budget = spent
@@ -446,6 +464,17 @@ def _loop_steps(
         emit("budget_exceeded", _exceeded_payload(stop_budget))
     result = state.build(status, ordered, session_id, stop_budget=stop_budget, error=error,
                          error_code=error_code)
+    if on_stop is not None and status != "transcript_lock_contention":
+        try:
+            stopped = on_stop(result, {**base_context, "budgets": all_budgets,
+                                       "session_id": session_id,
+                                       "deadline": _deadline_left(ordered, wall_clock,
+                                                                  wall_clock_start, started)})
+            if inspect.isawaitable(stopped):
+                yield stopped
+        except Exception:
+            logger.error("agents_api: on_stop hook failed", exc_info=True)
+            result.warnings.append("The run's stop handler failed; see the log.")
     if transcript_persister is not None:
         try:
             stored = transcript_persister.persist(msgs, request_info, result)
@@ -568,6 +597,7 @@ def _run_tool(
     msgs: list[Message],
     state: _RunState,
     emit: _Emitter,
+    deadline: float | None = None,
 ) -> Generator[Awaitable[Any], Any, dict[str, Any]]:
     name, call_id, params = call["name"], call["id"], call["parameters"]
     msgs.append(Message.tool_call(name, params, turn, call_id))
@@ -582,10 +612,21 @@ def _run_tool(
     else:
         context = {**turn_context, "messages": msgs, "tool_call_id": call_id}
         try:
-            raw = executor(call, context)
-            if inspect.isawaitable(raw):
-                raw = yield raw
+            if deadline is None:
+                raw = executor(call, context)
+                if inspect.isawaitable(raw):
+                    raw = yield raw
+            else:
+                # Under a wall-clock rail a tool runs where the run can stop waiting for it: a
+                # sync tool in a daemon thread, an async one under a timeout.
+                raw = yield _bounded(_call_in_thread(executor, call, context), deadline)
             result = normalize_tool_result(raw)
+        except DeadlineReached:
+            logger.warning("agents_api: tool %r outlived the run's time limit; its late result "
+                           "will be discarded", name)
+            result = {"success": False,
+                      "error": f"Tool '{name}' did not finish before the run's time limit.",
+                      "error_type": "deadline_exceeded"}
         except Exception as exc:
             # One tool failing never ends the run: the model reads the error and may recover.
             result = {"success": False, "error": f"Tool '{name}' raised: {exc}",
@@ -596,6 +637,88 @@ def _run_tool(
     state.tool_results.append({"tool_name": name, "tool_call_id": call_id, "parameters": params,
                                "success": result["success"], "result": result, "turn": turn})
     return result
+
+
+class DeadlineReached(Exception):  # noqa: N818 - a signal, not an error the caller sees
+    """A provider or tool call was still running when the run's time rail was spent."""
+
+
+def _deadline_left(
+    budgets: Iterable[IterationBudget], wall_clock: IterationBudget | None, wall_clock_start: int,
+    started: float,
+) -> float | None:
+    """Seconds until the earliest time rail of the run, or None when it has none."""
+    left: float | None = None
+    if wall_clock is not None:
+        left = wall_clock.ceiling() - wall_clock_start - (_clock.monotonic() - started)
+    for budget in budgets:
+        seconds = budget.seconds_left()
+        if seconds is not None and (left is None or seconds < left):
+            left = seconds
+    return None if left is None else max(0.0, left)
+
+
+def _spend_time(
+    budgets: Iterable[IterationBudget], wall_clock: IterationBudget | None
+) -> IterationBudget:
+    """The time budget that stopped a cut call, marked spent."""
+    for budget in budgets:
+        if budget.max_seconds() is not None and budget.exceeded():
+            return budget
+    if wall_clock is not None:
+        wall_clock.set_current(max(wall_clock.current(), wall_clock.ceiling()))
+        return wall_clock
+    for budget in budgets:
+        if budget.max_seconds() is not None:
+            return budget
+    raise RuntimeError("a deadline was reached without a time budget")  # pragma: no cover
+
+
+async def _bounded(awaitable: Awaitable[T], seconds: float) -> T:
+    """Await with a deadline; the awaited call is cancelled when it passes."""
+    try:
+        if seconds <= 0:
+            raise TimeoutError
+        value = await asyncio.wait_for(_as_coroutine(awaitable), timeout=seconds)
+    except TimeoutError:
+        # A call cancelled before it started is closed, so nothing warns "never awaited".
+        if inspect.iscoroutine(awaitable) and (
+            inspect.getcoroutinestate(awaitable) == inspect.CORO_CREATED
+        ):
+            awaitable.close()
+        raise DeadlineReached from None
+    if inspect.isawaitable(value):  # an executor that returned a coroutine from its thread
+        return await _bounded(value, seconds)  # type: ignore[no-any-return]
+    return value
+
+
+async def _call_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn`` in a daemon thread: a hung sync tool can be abandoned, never joined."""
+    import threading
+
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def deliver(value: Any, error: BaseException | None) -> None:
+        if future.done():
+            logger.warning("agents_api: discarded the late result of %r", fn)
+        elif error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def target() -> None:
+        try:
+            value, error = fn(*args), None
+        except BaseException as exc:  # handed to the waiting run
+            value, error = None, exc
+        try:
+            loop.call_soon_threadsafe(deliver, value, error)
+        except RuntimeError:  # the run's loop is gone: nobody is waiting any more
+            logger.warning("agents_api: discarded the late result of %r", fn)
+
+    threading.Thread(target=target, daemon=True, name="agents_api-tool").start()
+    return await future
 
 
 def _exceeded_payload(budget: IterationBudget) -> dict[str, Any]:

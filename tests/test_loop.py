@@ -528,3 +528,55 @@ def test_non_budget_in_budgets_is_refused() -> None:
     with pytest.raises(InvalidLoopArgument, match="IterationBudget"):
         run_loop(USER, lambda m, c: TurnResult(), turn_budget=IterationBudget("t", 3),
                  budgets=["turns"])  # type: ignore[list-item]
+
+
+def test_hung_async_provider_call_is_cut_by_the_wall_clock() -> None:
+    async def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        if context["turn"] == 1:
+            return TurnResult(tool_calls=[{"name": "double", "parameters": {"n": 1}}])
+        await asyncio.sleep(30)  # a provider that never answers
+        return TurnResult(content="too late")
+
+    events = Events()
+    # A real deadline of a few tenths of a second: the only way to show a call is cut.
+    budget = IterationBudget("turns", 10, max_seconds=0.2)
+    result = run_loop(USER, runner, turn_budget=budget, tool_executor=double, on_event=events)
+    assert result.status == "budget_exceeded"
+    assert result.budget == "turns"
+    assert result.budgets["turns"]["rail"] == "time"
+    assert "turn_interrupted" in events.names()
+    assert len(result.tool_execution_results) == 1
+
+
+def test_hung_sync_tool_is_abandoned_at_the_wall_clock() -> None:
+    import threading
+
+    release = threading.Event()
+
+    def executor(call: dict[str, Any], context: dict[str, Any]) -> str:
+        release.wait(10)  # hangs until the test lets it go
+        return "late"
+
+    try:
+        result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("turns", 10),
+                          budgets=[IterationBudget("wall_clock_seconds", 1)],
+                          tool_executor=executor)
+    finally:
+        release.set()
+    assert result.status == "budget_exceeded"
+    assert result.budget == "wall_clock_seconds"
+    failed = result.tool_execution_results[0]["result"]
+    assert failed["error_type"] == "deadline_exceeded"
+
+
+def test_on_stop_may_append_a_message_before_persistence() -> None:
+    persister = Persister()
+
+    def on_stop(result: LoopResult, context: dict[str, Any]) -> None:
+        result.messages.append(Message.text("assistant", "summary"))
+        result.final_content = "summary"
+
+    result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 2),
+                      tool_executor=double, on_stop=on_stop, transcript_persister=persister)
+    assert result.final_content == "summary"
+    assert persister.persisted[0].messages[-1].content == "summary"
