@@ -639,7 +639,7 @@ def _run_tool(
     return result
 
 
-class DeadlineReached(Exception):  # noqa: N818 - a signal, not an error the caller sees
+class DeadlineReached(Exception):
     """A provider or tool call was still running when the run's time rail was spent."""
 
 
@@ -688,7 +688,7 @@ async def _bounded(awaitable: Awaitable[T], seconds: float) -> T:
             awaitable.close()
         raise DeadlineReached from None
     if inspect.isawaitable(value):  # an executor that returned a coroutine from its thread
-        return await _bounded(value, seconds)  # type: ignore[no-any-return]
+        return await _bounded(value, seconds)
     return value
 
 
