@@ -1,0 +1,77 @@
+"""What a tool function sees of its run: :class:`ToolContext`.
+
+A tool that declares a ``context`` parameter gets one of these per call. It exposes the run's
+payload (runtime objects already removed, so a tool can never reach the transcript lock or the
+event sink), the mode and turn, the run's engine data (which the tool may update), and the
+run's named budgets, so an extension tool can consume its own budget and the loop can stop the
+run when it is spent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, MutableMapping
+from types import MappingProxyType
+from typing import Any
+
+from agents_api import IterationBudget
+
+__all__ = ["ToolContext"]
+
+BudgetFactory = Callable[[str], IterationBudget]
+
+
+class ToolContext:
+    """The run as one tool call sees it.
+
+    ``payload`` is read-only; ``engine_data`` is the run's mutable engine data (writes are kept
+    and reach the job when the run ends). ``budget(name)`` returns the run's budget of that
+    name, creating it from the host's budget registry on first use and adding it to the run's
+    budgets so the loop checks it after this call.
+    """
+
+    __slots__ = ("_budget_factory", "_budgets", "engine_data", "mode", "payload", "session_id",
+                 "tool_call_id", "tool_name", "turn")
+
+    def __init__(
+        self,
+        *,
+        payload: Mapping[str, Any],
+        mode: str,
+        turn: int,
+        engine_data: dict[str, Any],
+        budgets: MutableMapping[str, IterationBudget],
+        budget_factory: BudgetFactory,
+        tool_name: str = "",
+        tool_call_id: str = "",
+        session_id: str | None = None,
+    ) -> None:
+        # The executor hands one read-only view to every call; wrap anything else once here.
+        self.payload: Mapping[str, Any] = (
+            payload if isinstance(payload, MappingProxyType) else MappingProxyType(dict(payload))
+        )
+        self.mode = mode
+        self.turn = turn
+        self.engine_data = engine_data
+        self.tool_name = tool_name
+        self.tool_call_id = tool_call_id
+        self.session_id = session_id
+        self._budgets = budgets
+        self._budget_factory = budget_factory
+
+    def budget(self, name: str) -> IterationBudget:
+        """The run's budget ``name``; call ``increment()`` on it for each unit of work.
+
+        The first call creates it through the host's registry (ceiling from the override,
+        setting or default, clamped) and registers it with the run; later calls, including
+        from other tools, get the same object.
+        """
+        existing = self._budgets.get(name)
+        if existing is not None:
+            return existing
+        created = self._budget_factory(name)
+        # setdefault: if something else added it meanwhile, everyone shares that one.
+        return self._budgets.setdefault(name, created)
+
+    def __repr__(self) -> str:
+        return (f"ToolContext(tool_name={self.tool_name!r}, mode={self.mode!r}, "
+                f"turn={self.turn}, budgets={sorted(self._budgets)})")

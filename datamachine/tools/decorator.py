@@ -1,0 +1,69 @@
+"""``@datamachine.tool``: turn a typed, documented function into a :class:`Tool`.
+
+The function's name, type hints and docstring already say what the model needs to know, so the
+decorator reads them instead of asking the author to write a JSON schema by hand. It works bare
+(``@tool``) and with options (``@tool(name="search", runtime={...})``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, overload
+
+from datamachine.errors import InvalidToolDefinition
+from datamachine.tools.definition import Tool
+
+__all__ = ["tool"]
+
+
+@overload
+def tool(function: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    parameters: dict[str, Any] | None = None,
+    handler: str | None = None,
+    runtime: dict[str, Any] | None = None,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    parameters: dict[str, Any] | None = None,
+    handler: str | None = None,
+    runtime: dict[str, Any] | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Build a :class:`Tool` from a function.
+
+    The tool's name defaults to the function's name; its description to the docstring's first
+    paragraph; its schema to one built from the type hints (a parameter without a default is
+    required; ``Args:`` lines describe parameters). A parameter named ``context`` is not part of
+    the schema: the executor passes a :class:`ToolContext` there.
+    """
+
+    def build(fn: Callable[..., Any]) -> Tool:
+        if not callable(fn):
+            raise InvalidToolDefinition(
+                f"@tool decorates a function, got {type(fn).__name__}."
+            )
+        tool_name = name if name is not None else getattr(fn, "__name__", None)
+        return Tool(
+            name=tool_name,
+            description=description or "",
+            parameters=parameters,
+            function=fn,
+            handler=handler,
+            runtime=dict(runtime or {}),
+        )
+
+    if function is not None:
+        return build(function)
+    return build

@@ -1,0 +1,229 @@
+"""The tool definition every run offers to a model: :class:`Tool`.
+
+A ``Tool`` is what crosses the boundary between plugins, the host and providers, so it is a
+pydantic model validated once, when it is defined: a tool with no name, a provider-unsafe name
+or a malformed schema fails at import or boot, not three turns into a run. What the executor
+needs to call it quickly (is it async, does it want a context, which arguments can it take) is
+worked out here too, once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+from datamachine.errors import InvalidToolDefinition
+from datamachine.tools.docstrings import parse_docstring
+from datamachine.tools.schema import CONTEXT_PARAMETER, function_schema
+from datamachine.tools.validation import ParameterValidator
+
+__all__ = ["DUPLICATE_POLICIES", "TOOL_NAME_PATTERN", "Tool"]
+
+# Names every provider accepts for a function (OpenAI's rule is the strictest).
+TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+DUPLICATE_POLICIES = frozenset({"reject", "repeatable"})
+COMPLETION_SIGNALS = frozenset({"terminal"})
+
+
+class Tool(BaseModel):
+    """One tool: its provider-facing name, description and JSON schema, and the function.
+
+    Build it with keyword arguments, or let ``@datamachine.tool`` build it from a typed
+    function. ``parameters`` is a JSON-schema object; when left out it is generated from the
+    function's signature, as is an empty ``description`` from its docstring. ``runtime`` may say
+    ``completion_signal: "terminal"`` (a successful call ends the run's task) and
+    ``duplicate_policy: "repeatable"`` (identical calls are never rejected as duplicates).
+    ``handler`` names the pipeline handler the tool stands for, if any; ``plugin`` is set by the
+    tool registry to the plugin that registered it.
+
+    Invalid definitions raise :class:`datamachine.errors.InvalidToolDefinition` naming the field.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    function: Callable[..., Any]
+    handler: str | None = None
+    runtime: dict[str, Any] = Field(default_factory=dict)
+    plugin: str | None = None
+
+    _validator: ParameterValidator = PrivateAttr()
+    _wants_context: bool = PrivateAttr(default=False)
+    _is_async: bool = PrivateAttr(default=False)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise InvalidToolDefinition(_explain(exc, data)) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_function(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if isinstance(data.get("parameters"), dict):
+            # Defaults are filled in below; never on the caller's own dict.
+            data["parameters"] = dict(data["parameters"])
+        function = data.get("function")
+        if not callable(function):
+            return data  # field validation reports what is missing
+        needs_schema = data.get("parameters") is None
+        needs_description = not data.get("description")
+        if needs_schema:
+            try:
+                schema, description = function_schema(function)
+            except InvalidToolDefinition as exc:
+                # Reported with the tool's name by __init__, like every other field error.
+                raise ValueError(str(exc)) from None
+            data["parameters"] = schema
+        elif needs_description:
+            description = parse_docstring(inspect.getdoc(function)).description
+        if needs_description:
+            data["description"] = description
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> Tool:
+        if not TOOL_NAME_PATTERN.match(self.name):
+            raise ValueError(
+                f"name {self.name!r} must be 1-64 characters of letters, digits, '_' or '-' "
+                "(the names every provider accepts)"
+            )
+        _check_schema(self.parameters)
+        _check_runtime(self.runtime)
+        signature = _signature(self.function)
+        accepted: frozenset[str] | None = None
+        wants_context = False
+        if signature is not None:
+            params = signature.parameters
+            wants_context = CONTEXT_PARAMETER in params
+            takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
+            if not takes_kwargs:
+                accepted = frozenset(
+                    name for name, p in params.items()
+                    if name != CONTEXT_PARAMETER
+                    and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                )
+        self._wants_context = wants_context
+        self._is_async = _is_coroutine_function(self.function)
+        self._validator = ParameterValidator(self.name, self.parameters, accepted)
+        return self
+
+    # -- what the rest of the package reads ------------------------------------------------
+    def to_provider_dict(self) -> dict[str, Any]:
+        """``{"name", "description", "parameters"}``: the shape every provider request uses."""
+        return {"name": self.name, "description": self.description,
+                "parameters": self.parameters}
+
+    @property
+    def repeatable(self) -> bool:
+        """True when identical calls may run again (``duplicate_policy: "repeatable"``)."""
+        return self.runtime.get("duplicate_policy") == "repeatable"
+
+    @property
+    def terminal(self) -> bool:
+        """True when a successful call signals the task is done (``completion_signal``)."""
+        return self.runtime.get("completion_signal") == "terminal"
+
+    @property
+    def wants_context(self) -> bool:
+        """Whether the function declares a ``context`` parameter (it gets a ToolContext)."""
+        return self._wants_context
+
+    @property
+    def is_async(self) -> bool:
+        """Whether calling the function returns a coroutine."""
+        return self._is_async
+
+    @property
+    def validator(self) -> ParameterValidator:
+        """The compiled argument checker for this tool's schema."""
+        return self._validator
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the underlying function directly (handy in tests and plain Python code)."""
+        return self.function(*args, **kwargs)
+
+
+def _signature(function: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(function)
+    except (TypeError, ValueError):
+        return None  # a builtin without a signature: pass arguments through unchecked
+
+
+def _is_coroutine_function(function: Callable[..., Any]) -> bool:
+    if inspect.iscoroutinefunction(function):
+        return True
+    # A callable object whose __call__ is async behaves like an async function.
+    return inspect.iscoroutinefunction(inspect.getattr_static(type(function), "__call__", None))
+
+
+def _check_schema(schema: dict[str, Any]) -> None:
+    kind = schema.setdefault("type", "object")
+    if kind != "object":
+        raise ValueError(
+            f'parameters must be a JSON-schema object ("type": "object"), got {kind!r}'
+        )
+    properties = schema.setdefault("properties", {})
+    if not isinstance(properties, dict) or not all(
+        isinstance(key, str) and isinstance(value, dict) for key, value in properties.items()
+    ):
+        raise ValueError("parameters.properties must map each parameter name to a schema dict")
+    required = schema.setdefault("required", [])
+    if not isinstance(required, list) or not all(isinstance(item, str) for item in required):
+        raise ValueError("parameters.required must be a list of parameter names")
+    unknown = [item for item in required if item not in properties]
+    if unknown:
+        raise ValueError(
+            f"parameters.required names {', '.join(unknown)}, which parameters.properties does "
+            "not define"
+        )
+
+
+def _check_runtime(runtime: dict[str, Any]) -> None:
+    policy = runtime.get("duplicate_policy")
+    if policy is not None and policy not in DUPLICATE_POLICIES:
+        raise ValueError(
+            f"runtime.duplicate_policy must be one of {sorted(DUPLICATE_POLICIES)}, got {policy!r}"
+        )
+    signal = runtime.get("completion_signal")
+    if signal is not None and signal not in COMPLETION_SIGNALS:
+        raise ValueError(
+            f"runtime.completion_signal must be one of {sorted(COMPLETION_SIGNALS)}, "
+            f"got {signal!r}"
+        )
+
+
+_FIELD_HELP: dict[str, str] = {
+    "name": "a name of 1-64 letters, digits, '_' or '-'",
+    "function": "the callable that runs the tool",
+    "parameters": "a JSON-schema object",
+    "description": "a string telling the model what the tool does",
+    "runtime": "a dict such as {'duplicate_policy': 'repeatable'}",
+}
+
+
+def _explain(exc: ValidationError, data: dict[str, Any]) -> str:
+    name = data.get("name")
+    label = f"Tool {name!r}" if isinstance(name, str) and name else "Tool definition"
+    parts = []
+    for error in exc.errors():
+        field = ".".join(str(p) for p in error["loc"]) or "definition"
+        if error["type"] == "missing":
+            hint = _FIELD_HELP.get(field)
+            parts.append(f"missing required field {field!r}" + (f" ({hint})" if hint else ""))
+        elif error["type"] == "callable_type":
+            parts.append(f"field 'function' must be callable, got {type(error['input']).__name__}")
+        else:
+            message = str(error["msg"]).removeprefix("Value error, ")
+            parts.append(f"field {field!r}: {message}" if error["loc"] else message)
+    return f"{label}: {'; '.join(parts)}."

@@ -1,0 +1,205 @@
+"""Running one tool call for the loop: :class:`ToolExecutor`.
+
+The generic loop hands every tool call to ``tool_executor(tool_call, context)``. This executor
+is the product's answer: it rejects a call that already succeeded (duplicates), then a call the
+run's runtime rules forbid, then checks the arguments against the tool's schema, and only then
+runs the tool, sync or async. Every way a call can go wrong (unknown tool, bad arguments, a
+rejection, a tool that raises) becomes a failed tool result the model can read and recover from;
+none of them ends the run.
+
+One executor serves one run: it keeps that run's transcript index (so checks stay cheap as the
+transcript grows), its rule state and its engine data.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Iterable, Mapping, MutableMapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from agents_api import IterationBudget
+from datamachine.registry import IterationBudgetRegistry
+from datamachine.tools.context import ToolContext
+from datamachine.tools.definition import Tool
+from datamachine.tools.duplicates import check_duplicate
+from datamachine.tools.history import TranscriptIndex, canonical_json, coerce_parameters
+from datamachine.tools.registry import normalize_tools
+from datamachine.tools.results import failed_result, normalize_return
+from datamachine.tools.runtime_rules import RuntimeRule, RuntimeRuleSet, parse_runtime_rules
+from datamachine.tools.validation import ParameterError
+
+__all__ = ["RUNTIME_PAYLOAD_KEYS", "ToolExecutor"]
+
+logger = logging.getLogger("datamachine.tools")
+
+# Payload keys that carry runtime objects or loop configuration (DESIGN.md 5.2); a tool never
+# sees them, even if the caller forgot to strip them.
+RUNTIME_PAYLOAD_KEYS = frozenset({
+    "event_sink", "transcript_persister", "transcript_lock", "transcript_session_id",
+    "transcript_lock_ttl", "completion_assertions", "completion_policy", "tool_runtime_rules",
+    "budget_pressure", "final_summary", "persist_transcript", "script", "max_seconds",
+})
+
+ToolResult = dict[str, Any]
+
+
+class ToolExecutor:
+    """The loop's ``tool_executor`` for one run.
+
+    ``tools``: the run's tools (a mapping name → Tool, or a list). ``mode``: the run's mode (or
+    modes), which picks the duplicate correction. ``payload``: the run's payload; runtime keys are
+    dropped before a tool sees it. ``engine_data``: the run's mutable engine data (default: the
+    payload's ``engine_data`` dict, else a new dict); tools write to it through their context.
+    ``registry``: creates budgets a tool asks for by name. ``runtime_rules``: tool runtime rules
+    (default: ``payload["tool_runtime_rules"]``), validated here so a bad rule fails before the
+    run starts.
+    ``warnings``: where clamped budget ceilings are reported (the run's ``warnings``).
+
+    Calling it returns the result dict for a sync tool and an awaitable of it for an async tool,
+    so a run of sync tools never needs an event loop.
+    """
+
+    def __init__(
+        self,
+        tools: Mapping[str, Tool] | Iterable[Tool] | None,
+        *,
+        mode: str | Sequence[str] = "pipeline",
+        payload: Mapping[str, Any] | None = None,
+        engine_data: dict[str, Any] | None = None,
+        registry: IterationBudgetRegistry | None = None,
+        runtime_rules: Sequence[Mapping[str, Any] | RuntimeRule] | None = None,
+        warnings: list[str] | None = None,
+    ) -> None:
+        self.tools: dict[str, Tool] = normalize_tools(tools)
+        raw_payload = dict(payload or {})
+        if runtime_rules is None:
+            runtime_rules = raw_payload.get("tool_runtime_rules")
+        self.rules = RuntimeRuleSet(parse_runtime_rules(runtime_rules))
+        self.mode: str | Sequence[str] = mode
+        modes = [mode] if isinstance(mode, str) else [str(m) for m in mode]
+        self._primary_mode = modes[0] if modes else "pipeline"
+        if engine_data is None:
+            found = raw_payload.get("engine_data")
+            engine_data = found if isinstance(found, dict) else {}
+        self.engine_data: dict[str, Any] = engine_data
+        self.payload: Mapping[str, Any] = MappingProxyType(
+            {key: value for key, value in raw_payload.items() if key not in RUNTIME_PAYLOAD_KEYS}
+        )
+        self.registry = registry if registry is not None else IterationBudgetRegistry()
+        self.warnings: list[str] = warnings if warnings is not None else []
+        self.index = TranscriptIndex(observers=[self.rules] if self.rules else ())
+        # Budgets created by tools when the caller's context has no budgets mapping.
+        self._own_budgets: dict[str, IterationBudget] = {}
+
+    def __call__(
+        self, tool_call: Mapping[str, Any], context: Mapping[str, Any]
+    ) -> ToolResult | Awaitable[ToolResult]:
+        """Run one call: duplicate check → runtime rules → argument check → the tool."""
+        name = str(tool_call.get("name") or tool_call.get("tool_name") or "")
+        call_id = str(tool_call.get("id") or context.get("tool_call_id") or "")
+        messages = context.get("messages")
+        tracked = isinstance(messages, Sequence)
+        if tracked:
+            self.index.sync(messages)  # type: ignore[arg-type]  # narrowed just above
+        raw = tool_call.get("parameters")
+        params = coerce_parameters(raw)
+
+        tool = self.tools.get(name)
+        if tool is None:
+            available = sorted(self.tools)
+            listing = ", ".join(available) if available else "none (this run has no tools)"
+            return self._done(tracked, call_id, failed_result(
+                name, params, f"Tool '{name}' not found. Available tools: {listing}.",
+                "tool_not_found", available_tools=available,
+            ))
+        if params is None:
+            return self._done(tracked, call_id, failed_result(
+                name, None,
+                f'Tool "{name}" needs its parameters as a JSON object, got {raw!r}.',
+                "invalid_parameters",
+            ))
+        key = self.index.open_key(call_id) if tracked else None
+        if key is None:
+            key = canonical_json(params)
+        if not tracked:
+            self.index.record_call(call_id, name, params)
+
+        rejection = check_duplicate(tool, key, params, self.index, self.mode)
+        if rejection is None and self.rules:
+            rejection = self.rules.check(name, params)
+        if rejection is not None:
+            return self._done(tracked, call_id, rejection)
+
+        try:
+            arguments = tool.validator.validate(params)
+        except ParameterError as exc:
+            return self._done(tracked, call_id, failed_result(
+                name, params, exc.message, exc.error_type, **exc.extra))
+        if tool.wants_context:
+            arguments["context"] = self._context(tool, call_id, context)
+
+        try:
+            value = tool.function(**arguments)
+        except Exception as exc:
+            return self._done(tracked, call_id, self._raised(tool, params, exc))
+        if inspect.isawaitable(value):
+            return self._finish_async(value, tool, params, tracked, call_id)
+        return self._done(tracked, call_id, self._normalize(tool, value, params))
+
+    async def _finish_async(
+        self, pending: Awaitable[Any], tool: Tool, params: dict[str, Any], tracked: bool,
+        call_id: str,
+    ) -> ToolResult:
+        try:
+            value = await pending
+        except Exception as exc:
+            return self._done(tracked, call_id, self._raised(tool, params, exc))
+        return self._done(tracked, call_id, self._normalize(tool, value, params))
+
+    def _normalize(self, tool: Tool, value: Any, params: dict[str, Any]) -> ToolResult:
+        try:
+            return normalize_return(value, tool.name, params)
+        except Exception as exc:
+            return self._raised(tool, params, exc)
+
+    @staticmethod
+    def _raised(tool: Tool, params: dict[str, Any], exc: Exception) -> ToolResult:
+        logger.warning("datamachine: tool %r raised", tool.name, exc_info=True)
+        detail = str(exc) or "no message"
+        return failed_result(
+            tool.name, params,
+            f"Tool '{tool.name}' failed: {type(exc).__name__}: {detail}. Check the parameters "
+            "and try again, or continue without this tool.",
+            "tool_exception", exception=type(exc).__name__,
+        )
+
+    def _done(self, tracked: bool, call_id: str, result: ToolResult) -> ToolResult:
+        if not tracked:
+            # Without a transcript the executor remembers outcomes itself.
+            self.index.record_result(call_id, str(result.get("tool_name", "")),
+                                     result.get("success") is True,
+                                     result.get("rejected") is True)
+        return result
+
+    def _context(self, tool: Tool, call_id: str, context: Mapping[str, Any]) -> ToolContext:
+        budgets = context.get("budgets")
+        if not isinstance(budgets, MutableMapping):
+            budgets = self._own_budgets
+        turn = context.get("turn")
+        session_id = context.get("session_id")
+        return ToolContext(
+            payload=self.payload,
+            mode=self._primary_mode,
+            turn=turn if isinstance(turn, int) else 0,
+            engine_data=self.engine_data,
+            budgets=budgets,
+            budget_factory=self._create_budget,
+            tool_name=tool.name,
+            tool_call_id=call_id,
+            session_id=session_id if isinstance(session_id, str) else None,
+        )
+
+    def _create_budget(self, name: str) -> IterationBudget:
+        return self.registry.create(name, warnings=self.warnings)
