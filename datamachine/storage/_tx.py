@@ -23,7 +23,7 @@ from sqlite_utils import Database
 
 from datamachine.errors import DatabaseError
 
-__all__ = ["connection_lock", "db_label", "immediate", "sqlite_errors"]
+__all__ = ["connection_lock", "db_label", "immediate", "snapshot", "sqlite_errors"]
 
 _LOCKS: weakref.WeakKeyDictionary[Database, threading.RLock] = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
@@ -99,3 +99,23 @@ def immediate(db: Database, lock: threading.RLock, label: str, action: str) -> I
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+
+@contextmanager
+def snapshot(db: Database, lock: threading.RLock, label: str) -> Iterator[sqlite3.Connection]:
+    """Run several reads against one consistent snapshot (a read transaction), holding ``lock``.
+
+    Without it, another process could commit between two SELECTs, and a transcript's row would
+    disagree with its messages. Inside a caller's transaction the reads simply join it.
+    """
+    with lock, sqlite_errors(label, "read"):
+        conn = db.conn
+        if conn.in_transaction:
+            yield conn
+            return
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")

@@ -23,7 +23,7 @@ import json
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -32,7 +32,7 @@ from sqlite_utils import Database
 from agents_api import clock
 from agents_api.message import Message, normalize_message
 from datamachine.errors import TranscriptNotFound, UsageError
-from datamachine.storage._tx import connection_lock, db_label, immediate
+from datamachine.storage._tx import connection_lock, db_label, immediate, snapshot
 from datamachine.storage.locks import TranscriptLocks, check_session_id
 
 __all__ = ["Transcript", "TranscriptStatus", "TranscriptStore", "TranscriptSummary"]
@@ -85,7 +85,7 @@ class Transcript(TranscriptSummary):
     messages: list[dict[str, Any]]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Run:
     """What this process wrote for the run currently holding a session (in memory only).
 
@@ -198,11 +198,12 @@ class TranscriptStore:
                     "cumulative_turn_count = ?, message_count = ?, updated_at = ? WHERE id = ?",
                     [turn, cumulative + 1, count + len(encoded), now, sid],
                 )
-            first = run.first_appended
-            if first is None and messages:
-                first = messages[0]
-            self._runs[sid] = replace(run, turns=run.turns + 1,
-                                      appended=run.appended + len(encoded), first_appended=first)
+            # Updated only once the turn committed, so a failed write leaves the record as it was.
+            if run.first_appended is None and messages:
+                run.first_appended = messages[0]
+            run.turns += 1
+            run.appended += len(encoded)
+            self._runs[sid] = run
 
     def persist(self, messages: Sequence[MessageLike], request: Mapping[str, Any],
                 result: Any) -> str:
@@ -265,8 +266,8 @@ class TranscriptStore:
 
     def get_transcript(self, session_id: str) -> Transcript:
         """Metadata and messages of one transcript; TranscriptNotFound if unknown."""
-        with self._lock:
-            row = self._db.conn.execute(
+        with snapshot(self._db, self._lock, self._label) as conn:
+            row = conn.execute(
                 f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN} WHERE t.id = ?",
                 [clock.now(), session_id],
             ).fetchone()
