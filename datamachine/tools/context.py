@@ -23,14 +23,16 @@ BudgetFactory = Callable[[str], IterationBudget]
 class ToolContext:
     """The run as one tool call sees it.
 
-    ``payload`` is read-only; ``engine_data`` is the run's mutable engine data (writes are kept
-    and reach the job when the run ends). ``budget(name)`` returns the run's budget of that
-    name, creating it from the host's budget registry on first use and adding it to the run's
-    budgets so the loop checks it after this call.
+    ``payload`` is read-only; ``mode`` is the run's mode label (``"chat"``, or
+    ``"cluckin,chat"`` for a multi-mode run) and ``modes`` the same as a tuple; ``turn`` is the
+    provider turn that asked for this call; ``engine_data`` is the run's mutable engine data
+    (writes are kept and reach the job when the run ends). ``budget(name)`` returns the run's
+    budget of that name, creating it from the host's budget registry on first use and adding it
+    to the run's budgets so the loop checks it after this call.
     """
 
-    __slots__ = ("_budget_factory", "_budgets", "engine_data", "mode", "payload", "session_id",
-                 "tool_call_id", "tool_name", "turn")
+    __slots__ = ("_budget_factory", "_budgets", "engine_data", "mode", "modes", "payload",
+                 "session_id", "tool_call_id", "tool_name", "turn")
 
     def __init__(
         self,
@@ -41,6 +43,7 @@ class ToolContext:
         engine_data: dict[str, Any],
         budgets: MutableMapping[str, IterationBudget],
         budget_factory: BudgetFactory,
+        modes: tuple[str, ...] | None = None,
         tool_name: str = "",
         tool_call_id: str = "",
         session_id: str | None = None,
@@ -50,6 +53,8 @@ class ToolContext:
             payload if isinstance(payload, MappingProxyType) else MappingProxyType(dict(payload))
         )
         self.mode = mode
+        self.modes = modes if modes is not None else tuple(
+            part.strip() for part in mode.split(",") if part.strip())
         self.turn = turn
         self.engine_data = engine_data
         self.tool_name = tool_name

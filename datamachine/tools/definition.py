@@ -148,6 +148,21 @@ class Tool(BaseModel):
         """The compiled argument checker for this tool's schema."""
         return self._validator
 
+    def _identity(self) -> tuple[Any, ...]:
+        return (self.name, self.description, self.parameters, self.function, self.handler,
+                self.runtime, self.plugin)
+
+    def __eq__(self, other: object) -> bool:
+        # Two definitions of the same tool are equal; the compiled helpers do not count.
+        if not isinstance(other, Tool):
+            return NotImplemented
+        return self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        # The generated hash would hash the schema dicts and fail; name and function identify
+        # a tool (equal tools hash equal, so tools work in sets and as dict keys).
+        return hash((self.name, id(self.function), self.plugin))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (handy in tests and plain Python code)."""
         return self.function(*args, **kwargs)

@@ -78,8 +78,10 @@ class ToolExecutor:
             runtime_rules = raw_payload.get("tool_runtime_rules")
         self.rules = RuntimeRuleSet(parse_runtime_rules(runtime_rules))
         self.mode: str | Sequence[str] = mode
-        modes = [mode] if isinstance(mode, str) else [str(m) for m in mode]
-        self._primary_mode = modes[0] if modes else "pipeline"
+        parts = mode.split(",") if isinstance(mode, str) else [str(m) for m in mode]
+        self._modes = tuple(part.strip() for part in parts if part.strip()) or ("pipeline",)
+        # Tools see the run's mode label: "chat", or "cluckin,chat" for a multi-mode run.
+        self._mode_label = ",".join(self._modes)
         if engine_data is None:
             found = raw_payload.get("engine_data")
             engine_data = found if isinstance(found, dict) else {}
@@ -191,7 +193,8 @@ class ToolExecutor:
         session_id = context.get("session_id")
         return ToolContext(
             payload=self.payload,
-            mode=self._primary_mode,
+            mode=self._mode_label,
+            modes=self._modes,
             turn=turn if isinstance(turn, int) else 0,
             engine_data=self.engine_data,
             budgets=budgets,

@@ -168,6 +168,7 @@ class TranscriptIndex:
             return  # a result with no call in view (trimmed transcript): nothing to learn
         if success:
             self.successful.add((entry.name, entry.key))
-        completed = CompletedCall(entry.name, entry.parameters, entry.key, success, rejected)
-        for observer in self._observers:
-            observer.observe(completed)
+        if self._observers:
+            completed = CompletedCall(entry.name, entry.parameters, entry.key, success, rejected)
+            for observer in self._observers:
+                observer.observe(completed)

@@ -89,7 +89,7 @@ class ParameterValidator:
     ``**kwargs`` (and the schema does not forbid extra properties).
     """
 
-    __slots__ = ("_integers", "_properties", "_required", "_tool_name", "accepted")
+    __slots__ = ("_integers", "_properties", "_required", "_simple", "_tool_name", "accepted")
 
     def __init__(
         self, tool_name: str, schema: Mapping[str, Any], accepted: frozenset[str] | None
@@ -100,6 +100,13 @@ class ParameterValidator:
             name: prop for name, prop in properties.items() if isinstance(prop, Mapping)
         }
         self._required: tuple[str, ...] = tuple(schema.get("required") or ())
+        # Most properties are just {"type": ...}: those get a direct type test per call, and
+        # the full schema walk only runs to explain a failure or for richer schemas.
+        self._simple: dict[str, str] = {
+            name: prop["type"] for name, prop in self._properties.items()
+            if isinstance(prop.get("type"), str)
+            and not {"enum", "anyOf", "oneOf", "items"} & prop.keys()
+        }
         # Floats like 3.0 sent for an integer parameter are passed on as ints.
         self._integers = frozenset(
             name for name, prop in self._properties.items() if prop.get("type") == "integer"
@@ -137,14 +144,18 @@ class ParameterValidator:
             if value is None and name not in self._required:
                 # Models send null for "not given": the function's own default applies.
                 continue
-            prop = self._properties.get(name)
+            simple = self._simple.get(name)
+            if simple is not None and _matches_type(value, simple):
+                prop = None
+            else:
+                prop = self._properties.get(name)
             if prop is not None:
                 problem = type_problem(value, prop, name)
                 if problem is not None:
                     problems.append(problem)
                     continue
-                if name in self._integers and isinstance(value, float):
-                    value = int(value)
+            if name in self._integers and isinstance(value, float):
+                value = int(value)
             arguments[name] = value
         if problems:
             raise ParameterError(

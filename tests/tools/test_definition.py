@@ -147,3 +147,10 @@ def test_async_functions_and_async_callable_objects_are_detected() -> None:
     assert poller.parameters["required"] == ["queue"]
     assert asyncio.run(poller(queue="q")) == "q"
     assert not tool(echo).is_async
+
+
+def test_tools_are_hashable_and_equal_by_definition() -> None:
+    first = Tool(name="echo", function=echo)
+    same = Tool(name="echo", function=echo)
+    assert first == same
+    assert len({first, same, Tool(name="other", function=echo)}) == 2

@@ -240,6 +240,20 @@ def test_context_exposes_payload_without_runtime_objects_mode_turn_and_engine_da
         first.payload["job_id"] = 8  # type: ignore[index]
 
 
+def test_multi_mode_runs_show_tools_the_label_and_the_modes() -> None:
+    seen: list[ToolContext] = []
+
+    @tool
+    def where(context: ToolContext) -> None:
+        """Where."""
+        seen.append(context)
+
+    ToolExecutor([where], mode=["cluckin", "chat"])({"id": "1", "name": "where"}, {})
+    ToolExecutor([where], mode="pipeline")({"id": "2", "name": "where"}, {})
+    assert [(c.mode, c.modes) for c in seen] == [("cluckin,chat", ("cluckin", "chat")),
+                                                 ("pipeline", ("pipeline",))]
+
+
 def test_explicit_engine_data_is_used_when_given() -> None:
     @tool
     def mark(context: ToolContext) -> None:
