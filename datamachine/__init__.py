@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agents_api import Decision
-    from datamachine.api import arun_conversation, run_conversation
+    from datamachine.api import arun_conversation, continue_conversation, run_conversation
     from datamachine.conversation.result import ConversationResult
     from datamachine.default_host import get_default_host
     from datamachine.errors import (
@@ -36,6 +36,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "run_conversation": "datamachine.api",
     "arun_conversation": "datamachine.api",
+    "continue_conversation": "datamachine.api",
     "ConversationResult": "datamachine.conversation.result",
     "Tool": "datamachine.tools",
     "ToolContext": "datamachine.tools",
@@ -81,6 +82,7 @@ __all__ = [
     "UsageError",
     "__version__",
     "arun_conversation",
+    "continue_conversation",
     "get_default_host",
     "hookimpl",
     "run_conversation",

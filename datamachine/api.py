@@ -11,7 +11,7 @@ from typing import Any
 from datamachine.conversation.result import ConversationResult
 from datamachine.default_host import get_default_host
 
-__all__ = ["arun_conversation", "run_conversation"]
+__all__ = ["arun_conversation", "continue_conversation", "run_conversation"]
 
 
 def run_conversation(
@@ -51,3 +51,20 @@ async def arun_conversation(
     """Async twin of :func:`run_conversation` (async providers and tools are awaited)."""
     return await get_default_host().arun_conversation(messages, tools, provider, model, mode,
                                                       payload, max_turns, single_turn)
+
+
+def continue_conversation(
+    session_id: str,
+    extend_by: int,
+    tools: Any = None,
+    provider: str | None = None,
+    model: str | None = None,
+) -> ConversationResult:
+    """Resume a stored run with at most ``extend_by`` more provider turns (default host).
+
+    The provider and model recorded with the transcript are reused unless given; ``tools=None``
+    runs with no tools. The result reports this run's ``turn_count`` and the transcript's
+    ``cumulative_turn_count``.
+    """
+    return get_default_host().continue_conversation(session_id, extend_by, tools, provider,
+                                                    model)

@@ -90,6 +90,32 @@ class Host:
                                           self._model(model), mode, payload, max_turns,
                                           single_turn)
 
+    def continue_conversation(
+        self,
+        session_id: str,
+        extend_by: int,
+        tools: Any = None,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> ConversationResult:
+        """Resume a stopped (or crash-interrupted) run with at most ``extend_by`` more turns."""
+        from datamachine.conversation.continuation import continue_conversation_on
+
+        return continue_conversation_on(self, session_id, extend_by, tools, provider, model)
+
+    def chat(
+        self,
+        session_id: str,
+        message: str,
+        tools: Any = None,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> ConversationResult:
+        """One chat-mode run on a stored chat session, enforcing its turn limit."""
+        from datamachine.conversation.continuation import chat_on
+
+        return chat_on(self, session_id, message, tools, provider, model)
+
     def _provider(self, provider: str | None) -> Any:
         if provider is not None:
             return provider

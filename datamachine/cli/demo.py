@@ -2,8 +2,9 @@
 
 The first run is a weather comparison that finishes on its own: tool calls, one duplicate call
 rejected by the executor, and a final answer. The second is a research agent that never stops
-searching; the ``conversation_turns`` budget stops it and the result says so. Both transcripts
-are written to SQLite. Nothing here reaches the network.
+searching; the ``conversation_turns`` budget stops it, one tool-less call asks it for a summary
+(graceful exhaustion), and the result says why it stopped. Both transcripts are written to
+SQLite. Nothing here reaches the network.
 """
 
 from __future__ import annotations
@@ -70,12 +71,18 @@ WEATHER_SCRIPT: list[dict[str, Any]] = [
      "usage": _usage(300, 45)},
 ]
 
+# The runaway model would search forever; its budget allows 4 turns. The last entry answers the
+# one tool-less summary request the run makes when a budget stops a model mid-work.
 RUNAWAY_SCRIPT: list[dict[str, Any]] = [
-    {"content": "" if turn > 1 else "Let me research that thoroughly.",
-     "tool_calls": [{"id": f"s{turn}", "name": "search_web",
-                     "parameters": {"query": f"history of the bicycle, part {turn}"}}],
-     "usage": _usage(100 + 60 * turn, 20)}
-    for turn in range(1, 11)
+    *[{"content": "" if turn > 1 else "Let me research that thoroughly.",
+       "tool_calls": [{"id": f"s{turn}", "name": "search_web",
+                       "parameters": {"query": f"history of the bicycle, part {turn}"}}],
+       "usage": _usage(100 + 60 * turn, 20)}
+      for turn in range(1, 5)],
+    {"content": "<think>I was cut off; summarize.</think>I searched four angles of the "
+                "bicycle's history (overviews and recent news for parts 1-4) but ran out of "
+                "turns before writing the full story. Still open: the 20th century and racing.",
+     "usage": _usage(420, 40)},
 ]
 
 

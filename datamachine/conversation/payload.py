@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from datamachine.errors import UsageError
+from datamachine.registry import validate_budget_value
 
 __all__ = ["RUNTIME_KEYS", "RuntimeOptions", "base_log_context", "split_payload"]
 
@@ -18,6 +19,7 @@ RUNTIME_KEYS = frozenset({
     "event_sink", "transcript_persister", "transcript_lock", "transcript_session_id",
     "transcript_lock_ttl", "completion_assertions", "completion_policy", "tool_runtime_rules",
     "budget_pressure", "final_summary", "persist_transcript", "script", "max_seconds",
+    "extend_by",
 })
 _LOG_KEYS = ("job_id", "flow_step_id", "agent_slug")
 
@@ -39,6 +41,7 @@ class RuntimeOptions:
     persist_transcript: bool = True
     script: Any = None
     max_seconds: float | None = None
+    extend_by: int | None = None
 
 
 def split_payload(payload: Mapping[str, Any] | None) -> tuple[dict[str, Any], RuntimeOptions]:
@@ -73,6 +76,8 @@ def split_payload(payload: Mapping[str, Any] | None) -> tuple[dict[str, Any], Ru
         callable(options.event_sink) or callable(getattr(options.event_sink, "emit", None))
     ):
         raise UsageError("payload['event_sink'] must be a callable or have emit(event, payload).")
+    if options.extend_by is not None:
+        validate_budget_value("payload['extend_by']", options.extend_by)
     options.final_summary = bool(options.final_summary)
     options.persist_transcript = bool(options.persist_transcript)
     return clean, options

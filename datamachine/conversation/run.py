@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from agents_api import InvalidMessage, IterationBudget, LoopResult, Message, normalize_messages
+from agents_api import (
+    InvalidMessage,
+    IterationBudget,
+    LoopResult,
+    Message,
+    TurnResult,
+    normalize_messages,
+)
 from agents_api.loop import arun_loop, run_loop
+from datamachine.conversation.exhaustion import make_final_summary
 from datamachine.conversation.modes import normalize_modes
 from datamachine.conversation.payload import RuntimeOptions, base_log_context, split_payload
+from datamachine.conversation.pressure import PressureTracker, parse_budget_pressure
 from datamachine.conversation.result import ConversationResult
 from datamachine.conversation.timeouts import resolve_timeouts
 from datamachine.conversation.turns import ProviderTurnRunner
@@ -164,7 +173,10 @@ def prepare_run(
                 raise UsageError("setting 'max_run_seconds' must be a positive number of seconds.")
             max_seconds = setting
     if max_seconds is not None:
-        budgets.append(IterationBudget("wall_clock_seconds", max(1, int(max_seconds))))
+        # The wall clock is a hard rail: its hard ceiling equals its ceiling, so it is never
+        # offered for extension.
+        seconds = max(1, int(max_seconds))
+        budgets.append(IterationBudget("wall_clock_seconds", seconds, hard_ceiling=seconds))
 
     mode_label = ",".join(modes)
     base = base_log_context(mode_label, clean_payload)
@@ -174,6 +186,7 @@ def prepare_run(
         host, provider=provider_obj, provider_name=provider, model=model, mode=mode_label,
         tools=[t.to_provider_dict() for t in tool_map.values()], payload=clean_payload,
         timeouts=timeouts, emit=emit, single_turn=single_turn,
+        pressure=_pressure(host, runtime, emit),
     )
     from datamachine.tools import ToolExecutor
 
@@ -201,6 +214,29 @@ def prepare_run(
     )
 
 
+def _pressure(host: Host, runtime: RuntimeOptions, emit: Any) -> PressureTracker | None:
+    rules = parse_budget_pressure(runtime.budget_pressure, host.settings.get("budget_pressure"))
+    return None if rules is False else PressureTracker(rules, emit)
+
+
+def _confirm_extension(run: PreparedRun) -> Any:
+    """``on_budget_exhausted``: ask ``confirm_continuation``; extend by the original ceiling."""
+    original = {b.name(): b.ceiling() for b in (run.turn_budget, *run.budgets)}
+
+    def on_exhausted(budget: IterationBudget, context: dict[str, Any]) -> bool:
+        answer = run.host.first("confirm_continuation", budget=budget, context={
+            **context, "kind": "budget_exhausted", "mode": run.mode,
+            "session_id": run.session_id, "provider": run.provider_name, "model": run.model,
+        })
+        if answer is not True:
+            return False
+        extend_by = run.runtime.extend_by or original.get(budget.name(), budget.ceiling())
+        budget.extend(extend_by)
+        return True
+
+    return on_exhausted
+
+
 def _loop_kwargs(run: PreparedRun) -> dict[str, Any]:
     return {
         "turn_budget": run.turn_budget,
@@ -213,6 +249,9 @@ def _loop_kwargs(run: PreparedRun) -> dict[str, Any]:
         "transcript_lock_ttl": run.runtime.transcript_lock_ttl,
         "context": {"mode": run.mode, "payload": run.payload},
         "request": {"provider": run.provider_name, "model": run.model, "mode": run.mode},
+        "on_budget_exhausted": _confirm_extension(run),
+        "on_stop": make_final_summary(run.runner.summarize, run.emit,
+                                      enabled=run.runtime.final_summary),
     }
 
 
@@ -226,6 +265,9 @@ def finish(run: PreparedRun, outcome: LoopResult) -> ConversationResult:
         warning = (f"Maximum conversation turns ({run.turn_budget.ceiling()}) reached. "
                    "Response may be incomplete.")
     results = [r for r in outcome.tool_execution_results if not r["result"].get("rejected")]
+    usage = dict(outcome.usage)
+    for key, value in run.runner.summary_usage.items():
+        usage[key] = usage.get(key, 0) + value
     return ConversationResult.model_construct(
         messages=outcome.messages,
         final_content=outcome.final_content,
@@ -239,7 +281,7 @@ def finish(run: PreparedRun, outcome: LoopResult) -> ConversationResult:
         warning=warning,
         error=outcome.error,
         error_code=outcome.error_code,
-        usage=outcome.usage,
+        usage=usage,
         tool_execution_results=results,
         last_tool_calls=outcome.last_tool_calls,
         request_metadata=outcome.request_metadata or run.runner.last_request_metadata,
@@ -254,10 +296,16 @@ def finish(run: PreparedRun, outcome: LoopResult) -> ConversationResult:
 
 def run_conversation_on(host: Host, messages: Any, tools: Any, provider: Any, model: Any,
                         mode: Any = "pipeline", payload: Any = None, max_turns: Any = None,
-                        single_turn: Any = False) -> ConversationResult:
-    """Synchronous run on ``host`` (see ``datamachine.run_conversation``)."""
+                        single_turn: Any = False, *,
+                        after_turn: Callable[[TurnResult], None] | None = None,
+                        ) -> ConversationResult:
+    """Synchronous run on ``host`` (see ``datamachine.run_conversation``).
+
+    ``after_turn`` is called with each provider turn's result (chat session turn counting).
+    """
     run = prepare_run(host, messages, tools, provider, model, mode, payload, max_turns,
                       single_turn)
+    run.runner.after_turn = after_turn
     outcome = run_loop(run.messages, run.runner, **_loop_kwargs(run))
     return finish(run, outcome)
 

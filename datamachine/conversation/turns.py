@@ -15,7 +15,8 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from agents_api import Message, TurnResult
+from agents_api import IterationBudget, Message, TurnResult
+from datamachine.conversation.pressure import PressureTracker
 from datamachine.conversation.projection import ChatProjector
 from datamachine.conversation.timeouts import Timeouts
 from datamachine.errors import ProviderError
@@ -44,8 +45,7 @@ class ProviderTurnRunner:
         timeouts: Timeouts,
         emit: Emit,
         single_turn: bool = False,
-        request_filter: Callable[[list[dict[str, Any]], dict[str, Any]],
-                                 list[dict[str, Any]]] | None = None,
+        pressure: PressureTracker | None = None,
     ) -> None:
         self.host = host
         self.provider = provider
@@ -57,7 +57,8 @@ class ProviderTurnRunner:
         self.timeouts = timeouts
         self.emit = emit
         self.single_turn = single_turn
-        self.request_filter = request_filter
+        self.pressure = pressure
+        self.after_turn: Callable[[TurnResult], None] | None = None
         self.projector = ChatProjector()
         tools_json = json.dumps(tools, sort_keys=True, default=str).encode()
         self._tools_bytes = len(tools_json)
@@ -65,18 +66,27 @@ class ProviderTurnRunner:
         self._payload_bytes = len(json.dumps(self.payload, default=str))
         self._available_checked = False
         self.last_request_metadata: dict[str, Any] = {}
+        # Tokens spent by the final summary call, which is not a turn of the loop.
+        self.summary_usage: dict[str, Any] = {}
         self.has_text_result_hook = bool(host.pm.hook.text_result.get_hookimpls())
 
     # -- request building -----------------------------------------------------------------
-    def build_request(self, messages: list[Message], turn: int) -> ProviderRequest:
+    def build_request(
+        self, messages: list[Message], turn: int,
+        budgets: Mapping[str, IterationBudget] | None = None,
+        *, extra: list[dict[str, Any]] | None = None, offer_tools: bool = True,
+    ) -> ProviderRequest:
         """The provider request of ``turn`` and its metadata (stored on the runner)."""
         chat = self.projector.sync(messages)
         sent = list(chat)
-        if self.request_filter is not None:
-            # Budget pressure and similar notices go into this copy only, never the transcript.
-            sent = self.request_filter(sent, {"turn": turn})
+        tools = self.tools if offer_tools else []
+        if self.pressure is not None and budgets is not None:
+            # Budget pressure notices go into this copy only, never into the transcript.
+            sent, tools = self.pressure.apply(sent, tools, budgets)
+        if extra:
+            sent.extend(extra)
         request = ProviderRequest.model_construct(
-            messages=sent, tools=self.tools, provider=self.provider_name, model=self.model,
+            messages=sent, tools=tools, provider=self.provider_name, model=self.model,
             mode=self.mode, payload=self.payload, turn=turn,
             request_timeout=self.timeouts.request, connect_timeout=self.timeouts.connect,
         )
@@ -92,7 +102,7 @@ class ProviderTurnRunner:
             "request_json_bytes": messages_bytes + self._tools_bytes + self._payload_bytes,
             "prompt_sha256": self.projector.prompt_sha256(),
             "tool_policy_sha256": self._tools_sha,
-            "tools": {"count": len(self.tools), "names": [t["name"] for t in self.tools]},
+            "tools": {"count": len(tools), "names": [t["name"] for t in tools]},
             "transport": {"request_timeout": self.timeouts.request,
                           "connect_timeout": self.timeouts.connect},
         }
@@ -116,7 +126,7 @@ class ProviderTurnRunner:
 
     def __call__(self, messages: list[Message], context: dict[str, Any]) -> Any:
         turn = int(context["turn"])
-        request = self.build_request(messages, turn)
+        request = self.build_request(messages, turn, context.get("budgets"))
         try:
             self._check_availability()
             short = (self.host.first("text_result", request=request)
@@ -164,11 +174,48 @@ class ProviderTurnRunner:
             raise
         self.last_request_metadata["response"] = {"finish_reason": response.finish_reason}
         self._report(turn, success=True)
-        return TurnResult.model_construct(
+        if self.pressure is not None:
+            self.pressure.observe(response.content, response.tool_calls)
+        outcome = TurnResult.model_construct(
             content=response.content, tool_calls=response.tool_calls, usage=response.usage,
             request_metadata=self.last_request_metadata, complete=self.single_turn,
             continuation_messages=[],
         )
+        if self.after_turn is not None:
+            # Counted per provider turn (chat session limits); may set ``complete``.
+            self.after_turn(outcome)
+        return outcome
+
+    def summarize(self, messages: list[Message], prompt: str) -> Any:
+        """One tool-less request for a final summary (not a turn): its text, or an awaitable.
+
+        Goes through the same availability check and ``text_result`` hook as a turn; tool calls
+        in the answer are ignored because no tools were offered.
+        """
+        turn = int(self.last_request_metadata.get("turn", 0)) + 1
+        request = self.build_request(messages, turn, extra=[{"role": "user", "content": prompt}],
+                                     offer_tools=False)
+        self.last_request_metadata["final_summary"] = True
+        self._check_availability()
+        short = (self.host.first("text_result", request=request)
+                 if self.has_text_result_hook else None)
+        if short is not None:
+            return self._summary_text(self._from_hook(short, turn), turn)
+        answer = self.provider.complete(request)
+        if inspect.isawaitable(answer):
+            return self._summary_async(answer, turn)
+        return self._summary_text(answer, turn)
+
+    async def _summary_async(self, answer: Awaitable[Any], turn: int) -> str:
+        return self._summary_text(await answer, turn)
+
+    def _summary_text(self, answer: Any, turn: int) -> str:
+        if not isinstance(answer, ProviderResponse | Mapping):
+            return ""
+        response = normalize_response(answer, provider=self.provider_name, turn=turn)
+        for key, value in response.usage.items():
+            self.summary_usage[key] = self.summary_usage.get(key, 0) + value
+        return response.content
 
     def _report(self, turn: int, *, success: bool, error: BaseException | None = None) -> None:
         payload: dict[str, Any] = {"turn": turn, "provider": self.provider_name,

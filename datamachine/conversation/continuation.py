@@ -1,0 +1,130 @@
+"""Resuming work: ``continue_conversation`` (headless "+N turns") and chat sessions with turn
+limits (DESIGN.md section 6).
+
+Both run on the stored transcript of a session, so the model keeps its full context, and both
+report the run's own ``turn_count`` next to the session's ``cumulative_turn_count``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents_api import IterationBudget, Message, TurnResult
+from datamachine.conversation.result import ConversationResult
+from datamachine.errors import UsageError
+from datamachine.host import Host
+from datamachine.registry import validate_budget_value
+from datamachine.storage.chat_sessions import ChatSession
+
+__all__ = ["chat_on", "continue_conversation_on"]
+
+CHAT_TURN_BUDGET = "chat_turns"
+
+
+def continue_conversation_on(
+    host: Host,
+    session_id: str,
+    extend_by: int,
+    tools: Any = None,
+    provider: str | None = None,
+    model: str | None = None,
+) -> ConversationResult:
+    """Run at most ``extend_by`` more provider turns on a stored transcript.
+
+    Provider, model and mode default to those recorded with the transcript. ``tools=None``
+    runs with no tools; pass them again to keep them. A transcript left interrupted by a crash
+    continues the same way.
+    """
+    from datamachine.conversation.run import run_conversation_on
+
+    validate_budget_value("extend_by", extend_by)
+    record = host.transcripts.get_transcript(session_id)
+    chosen_provider = provider or record.provider or host.settings.get("default_provider",
+                                                                        "scripted")
+    chosen_model = model if model is not None else (record.model or "")
+    result = run_conversation_on(
+        host, record.messages, tools, chosen_provider, chosen_model, record.mode or "pipeline",
+        {"transcript_session_id": session_id}, extend_by,
+    )
+    result.cumulative_turn_count = host.transcripts.get_transcript(session_id).cumulative_turn_count
+    return result
+
+
+def _limit_budget(session: ChatSession) -> IterationBudget:
+    limit = session.max_turns
+    ceiling = limit if isinstance(limit, int) else max(1, session.turn_count)
+    return IterationBudget(CHAT_TURN_BUDGET, ceiling, session.turn_count)
+
+
+def _confirmed(host: Host, session: ChatSession) -> bool:
+    answer = host.first("confirm_continuation", budget=_limit_budget(session),
+                        context={"kind": "chat_turn_limit", "session_id": session.id,
+                                 "turn_count": session.turn_count,
+                                 "max_turns": session.max_turns})
+    return answer is True
+
+
+def _aborted_result(session: ChatSession, messages: list[Message]) -> ConversationResult:
+    return ConversationResult(
+        messages=messages, status="aborted", completed=False, turn_count=0,
+        warning=(f"Chat session {session.id!r} reached its turn limit ({session.max_turns}) "
+                 "and was not continued; it is now aborted."),
+        transcript_session_id=session.id, mode="chat",
+    )
+
+
+def chat_on(
+    host: Host,
+    session_id: str,
+    message: str,
+    tools: Any = None,
+    provider: str | None = None,
+    model: str | None = None,
+) -> ConversationResult:
+    """One chat-mode run on a stored session: its messages plus ``message``.
+
+    Each provider turn counts toward the session's limit. When the count reaches the limit
+    (never for ``"unlimited"``), ``confirm_continuation`` is asked: True resets the count and the
+    run goes on; False or no answer aborts the session (terminal) and the run stops with status
+    ``aborted``. An aborted session refuses new messages with ``SessionAborted``.
+    """
+    from datamachine.conversation.run import run_conversation_on
+
+    if not isinstance(message, str) or not message.strip():
+        raise UsageError("message must be a non-empty string.")
+    session = host.chat_sessions.require_active(session_id)
+    stored = host.chat_sessions.messages(session_id)
+    if session.limit_reached:
+        if not _confirmed(host, session):
+            aborted = host.chat_sessions.abort(session_id)
+            return _aborted_result(aborted, [Message(**m) for m in stored])
+        session = host.chat_sessions.reset_turns(session_id)
+
+    state = {"aborted": False}
+
+    def count_turn(outcome: TurnResult) -> None:
+        current = host.chat_sessions.add_turns(session_id, 1)
+        if not current.limit_reached:
+            return
+        if _confirmed(host, current):
+            host.chat_sessions.reset_turns(session_id)
+        else:
+            host.chat_sessions.abort(session_id)
+            state["aborted"] = True
+            outcome.complete = True
+
+    messages = [*stored, {"role": "user", "content": message}]
+    result = run_conversation_on(
+        host, messages, tools, provider or host.settings.get("default_provider", "scripted"),
+        model if model is not None else host.settings.get("default_model", ""), "chat",
+        {"transcript_session_id": session_id}, None, False, after_turn=count_turn,
+    )
+    if state["aborted"] and result.status in ("completed", "budget_exceeded"):
+        result.status = "aborted"
+        result.completed = False
+        result.warning = (f"Chat session {session_id!r} reached its turn limit "
+                          f"({session.max_turns}) and was not continued; it is now aborted.")
+    if host.transcripts.exists(session_id):
+        record = host.transcripts.get_transcript(session_id)
+        result.cumulative_turn_count = record.cumulative_turn_count
+    return result
