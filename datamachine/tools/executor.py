@@ -102,9 +102,11 @@ class ToolExecutor:
         name = str(tool_call.get("name") or tool_call.get("tool_name") or "")
         call_id = str(tool_call.get("id") or context.get("tool_call_id") or "")
         messages = context.get("messages")
-        tracked = isinstance(messages, Sequence)
-        if tracked:
-            self.index.sync(messages)  # type: ignore[arg-type]  # narrowed just above
+        # The loop passes the live transcript; without one the executor keeps its own record.
+        tracked = False
+        if isinstance(messages, Sequence) and not isinstance(messages, str | bytes):
+            tracked = True
+            self.index.sync(messages)
         raw = tool_call.get("parameters")
         params = coerce_parameters(raw)
 

@@ -144,7 +144,9 @@ class BlockUntilToolRule(_Rule):
 
 RuntimeRule = InspectionBudgetRule | RequirePriorToolRule | BlockUntilToolRule
 
-_RULE_TYPES: dict[str | None, type[_Rule]] = {
+_RULE_TYPES: dict[
+    str | None, type[InspectionBudgetRule] | type[RequirePriorToolRule] | type[BlockUntilToolRule]
+] = {
     None: InspectionBudgetRule,
     "inspection_budget": InspectionBudgetRule,
     "require_prior_tool": RequirePriorToolRule,
@@ -191,7 +193,7 @@ def parse_runtime_rules(raw: Any) -> list[RuntimeRule]:
             raise InvalidToolRuntimeRule(
                 f"{where}{'.' + field if field else ''}: {message}."
             ) from None
-        rules.append(rule)  # type: ignore[arg-type]  # _RULE_TYPES only holds RuntimeRule types
+        rules.append(rule)
     return rules
 
 
