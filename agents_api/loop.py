@@ -334,6 +334,14 @@ def _loop_steps(
             return result
         token = str(acquired)
 
+    # A persister that can store the starting messages now (under the lock) makes a run killed
+    # before its first turn finishes still leave its prompt behind.
+    begin = getattr(transcript_persister, "begin", None)
+    if begin is not None and session_id:
+        begun = begin(session_id, msgs, request_info)
+        if inspect.isawaitable(begun):
+            yield begun
+
     started = _clock.monotonic()
     status: LoopStatus = "completed"
     stop_budget: IterationBudget | None = None

@@ -51,6 +51,11 @@ class Settings:
         self._db = db
         self._environ = environ
         self.validator = validator
+        # The connection is shared with the stores; writes take the same lock they do, so a
+        # settings write never lands inside another thread's transaction.
+        from datamachine.storage._tx import connection_lock
+
+        self._write_lock = connection_lock(db)
 
     @property
     def _env(self) -> Mapping[str, str]:
@@ -100,7 +105,7 @@ class Settings:
             encoded = json.dumps(value)
         except (TypeError, ValueError) as exc:
             raise InvalidSetting(f"Setting {key!r} must be a JSON value: {exc}.") from None
-        with self._db.atomic():
+        with self._write_lock, self._db.atomic():
             self._db.execute(
                 "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?) "
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
@@ -110,7 +115,7 @@ class Settings:
 
     def delete(self, key: str) -> bool:
         """Remove the stored value; True if there was one (environment overrides stay)."""
-        with self._db.atomic():
+        with self._write_lock, self._db.atomic():
             cursor = self._db.execute("DELETE FROM settings WHERE key = ?", [key])
         return bool(cursor.rowcount)
 

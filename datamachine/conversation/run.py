@@ -190,11 +190,13 @@ def prepare_run(
     )
     from datamachine.tools import ToolExecutor
 
+    # Built even without tools: a model that calls a tool anyway reads "not found", and bad
+    # tool_runtime_rules are refused before the run starts.
     executor = ToolExecutor(
         tool_map, mode=mode_label, payload=clean_payload,
         engine_data=clean_payload.get("engine_data"), registry=host.budgets,
-        runtime_rules=runtime.tool_runtime_rules,
-    ) if tool_map else None
+        runtime_rules=runtime.tool_runtime_rules, warnings=warnings,
+    )
 
     persister = runtime.transcript_persister
     lock = runtime.transcript_lock

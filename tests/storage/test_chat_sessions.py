@@ -25,7 +25,16 @@ def test_the_default_limit_comes_from_the_chat_max_turns_setting(host: Host) -> 
     assert host.chat_sessions.create().max_turns == 7
     host.settings.set("chat_max_turns", "unlimited")
     assert host.chat_sessions.create().max_turns == "unlimited"
-    host.settings.set("chat_max_turns", "lots")
+    # A bad value is refused when it is written, not at the next create().
+    with pytest.raises(InvalidBudgetValue, match="chat_max_turns"):
+        host.settings.set("chat_max_turns", "lots")
+    assert host.settings.get("chat_max_turns") == "unlimited"
+
+
+def test_a_bad_chat_max_turns_from_the_environment_fails_at_create(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATAMACHINE_CHAT_MAX_TURNS", "lots")
     with pytest.raises(InvalidBudgetValue, match="chat_max_turns"):
         host.chat_sessions.create()
 
