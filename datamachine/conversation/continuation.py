@@ -124,6 +124,8 @@ def chat_on(
         result.completed = False
         result.warning = (f"Chat session {session_id!r} reached its turn limit "
                           f"({session.max_turns}) and was not continued; it is now aborted.")
+        if result.transcript_session_id:
+            host.transcripts.set_status(session_id, "aborted")
     if host.transcripts.exists(session_id):
         record = host.transcripts.get_transcript(session_id)
         result.cumulative_turn_count = record.cumulative_turn_count

@@ -11,16 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from datamachine.errors import UsageError
+from datamachine.payload_keys import RUNTIME_KEYS
 from datamachine.registry import validate_budget_value
 
 __all__ = ["RUNTIME_KEYS", "RuntimeOptions", "base_log_context", "split_payload"]
 
-RUNTIME_KEYS = frozenset({
-    "event_sink", "transcript_persister", "transcript_lock", "transcript_session_id",
-    "transcript_lock_ttl", "completion_assertions", "completion_policy", "tool_runtime_rules",
-    "budget_pressure", "final_summary", "persist_transcript", "script", "max_seconds",
-    "extend_by",
-})
 _LOG_KEYS = ("job_id", "flow_step_id", "agent_slug")
 
 

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from agents_api import IterationBudget
+from datamachine.payload_keys import RUNTIME_KEYS
 from datamachine.registry import IterationBudgetRegistry
 from datamachine.tools.context import ToolContext
 from datamachine.tools.definition import Tool
@@ -34,13 +35,9 @@ __all__ = ["RUNTIME_PAYLOAD_KEYS", "ToolExecutor"]
 
 logger = logging.getLogger("datamachine.tools")
 
-# Payload keys that carry runtime objects or loop configuration (DESIGN.md 5.2); a tool never
-# sees them, even if the caller forgot to strip them.
-RUNTIME_PAYLOAD_KEYS = frozenset({
-    "event_sink", "transcript_persister", "transcript_lock", "transcript_session_id",
-    "transcript_lock_ttl", "completion_assertions", "completion_policy", "tool_runtime_rules",
-    "budget_pressure", "final_summary", "persist_transcript", "script", "max_seconds",
-})
+# Payload keys that carry runtime objects or loop configuration: a tool never sees them, even if
+# the caller forgot to strip them.
+RUNTIME_PAYLOAD_KEYS = RUNTIME_KEYS
 
 ToolResult = dict[str, Any]
 

@@ -121,6 +121,7 @@ def test_chat_turn_limit_confirm_resets_and_decline_aborts() -> None:
         assert fourth.status == "aborted"
         assert fourth.completed is False
         assert host.chat_sessions.get(session.id).status == "aborted"
+        assert host.transcripts.get_transcript(session.id).status == "aborted"
         with pytest.raises(SessionAborted):
             host.chat(session.id, "five")
     assert [(a["kind"], a["session_id"], a["current"], a["ceiling"]) for a in confirm.asked] == [
