@@ -248,13 +248,13 @@ class TranscriptStore:
     def set_status(self, session_id: str, status: TranscriptStatus) -> None:
         """Correct a finished run's stored status (a chat run the session limit aborted)."""
         sid = check_session_id(session_id)
-        with self._lock:
-            with immediate(self._db, self._lock, self._label, "update a transcript") as conn:
-                conn.execute(
-                    "UPDATE transcripts SET status = ?, "
-                    "result = json_set(result, '$.status', ?), updated_at = ? WHERE id = ?",
-                    [status, status, clock.now(), sid],
-                )
+        with self._lock, immediate(self._db, self._lock, self._label,
+                                   "update a transcript") as conn:
+            conn.execute(
+                "UPDATE transcripts SET status = ?, "
+                "result = json_set(result, '$.status', ?), updated_at = ? WHERE id = ?",
+                [status, status, clock.now(), sid],
+            )
 
     def exists(self, session_id: str) -> bool:
         """True if a transcript is stored under ``session_id``."""
