@@ -1,0 +1,1 @@
+"""Benchmark scripts (not tests): ``python3 bench/run.py`` prints the performance table."""
