@@ -179,3 +179,55 @@ class InvalidTokenName(UsageError):
 
 class DuplicateTokenName(UsageError):
     """An active API token already has that name; revoke it first or pick another name."""
+
+class InvalidCallerContext(UsageError):
+    """An agent-to-agent caller header (``X-Datamachine-Chain-Depth`` and friends) is malformed.
+
+    Raised by the ``/chat`` endpoint before any work; ``header`` names the offending header so
+    the server can answer 400 naming it. Fix the calling site's outbound headers.
+    """
+
+    def __init__(self, message: str, *, header: str) -> None:
+        super().__init__(message)
+        self.header = header
+
+
+class ChainDepthExceeded(DataMachineError):
+    """An agent-to-agent call would land deeper than this site's ``chain_depth`` ceiling.
+
+    Raised before any work, so nothing runs and nothing is stored; the server answers 429 with
+    ``retry_after``. Raise the setting ``max_chain_depth`` (clamped to [1, 10]) on the receiving
+    site if the chain is meant to be that deep.
+    """
+
+    def __init__(self, message: str, *, chain_id: str, chain_depth: int, ceiling: int,
+                 retry_after: int) -> None:
+        super().__init__(message)
+        self.chain_id = chain_id
+        self.chain_depth = chain_depth
+        self.ceiling = ceiling
+        self.retry_after = retry_after
+
+
+class ChainCycle(DataMachineError):
+    """An agent-to-agent call would return to a site the chain already passed through.
+
+    Raised before any work (the server answers 409 ``datamachine_chain_cycle``), whatever the
+    depth: a cycle repeats until the depth budget stops it, so it is refused at the first return.
+    """
+
+    def __init__(self, message: str, *, chain_id: str, site_id: str,
+                 chain_sites: list[str]) -> None:
+        super().__init__(message)
+        self.chain_id = chain_id
+        self.site_id = site_id
+        self.chain_sites = chain_sites
+
+
+class RequestTooLarge(UsageError):
+    """A ``/chat`` body is larger than the setting ``max_request_bytes`` (default 1 MiB)."""
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
