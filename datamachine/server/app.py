@@ -1,0 +1,210 @@
+"""The Starlette app: ``POST /chat`` and ``GET /health``, and :func:`serve` to run it.
+
+Order of checks on ``/chat``, cheapest refusal first and all before any work: the bearer token
+(401), the caller-context headers (400 naming the header), a cycle (409), the chain depth (429),
+the body size (413), the body itself (400 malformed JSON, 422 naming the field), the session
+(404 unknown, 409 aborted or busy). Only then does a conversation run, in a worker thread: the
+host's SQLite connection is shared and its stores serialize on a lock, and a run's tools may
+block on HTTP (a call to another site that may call back here), which must never stall the
+event loop that would answer the call back.
+
+The HTTP status of a run follows DESIGN.md 5.5a: ``completed``, ``incomplete`` and
+``budget_exceeded`` are 200 with the result; ``aborted`` and ``transcript_lock_contention`` are
+409; ``error`` is 422 for the preflight ``completion_required_tool_unavailable``, else 502. A
+non-2xx run answer is the usual ``{code, message, data}`` with the whole result as ``data``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from datamachine.errors import DataMachineError, RequestTooLarge
+from datamachine.server.auth import authenticate
+from datamachine.server.chain import (
+    HEADER_CHAIN_DEPTH,
+    HEADER_CHAIN_ID,
+    CallerContext,
+    admit,
+    parse_caller_headers,
+)
+from datamachine.server.errors import Problem, error_response, problem_for
+from datamachine.server.schemas import ChatRequest, describe_validation_error
+from datamachine.server.sessions import ChatTurn, run_chat_turn
+from datamachine.server.site import bound_host, ensure_site_id, max_request_bytes
+
+if TYPE_CHECKING:
+    from datamachine.conversation.result import ConversationResult
+    from datamachine.host import Host
+
+__all__ = ["create_app", "result_response", "serve"]
+
+logger = logging.getLogger("datamachine.server")
+
+_OK_STATUSES = frozenset({"completed", "incomplete", "budget_exceeded"})
+PREFLIGHT_ERROR_CODE = "completion_required_tool_unavailable"
+
+
+def result_response(result: ConversationResult, headers: dict[str, str] | None = None
+                    ) -> JSONResponse:
+    """The HTTP answer for a finished run (DESIGN.md 5.5a)."""
+    body = result.model_dump(mode="json")
+    status = result.status
+    if status in _OK_STATUSES:
+        return JSONResponse(body, headers=headers)
+    message = result.error or result.warning or f"The run ended with status {status!r}."
+    if status == "aborted":
+        return error_response(409, "session_aborted", message, body, headers)
+    if status == "transcript_lock_contention":
+        return error_response(409, "session_lock_contention", message, body, headers)
+    if result.error_code == PREFLIGHT_ERROR_CODE:
+        return error_response(422, PREFLIGHT_ERROR_CODE, message, body, headers)
+    return error_response(502, "provider_error", message, body, headers)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing one over ``limit`` bytes without reading past the limit.
+
+    A declared ``Content-Length`` over the limit is refused before reading anything; a body
+    without one (chunked) or that lies about it is cut off as soon as it passes the limit.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.strip().isdigit():
+            raise Problem(400, "invalid_header",
+                          f"Content-Length must be a whole number, got {declared[:40]!r}.",
+                          {"header": "Content-Length"})
+        if int(declared) > limit:
+            raise _too_large(limit)
+    received = bytearray()
+    async for chunk in request.stream():
+        received += chunk
+        if len(received) > limit:
+            raise _too_large(limit)
+    return bytes(received)
+
+
+def _too_large(limit: int) -> RequestTooLarge:
+    return RequestTooLarge(
+        f"The request body is larger than this site accepts ({limit:,} bytes, setting "
+        "'max_request_bytes'); send a shorter conversation.", limit=limit)
+
+
+def parse_chat_request(body: bytes) -> ChatRequest:
+    """Validate a ``/chat`` body: 400 for malformed JSON, 422 naming the field otherwise."""
+    try:
+        return ChatRequest.model_validate_json(body)
+    except ValidationError as exc:
+        malformed, problems = describe_validation_error(exc)
+        data = {"errors": [p.model_dump() for p in problems]}
+        if malformed:
+            raise Problem(400, "invalid_json",
+                          f"The body is not valid JSON: {problems[0].message.rstrip('.')}.",
+                          data) from None
+        summary = "; ".join(f"{p.field}: {p.message.rstrip('.')}" for p in problems)
+        raise Problem(422, "invalid_request", f"Invalid request body: {summary}.", data) from None
+
+
+class _ChatEndpoint:
+    """The ``/chat`` handler bound to one host and its site id."""
+
+    def __init__(self, host: Host, site_id: str) -> None:
+        self.host = host
+        self.site_id = site_id
+
+    def _preflight(self, authorization: str | None, header_items: list[tuple[str, str]]
+                   ) -> tuple[CallerContext, int]:
+        # One worker-thread hop for everything that reads the database before the body.
+        authenticate(self.host, authorization)
+        inbound = parse_caller_headers(header_items)
+        caller = admit(self.host, inbound, self.site_id)
+        return caller, max_request_bytes(self.host)
+
+    def _run(self, turn: ChatTurn) -> ConversationResult:
+        with bound_host(self.host):
+            return run_chat_turn(self.host, turn)
+
+    async def handle(self, request: Request) -> Response:
+        """Answer one ``POST /chat`` (see the module docstring for the order of checks)."""
+        headers: dict[str, str] = {}
+        try:
+            caller, limit = await anyio.to_thread.run_sync(
+                self._preflight, request.headers.get("authorization"),
+                list(request.headers.items()))
+            headers = {HEADER_CHAIN_ID: caller.chain_id,
+                       HEADER_CHAIN_DEPTH: str(caller.chain_depth)}
+            body = await read_body(request, limit)
+            parsed = parse_chat_request(body)
+            turn = ChatTurn(
+                messages=parsed.conversation_messages(), caller=caller,
+                session_id=parsed.session_id, mode=parsed.mode, provider=parsed.provider,
+                model=parsed.model, max_turns=parsed.max_turns, tools=self.host.tools.tools(),
+            )
+            result = await anyio.to_thread.run_sync(self._run, turn)
+        except Problem as problem:
+            return problem.response(headers)
+        except DataMachineError as exc:
+            mapped = problem_for(exc)
+            if mapped.status >= 500:
+                logger.error("datamachine: /chat failed", exc_info=True)
+            return mapped.response(headers)
+        except Exception as exc:
+            logger.exception("datamachine: /chat failed unexpectedly")
+            return error_response(500, "internal_error",
+                                  f"The server failed: {type(exc).__name__}. See its log.",
+                                  headers=headers)
+        return result_response(result, headers)
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    # Unknown paths and wrong methods answer in the same JSON shape as every other error.
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    code = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
+    detail = exc.detail if isinstance(exc, HTTPException) else "Internal Server Error"
+    headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
+    return error_response(status, code, f"{detail} ({request.method} {request.url.path}).",
+                          headers=headers)
+
+
+def create_app(host: Host) -> Starlette:
+    """The ``/chat`` app for ``host``; makes sure the host has a ``site_id`` first.
+
+    Settings (``max_chain_depth``, ``max_request_bytes``) are read per request, so changing
+    them takes effect without a restart; the site id is fixed for the app's lifetime. An invalid
+    ``max_request_bytes`` or ``site_id`` setting fails here, not on the first request.
+    """
+    site_id = ensure_site_id(host)
+    max_request_bytes(host)
+    endpoint = _ChatEndpoint(host, site_id)
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "site_id": site_id})
+
+    app = Starlette(
+        routes=[Route("/chat", endpoint.handle, methods=["POST"]),
+                Route("/health", health, methods=["GET"])],
+        exception_handlers={HTTPException: _http_exception},
+    )
+    app.state.host = host
+    app.state.site_id = site_id
+    return app
+
+
+def serve(host: Host, *, bind: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
+          **uvicorn_options: Any) -> None:
+    """Run the app under uvicorn until interrupted (``datamachine serve``).
+
+    One process, one host: runs share the host's database connection, so the app is not meant
+    for uvicorn's multi-worker mode; run several hosts (each with its own database) instead.
+    """
+    import uvicorn
+
+    uvicorn.run(create_app(host), host=bind, port=port, log_level=log_level, **uvicorn_options)

@@ -1,0 +1,97 @@
+"""Request bodies of ``/chat``, validated with pydantic before anything runs.
+
+Validation is strict (``"10"`` is not a turn count, ``true`` is not a number) and unknown fields
+are refused, so a typo such as ``max_turn`` is an error naming it instead of a silently ignored
+limit. ``max_turns`` follows the rule for every user-supplied ceiling: a positive integer no
+larger than 10,000, else refused; a valid value above the budget's clamp is accepted, clamped by
+the run and reported in the result's ``warnings``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from datamachine.errors import InvalidBudgetValue
+from datamachine.registry import validate_budget_value
+
+__all__ = ["ChatMessageIn", "ChatRequest", "FieldProblem", "describe_validation_error"]
+
+SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$"
+MODE_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+
+
+class ChatMessageIn(BaseModel):
+    """One plain message of a ``/chat`` body."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class ChatRequest(BaseModel):
+    """The ``POST /chat`` body: ``messages`` or ``message`` (exactly one), and run options.
+
+    ``session_id`` continues a stored chat session (the id a previous answer returned as
+    ``transcript_session_id``); without it a new session starts. ``provider`` and ``model``
+    default to the site's settings ``default_provider`` and ``default_model``.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    messages: list[ChatMessageIn] | None = Field(default=None, min_length=1, max_length=1000)
+    message: str | None = Field(default=None, min_length=1)
+    session_id: str | None = Field(default=None, pattern=SESSION_ID_PATTERN)
+    mode: str = Field(default="chat", pattern=MODE_PATTERN)
+    max_turns: int | None = None
+    provider: str | None = Field(default=None, min_length=1, max_length=100)
+    model: str | None = Field(default=None, max_length=200)
+
+    @field_validator("max_turns", mode="before")
+    @classmethod
+    def _check_max_turns(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return validate_budget_value("max_turns", value)
+        except InvalidBudgetValue as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _exactly_one_input(self) -> ChatRequest:
+        if (self.messages is None) == (self.message is None):
+            raise ValueError(
+                "send exactly one of 'messages' (a list of {role, content}) or 'message' "
+                "(a string)"
+            )
+        return self
+
+    def conversation_messages(self) -> list[dict[str, str]]:
+        """The new messages this request adds, as plain ``{role, content}`` dicts."""
+        if self.message is not None:
+            return [{"role": "user", "content": self.message}]
+        return [m.model_dump() for m in self.messages or []]
+
+
+class FieldProblem(BaseModel):
+    """One validation failure: the field (dotted path, ``body`` for the whole body) and why."""
+
+    field: str
+    message: str
+
+
+def describe_validation_error(exc: ValidationError) -> tuple[bool, list[FieldProblem]]:
+    """``(is_malformed_json, problems)`` for a failed ``ChatRequest.model_validate_json``."""
+    problems: list[FieldProblem] = []
+    malformed = False
+    for error in exc.errors(include_url=False):
+        if error["type"] == "json_invalid":
+            malformed = True
+        field = ".".join(str(part) for part in error["loc"]) or "body"
+        message = str(error["msg"])
+        if message.startswith("Value error, "):
+            message = message[len("Value error, "):]
+        problems.append(FieldProblem(field=field, message=message))
+    return malformed, problems

@@ -1,0 +1,107 @@
+"""Who this host is to other sites, and the limits its ``/chat`` endpoint enforces.
+
+Every host has a ``site_id`` setting, generated the first time the server (or the outbound remote
+agent tool) needs it and stored, so it stays the same across restarts: cycle detection compares
+site ids carried by the chain, and an id that changed on every boot would never match. A
+deployment may pin its own id (``datamachine settings set site_id alpha`` or
+``DATAMACHINE_SITE_ID``); it must be a short token without commas, because the chain carries the
+ids as one comma-separated header.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING
+
+from datamachine.errors import InvalidSetting
+from datamachine.storage._tx import connection_lock, db_label, immediate
+
+if TYPE_CHECKING:
+    from datamachine.host import Host
+
+__all__ = [
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "MAX_REQUEST_BYTES_SETTING",
+    "SITE_ID_PATTERN",
+    "SITE_ID_SETTING",
+    "bound_host",
+    "check_site_id",
+    "current_host",
+    "ensure_site_id",
+    "max_request_bytes",
+]
+
+SITE_ID_SETTING = "site_id"
+SITE_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
+MAX_REQUEST_BYTES_SETTING = "max_request_bytes"
+DEFAULT_MAX_REQUEST_BYTES = 1_048_576
+# A limit above this would let one request hold a gigabyte in memory; nobody needs that for chat.
+_MAX_REQUEST_BYTES_CEILING = 1 << 30
+
+
+def check_site_id(value: object, where: str = f"setting {SITE_ID_SETTING!r}") -> str:
+    """Return ``value`` if it is a usable site id, else raise :class:`InvalidSetting`."""
+    if not isinstance(value, str) or not SITE_ID_PATTERN.match(value):
+        raise InvalidSetting(
+            f"{where} must be 1-64 letters, digits, '.', '_', ':' or '-' (starting with a letter "
+            f"or digit), got {value!r}. Fix it with `datamachine settings set {SITE_ID_SETTING} "
+            "<id>` or unset it to have one generated."
+        )
+    return value
+
+
+def ensure_site_id(host: Host) -> str:
+    """This host's site id, generating and storing one (a uuid4 hex) on first use.
+
+    The read and the write are one ``BEGIN IMMEDIATE`` transaction, so two processes starting on
+    one database agree on a single id instead of each storing their own.
+    """
+    lock = connection_lock(host.db)
+    with lock:
+        current = host.settings.get(SITE_ID_SETTING)
+    if current is None:
+        with immediate(host.db, lock, db_label(host.db), "create the site id"):
+            current = host.settings.get(SITE_ID_SETTING)
+            if current is None:
+                current = uuid.uuid4().hex
+                host.settings.set(SITE_ID_SETTING, current)
+    return check_site_id(current)
+
+
+def max_request_bytes(host: Host) -> int:
+    """The largest ``/chat`` body accepted: the setting ``max_request_bytes``, default 1 MiB."""
+    with connection_lock(host.db):
+        value = host.settings.get(MAX_REQUEST_BYTES_SETTING, DEFAULT_MAX_REQUEST_BYTES)
+    if (isinstance(value, bool) or not isinstance(value, int)
+            or not 1 <= value <= _MAX_REQUEST_BYTES_CEILING):
+        raise InvalidSetting(
+            f"setting {MAX_REQUEST_BYTES_SETTING!r} must be a whole number of bytes between 1 and "
+            f"{_MAX_REQUEST_BYTES_CEILING:,}, got {value!r}; the default is "
+            f"{DEFAULT_MAX_REQUEST_BYTES:,} (1 MiB)."
+        )
+    return value
+
+
+# The host whose run is executing in this context. Tools are registered per process, not per host,
+# and ``ToolContext`` does not carry the host, so the server binds it around each run for tools
+# (``call_remote_agent``) that need the host's settings.
+_ACTIVE_HOST: ContextVar[Host | None] = ContextVar("datamachine_active_host", default=None)
+
+
+@contextmanager
+def bound_host(host: Host) -> Iterator[Host]:
+    """Make ``host`` the :func:`current_host` for the code run inside the block."""
+    token = _ACTIVE_HOST.set(host)
+    try:
+        yield host
+    finally:
+        _ACTIVE_HOST.reset(token)
+
+
+def current_host() -> Host | None:
+    """The host bound with :func:`bound_host` in this context, else None."""
+    return _ACTIVE_HOST.get()
