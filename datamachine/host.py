@@ -110,11 +110,17 @@ class Host:
         tools: Any = None,
         provider: str | None = None,
         model: str | None = None,
+        *,
+        payload: dict[str, Any] | None = None,
     ) -> ConversationResult:
-        """One chat-mode run on a stored chat session, enforcing its turn limit."""
+        """One chat-mode run on a stored chat session, enforcing its turn limit.
+
+        ``payload`` adds context and runtime options (an ``event_sink``, a ``script``) to the
+        run; the session id is always the transcript id.
+        """
         from datamachine.conversation.continuation import chat_on
 
-        return chat_on(self, session_id, message, tools, provider, model)
+        return chat_on(self, session_id, message, tools, provider, model, payload)
 
     def _provider(self, provider: str | None) -> Any:
         if provider is not None:

@@ -10,6 +10,7 @@ import click
 
 from datamachine.cli.app import State, exit_code_for, handle_errors
 from datamachine.cli.output import print_run_summary
+from datamachine.cli.progress import Progress
 from datamachine.errors import InvalidBudgetValue, UsageError
 from datamachine.registry import validate_budget_value
 
@@ -57,8 +58,10 @@ def run(state: State, prompt: str, mode: str, provider: str | None, model: str |
     payload: dict[str, Any] = {}
     if script is not None:
         payload["script"] = str(script)
-    result = host.run_conversation([{"role": "user", "content": prompt}], tools, provider, model,
-                                   mode, payload, max_turns, single_turn)
+    with Progress(enabled=None if not as_json else False) as progress:
+        payload["event_sink"] = progress
+        result = host.run_conversation([{"role": "user", "content": prompt}], tools, provider,
+                                       model, mode, payload, max_turns, single_turn)
     if as_json:
         click.echo(json.dumps(result.model_dump(mode="json"), indent=2))
     else:

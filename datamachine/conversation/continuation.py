@@ -80,6 +80,7 @@ def chat_on(
     tools: Any = None,
     provider: str | None = None,
     model: str | None = None,
+    payload: dict[str, Any] | None = None,
 ) -> ConversationResult:
     """One chat-mode run on a stored session: its messages plus ``message``.
 
@@ -117,7 +118,8 @@ def chat_on(
     result = run_conversation_on(
         host, messages, tools, provider or host.settings.get("default_provider", "scripted"),
         model if model is not None else host.settings.get("default_model", ""), "chat",
-        {"transcript_session_id": session_id}, None, False, after_turn=count_turn,
+        {**(payload or {}), "transcript_session_id": session_id}, None, False,
+        after_turn=count_turn,
     )
     if state["aborted"] and result.status in ("completed", "budget_exceeded"):
         result.status = "aborted"

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -78,6 +79,9 @@ class ScriptedResponse(BaseModel):
     usage: dict[str, int | float] = Field(default_factory=dict)
     finish_reason: str | None = None
     error: str | None = None
+    # Simulated model latency, for demos and for exercising Ctrl-C and wall-clock limits; the
+    # scripted provider blocks for this long before answering.
+    delay_seconds: float = Field(default=0.0, ge=0.0, le=3600.0)
 
 
 class Script(BaseModel):
@@ -219,6 +223,8 @@ class ScriptCursor:
             )
         entry = self.script.responses[self.position]
         self.position += 1
+        if entry.delay_seconds:
+            time.sleep(entry.delay_seconds)
         if entry.error is not None:
             raise ProviderError(entry.error, code="scripted_error", provider=self.name)
         calls = [{"id": call.id or f"scripted-{request.turn}-{index}", "name": call.name,

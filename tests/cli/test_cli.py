@@ -126,3 +126,46 @@ def test_demo_through_a_real_subprocess(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "A runaway agent, stopped by its turn budget" in done.stdout
     assert (tmp_path / "s.db").exists()
+
+
+def test_chat_through_the_runner_is_headless_and_aborts_at_the_limit(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    result = runner.invoke(cli, ["--db", str(tmp_path / "d.db"), "chat", "--max-turns", "2"],
+                           input="hello\nagain\nmore\n")
+    assert result.exit_code == 3
+    assert "assistant> echo: hello" in result.output
+    assert "turns used: 1/2" in result.output
+    assert "now closed" in result.output
+
+
+def test_chat_ctrl_d_through_the_runner(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(cli, ["--db", str(tmp_path / "d.db"), "chat"], input="")
+    assert result.exit_code == 0
+    assert "Bye." in result.output
+
+
+def test_errors_are_one_line_and_debug_shows_the_traceback(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    db = tmp_path / "d.db"
+    plain = runner.invoke(cli, ["--db", str(db), "transcripts", "show", "nope"])
+    assert plain.exit_code == 1
+    assert plain.output.count("\n") == 1
+    debug = runner.invoke(cli, ["--db", str(db), "--debug", "transcripts", "show", "nope"])
+    assert debug.exception is not None
+    assert type(debug.exception).__name__ == "TranscriptNotFound"
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "hi", "--json"],
+    ["budgets", "list", "--json"],
+    ["settings", "list", "--json"],
+    ["transcripts", "list", "--json"],
+    ["plugins", "--json"],
+])
+def test_commands_through_a_real_subprocess(tmp_path: Path, args: list[str]) -> None:
+    done = subprocess.run([sys.executable, "-m", "datamachine", "--db", str(tmp_path / "s.db"),
+                           *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    json.loads(done.stdout)

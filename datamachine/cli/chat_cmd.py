@@ -1,0 +1,125 @@
+"""``datamachine chat``: an interactive REPL on a stored chat session.
+
+Each line you type is one chat-mode run on the session (its stored messages plus yours). The
+session's turn limit is enforced: at the limit you are asked "continue?" through the
+``confirm_continuation`` hook (answered here, on the terminal); declining aborts the session.
+Ctrl-D ends the chat; Ctrl-C interrupts a run (the transcript keeps every finished turn).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from datamachine.cli.app import State, exit_code_for, handle_errors
+from datamachine.cli.progress import Progress
+from datamachine.errors import SessionAborted, UsageError
+from datamachine.hookspecs import hookimpl
+from datamachine.registry import validate_budget_value
+
+__all__ = ["TerminalConfirm", "chat"]
+
+
+class TerminalConfirm:
+    """Answers ``confirm_continuation`` by asking the person at the terminal."""
+
+    def __init__(self) -> None:
+        self.progress: Progress | None = None
+
+    @hookimpl(trylast=True)
+    def confirm_continuation(self, budget: Any, context: dict[str, Any]) -> bool | None:
+        if not sys.stdin.isatty():
+            return None  # nobody to ask: the headless default applies
+        if context.get("kind") == "chat_turn_limit":
+            question = (f"Turn limit reached ({budget.current()}/{budget.ceiling()}). "
+                        "Continue this session?")
+        else:
+            question = (f"Budget {budget.name()!r} is spent ({budget.current()}/"
+                        f"{budget.ceiling()}). Grant more?")
+        if self.progress is not None:
+            self.progress.pause()
+        try:
+            return click.confirm(question, default=False)
+        finally:
+            if self.progress is not None:
+                self.progress.resume()
+
+
+def _limit(value: str | None) -> int | str | None:
+    if value is None:
+        return None
+    if value == "unlimited":
+        return value
+    try:
+        number = int(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"--max-turns must be a positive integer between 1 and 10,000 or 'unlimited', "
+            f"got {value!r}.") from None
+    try:
+        return validate_budget_value("--max-turns", number)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command()
+@click.option("--session", "session_id", default=None, help="Continue this chat session.")
+@click.option("--max-turns", default=None,
+              help="Turn limit of a new session (1 to 10,000, or 'unlimited'; default: "
+                   "setting chat_max_turns, 25).")
+@click.option("--provider", default=None, help="Provider name (default: setting default_provider).")
+@click.option("--model", default=None, help="Model id (default: setting default_model).")
+@click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="JSON or YAML script for the scripted provider (replayed for each message).")
+@click.pass_obj
+@handle_errors
+def chat(state: State, session_id: str | None, max_turns: str | None, provider: str | None,
+         model: str | None, script: Path | None) -> None:
+    """Chat with an agent on a stored session, with its turn limit enforced."""
+    limit = _limit(max_turns)
+    host = state.host
+    confirm = TerminalConfirm()
+    host.pm.register(confirm, name="datamachine.cli.terminal_confirm")
+    if session_id is None:
+        session = host.chat_sessions.create(max_turns=limit)
+    else:
+        session = host.chat_sessions.require_active(session_id)
+    click.echo(f"Chat session {session.id} (limit: {session.max_turns} turns). "
+               "Ctrl-D to quit, Ctrl-C to interrupt.")
+    status = "completed"
+    while True:
+        try:
+            text = click.prompt("you", prompt_suffix="> ", default="", show_default=False)
+        except (EOFError, click.exceptions.Abort):
+            click.echo("\nBye.")
+            break
+        if not text.strip():
+            continue
+        try:
+            with Progress() as progress:
+                confirm.progress = progress
+                payload: dict[str, Any] = {"event_sink": progress}
+                if script is not None:
+                    payload["script"] = str(script)
+                result = host.chat(session.id, text, provider=provider, model=model,
+                                   payload=payload)
+        except KeyboardInterrupt:
+            click.echo("\nInterrupted; finished turns are saved.", err=True)
+            raise SystemExit(130) from None
+        except SessionAborted as exc:
+            click.echo(f"Error: {exc}", err=True)
+            status = "aborted"
+            break
+        current = host.chat_sessions.get(session.id)
+        click.echo(f"assistant> {result.final_content}")
+        click.echo(f"[turns used: {current.turn_count}/{current.max_turns}, "
+                   f"this run: {result.turn_count}, status: {result.status}]")
+        status = result.status
+        if result.status == "aborted":
+            click.echo("The session reached its turn limit and was not continued; "
+                       "it is now closed.")
+            break
+    raise SystemExit(exit_code_for(status) if status != "completed" else 0)

@@ -1,0 +1,86 @@
+"""``datamachine chat`` driven in a real pseudo-terminal, as a person would use it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pexpect
+import pytest
+
+import bootstrap
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spawn(db: Path, *args: str) -> pexpect.spawn:
+    child = pexpect.spawn(sys.executable, ["-m", "datamachine", "--db", str(db), "chat", *args],
+                          cwd=str(ROOT), encoding="utf-8", timeout=30,
+                          env={"PATH": "/usr/bin:/bin", "TERM": "xterm", "COLUMNS": "120"})
+    return child
+
+
+def finish(child: pexpect.spawn) -> int:
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus is not None
+    return int(child.exitstatus)
+
+
+def test_turn_limit_asks_to_continue_then_a_refusal_closes_the_session(tmp_path: Path) -> None:
+    child = spawn(tmp_path / "c.db", "--max-turns", "2")
+    child.expect(r"limit: 2 turns")
+    child.expect("you> ")
+    child.sendline("hello")
+    child.expect(r"assistant> echo: hello")
+    child.expect(r"turns used: 1/2")
+    child.expect("you> ")
+    child.sendline("again")
+    child.expect(r"Turn limit reached \(2/2\)\. Continue this session\? \[y/N\]")
+    child.sendline("y")
+    child.expect(r"assistant> echo: again")
+    child.expect(r"turns used: 0/2")
+    child.expect("you> ")
+    child.sendline("third")
+    child.expect(r"turns used: 1/2")
+    child.expect("you> ")
+    child.sendline("fourth")
+    child.expect(r"Continue this session\?")
+    child.sendline("n")
+    child.expect("now closed")
+    assert finish(child) == 3
+
+
+def test_ctrl_c_mid_run_exits_cleanly_and_keeps_the_transcript(tmp_path: Path) -> None:
+    script = tmp_path / "slow.json"
+    script.write_text(json.dumps([{"content": "never arrives", "delay_seconds": 60}]))
+    db = tmp_path / "c.db"
+    child = spawn(db, "--script", str(script))
+    child.expect(r"Chat session (\w+)")
+    session_id = child.match.group(1)
+    child.expect("you> ")
+    child.sendline("take your time")
+    child.expect(r"turn 1/25")  # the live progress line: the run is in flight
+    child.sendintr()
+    child.expect("Interrupted; finished turns are saved.")
+    assert finish(child) == 130
+    with bootstrap.boot(db, load_entrypoints=False) as host:
+        record = host.transcripts.get_transcript(session_id)
+        assert [m["content"] for m in record.messages] == ["take your time"]
+        assert host.transcripts.locks.held() == []
+
+
+def test_ctrl_d_at_the_prompt_says_bye(tmp_path: Path) -> None:
+    child = spawn(tmp_path / "c.db")
+    child.expect("you> ")
+    child.sendeof()
+    child.expect("Bye.")
+    assert finish(child) == 0
+
+
+@pytest.mark.parametrize("bad", ["ten", "0", "10001"])
+def test_bad_max_turns_is_refused_with_exit_2(tmp_path: Path, bad: str) -> None:
+    child = spawn(tmp_path / "c.db", "--max-turns", bad)
+    child.expect("--max-turns")
+    assert finish(child) == 2
