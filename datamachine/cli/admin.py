@@ -161,6 +161,67 @@ def transcripts_show(state: State, session_id: str, as_json: bool) -> None:
         click.echo(f"[{role}/{kind}] {text}")
 
 
+@click.group()
+def jobs() -> None:
+    """Browse pipeline jobs and the engine data their runs recorded."""
+
+
+@jobs.command("list")
+@click.option("--status", type=click.Choice(["pending", "running", "completed", "failed"]))
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+@handle_errors
+def jobs_list(state: State, status: str | None, limit: int, as_json: bool) -> None:
+    """The most recent jobs."""
+    items = state.host.jobs.list(status=status, limit=limit)
+    if as_json:
+        _emit_json([item.model_dump() for item in items])
+        return
+    _table(["id", "status", "flow step", "failure", "updated (UTC)"],
+           [[j.id, j.status, j.flow_step_id or "-", j.failure_reason or "-",
+             _when(j.updated_at)] for j in items])
+
+
+@jobs.command("show")
+@click.argument("job_id", type=int)
+@click.pass_obj
+@handle_errors
+def jobs_show(state: State, job_id: int) -> None:
+    """One job with its engine data, as JSON."""
+    _emit_json(state.host.jobs.get(job_id).model_dump())
+
+
+@click.group()
+def sessions() -> None:
+    """Browse chat sessions and their turn limits."""
+
+
+@sessions.command("list")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+@handle_errors
+def sessions_list(state: State, limit: int, as_json: bool) -> None:
+    """The most recent chat sessions."""
+    items = state.host.chat_sessions.list(limit=limit)
+    if as_json:
+        _emit_json([item.model_dump() for item in items])
+        return
+    _table(["id", "status", "turns", "updated (UTC)"],
+           [[c.id, c.status, f"{c.turn_count}/{c.max_turns}", _when(c.updated_at)]
+            for c in items])
+
+
+@sessions.command("show")
+@click.argument("session_id")
+@click.pass_obj
+@handle_errors
+def sessions_show(state: State, session_id: str) -> None:
+    """One chat session, as JSON (read its messages with ``transcripts show``)."""
+    _emit_json(state.host.chat_sessions.get(session_id).model_dump())
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
@@ -182,4 +243,4 @@ def plugins(state: State, as_json: bool) -> None:
              ", ".join(r["hooks"])] for r in rows])
 
 
-COMMANDS = [budgets, settings, transcripts, plugins]
+COMMANDS = [budgets, settings, transcripts, jobs, sessions, plugins]

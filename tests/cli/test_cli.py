@@ -169,3 +169,24 @@ def test_commands_through_a_real_subprocess(tmp_path: Path, args: list[str]) -> 
                            *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
     json.loads(done.stdout)
+
+
+def test_jobs_and_sessions_can_be_browsed(runner: CliRunner, tmp_path: Path) -> None:
+    import bootstrap
+
+    db = tmp_path / "d.db"
+    with bootstrap.boot(db, load_entrypoints=False) as host:
+        job = host.jobs.create(flow_step_id="step-1", engine_data={"k": "v"})
+        session = host.chat_sessions.create(max_turns=4)
+    code, out = invoke(runner, db, "jobs", "list", "--json")
+    assert code == 0
+    assert json.loads(out)[0]["flow_step_id"] == "step-1"
+    code, out = invoke(runner, db, "jobs", "show", str(job.id))
+    assert json.loads(out)["engine_data"] == {"k": "v"}
+    code, out = invoke(runner, db, "sessions", "list")
+    assert session.id in out
+    assert "0/4" in out
+    code, out = invoke(runner, db, "sessions", "show", session.id)
+    assert json.loads(out)["max_turns"] == 4
+    code, out = invoke(runner, db, "jobs", "show", "999")
+    assert code == 1
