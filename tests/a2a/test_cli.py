@@ -1,0 +1,106 @@
+"""``datamachine tokens`` and ``datamachine serve`` from the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+import bootstrap
+from datamachine.cli import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVE_START_TIMEOUT = 20.0
+
+
+def invoke(db: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["--db", str(db), *args])
+    return result.exit_code, result.output
+
+
+def test_tokens_create_prints_the_token_once_on_the_last_line(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    code, out = invoke(db, "tokens", "create", "peer-b")
+    assert code == 0, out
+    token = out.strip().splitlines()[-1]
+    assert token.startswith("dm_")
+    assert out.count(token) == 1
+    with bootstrap.boot(db_path=db, load_entrypoints=False) as host:
+        assert host.tokens.verify(token) == "peer-b"
+    code, out = invoke(db, "tokens", "create", "peer-b")
+    assert code == 2
+    assert "already named 'peer-b'" in out
+
+
+def test_tokens_revoke_and_list(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    token = invoke(db, "tokens", "create", "peer-b")[1].strip().splitlines()[-1]
+    invoke(db, "tokens", "create", "peer-c")
+    code, out = invoke(db, "tokens", "revoke", "peer-b")
+    assert (code, out.strip()) == (0, "Revoked API token 'peer-b'.")
+    with bootstrap.boot(db_path=db, load_entrypoints=False) as host:
+        assert host.tokens.verify(token) is None
+    code, out = invoke(db, "tokens", "revoke", "peer-b")
+    assert code == 1
+    assert "no active API token is named 'peer-b'" in out
+    code, out = invoke(db, "tokens", "list")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["name", "status", "created", "(UTC)", "revoked", "(UTC)"]
+    assert [line.split()[:2] for line in lines[1:]] == [["peer-b", "revoked"],
+                                                       ["peer-c", "active"]]
+    code, out = invoke(db, "tokens", "list", "--json")
+    listed = json.loads(out)
+    assert [item["name"] for item in listed] == ["peer-b", "peer-c"]
+    assert all("token" not in key for item in listed for key in item)
+
+
+def test_serve_refuses_a_bad_port(tmp_path: Path) -> None:
+    code, out = invoke(tmp_path / "t.db", "serve", "--port", "0")
+    assert code == 2
+    assert "--port" in out
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_serve_answers_chat_with_a_cli_token(tmp_path: Path) -> None:
+    db = tmp_path / "served.db"
+    token = invoke(db, "tokens", "create", "caller")[1].strip().splitlines()[-1]
+    port = _free_port()
+    env = {**os.environ, "DATAMACHINE_DB": str(db), "DATAMACHINE_LOAD_PLUGINS": ""}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "datamachine", "serve", "--port", str(port),
+         "--log-level", "warning"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + SERVE_START_TIMEOUT
+        while True:  # bounded wait for the server to start
+            try:
+                health = httpx.get(f"{url}/health", timeout=1.0)
+                break
+            except httpx.TransportError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"serve did not start: {process.communicate()[0]}")
+                time.sleep(0.05)
+        assert health.json()["status"] == "ok"
+        response = httpx.post(f"{url}/chat", json={"message": "hi"},
+                              headers={"Authorization": f"Bearer {token}"}, timeout=30.0)
+        assert response.status_code == 200
+        assert response.json()["final_content"] == "echo: hi"
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=20)[0]
+    assert f"datamachine site {health.json()['site_id']}: POST /chat on {url}" in output

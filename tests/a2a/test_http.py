@@ -1,0 +1,326 @@
+"""One real server: auth, caller headers, body limits and validation, statuses, sessions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from datamachine.server.chain import (
+    HEADER_CALLER_AGENT,
+    HEADER_CALLER_SITE,
+    HEADER_CHAIN_DEPTH,
+    HEADER_CHAIN_ID,
+    HEADER_CHAIN_SITES,
+)
+from tests.a2a.conftest import MakeSite
+from tests.a2a.live import Site
+
+TIMEOUT = 30.0
+
+
+def post(site: Site, body: Any = None, *, headers: dict[str, str] | None = None,
+         auth: bool = True, content: Any = None) -> httpx.Response:
+    sent = {**(site.auth() if auth else {}), **(headers or {})}
+    if content is not None:
+        return httpx.post(f"{site.url}/chat", content=content, headers=sent, timeout=TIMEOUT)
+    return httpx.post(f"{site.url}/chat", json=body, headers=sent, timeout=TIMEOUT)
+
+
+def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    body: dict[str, Any] = response.json()
+    assert set(body) == {"code", "message", "data"}
+    assert body["code"] == code
+    assert body["message"]
+    return body
+
+
+@pytest.fixture
+def site(make_site: MakeSite) -> Site:
+    return make_site("solo", fail_on="please fail")
+
+
+def test_health_reports_the_stored_site_id(site: Site) -> None:
+    response = httpx.get(f"{site.url}/health", timeout=TIMEOUT)
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "site_id": site.host.settings.get("site_id")}
+
+
+def test_chat_runs_a_chat_mode_conversation_and_returns_the_result(site: Site) -> None:
+    response = post(site, {"message": "hello"})
+    assert response.status_code == 200
+    result = response.json()
+    assert result["status"] == "completed"
+    assert result["completed"] is True
+    assert result["final_content"] == "solo answers: hello"
+    assert result["mode"] == "chat"
+    assert result["provider"] == "scripted"
+    assert response.headers[HEADER_CHAIN_DEPTH] == "1"
+    assert len(response.headers[HEADER_CHAIN_ID]) == 32  # generated: uuid4 hex
+    [request] = site.model.requests
+    assert request.payload["caller_context"]["chain_depth"] == 1
+
+
+def test_messages_list_is_accepted(site: Site) -> None:
+    response = post(site, {"messages": [{"role": "system", "content": "be brief"},
+                                        {"role": "user", "content": "hi"}]})
+    assert response.status_code == 200
+    assert response.json()["final_content"] == "solo answers: hi"
+
+
+def test_caller_headers_reach_the_run(site: Site) -> None:
+    headers = {HEADER_CHAIN_ID: "chain.42", HEADER_CHAIN_DEPTH: "1", HEADER_CALLER_SITE: "up",
+               HEADER_CALLER_AGENT: "planner", HEADER_CHAIN_SITES: "root, up"}
+    response = post(site, {"message": "hi"}, headers=headers)
+    assert response.status_code == 200
+    assert response.headers[HEADER_CHAIN_ID] == "chain.42"
+    assert response.headers[HEADER_CHAIN_DEPTH] == "2"
+    assert site.model.requests[0].payload["caller_context"] == {
+        "chain_id": "chain.42", "chain_depth": 2, "chain_sites": ["root", "up"],
+        "caller_site": "up", "caller_agent": "planner"}
+
+
+@pytest.mark.parametrize(("header", "value"), [
+    ("Authorization", None),
+    ("Authorization", "Bearer dm_not-a-real-token"),
+    ("Authorization", "Basic dXNlcjpwYXNz"),
+    ("Authorization", "Bearer"),
+])
+def test_missing_or_wrong_token_is_401(site: Site, header: str, value: str | None) -> None:
+    headers = {} if value is None else {header: value}
+    body = assert_error(post(site, {"message": "x"}, headers=headers, auth=False), 401,
+                        "datamachine_unauthorized")
+    assert "Bearer" in body["message"]
+    assert site.model.requests == []
+
+
+def test_revoked_token_stops_working_on_the_next_request(site: Site) -> None:
+    token = site.host.tokens.create("temporary")
+    headers = {"Authorization": f"Bearer {token}"}
+    assert post(site, {"message": "x"}, headers=headers, auth=False).status_code == 200
+    assert site.host.tokens.revoke("temporary")
+    assert_error(post(site, {"message": "x"}, headers=headers, auth=False), 401,
+                 "datamachine_unauthorized")
+
+
+def test_auth_is_checked_before_headers_and_body(site: Site) -> None:
+    response = post(site, content=b"{not json", auth=False,
+                    headers={HEADER_CHAIN_DEPTH: "nope"})
+    assert_error(response, 401, "datamachine_unauthorized")
+
+
+@pytest.mark.parametrize(("header", "value"), [
+    (HEADER_CHAIN_DEPTH, "two"),
+    (HEADER_CHAIN_DEPTH, "-1"),
+    (HEADER_CHAIN_DEPTH, "1.5"),
+    (HEADER_CHAIN_DEPTH, ""),
+    (HEADER_CHAIN_DEPTH, "1001"),
+    (HEADER_CHAIN_DEPTH, "99999999999999999999"),
+    (HEADER_CHAIN_ID, "has space"),
+    (HEADER_CHAIN_ID, "x" * 129),
+    (HEADER_CHAIN_ID, "-leading-dash"),
+    (HEADER_CALLER_SITE, "a,b"),
+    (HEADER_CALLER_AGENT, "bad agent"),
+    (HEADER_CHAIN_SITES, "a,,b"),
+    (HEADER_CHAIN_SITES, "a,b c"),
+    (HEADER_CHAIN_SITES, ",".join(f"s{i}" for i in range(101))),
+])
+def test_malformed_caller_header_is_400_naming_it(site: Site, header: str, value: str) -> None:
+    body = assert_error(post(site, {"message": "x"}, headers={header: value}), 400,
+                        "invalid_header")
+    assert body["data"] == {"header": header}
+    assert header in body["message"]
+    assert site.model.requests == []
+    assert site.transcript_count() == 0
+
+
+def test_caller_header_sent_twice_is_400(site: Site) -> None:
+    headers = [("Authorization", f"Bearer {site.token}"), (HEADER_CHAIN_DEPTH, "0"),
+               (HEADER_CHAIN_DEPTH, "2")]
+    response = httpx.post(f"{site.url}/chat", json={"message": "x"}, headers=headers,
+                          timeout=TIMEOUT)
+    body = assert_error(response, 400, "invalid_header")
+    assert body["data"] == {"header": HEADER_CHAIN_DEPTH}
+
+
+def test_depth_refusal_has_retry_after_and_runs_nothing(site: Site) -> None:
+    response = post(site, {"message": "x"}, headers={HEADER_CHAIN_DEPTH: "2",
+                                                     HEADER_CHAIN_ID: "c-1"})
+    body = assert_error(response, 429, "datamachine_chain_depth_exceeded")
+    assert body["data"] == {"chain_id": "c-1", "chain_depth": 3, "ceiling": 3,
+                            "retry_after": 60}
+    assert response.headers["Retry-After"] == "60"
+    assert site.model.requests == []
+    assert site.transcript_count() == 0
+    assert site.host.chat_sessions.list() == []
+
+
+def test_depth_below_the_ceiling_is_accepted(site: Site) -> None:
+    for depth in ("0", "1"):
+        assert post(site, {"message": "x"}, headers={HEADER_CHAIN_DEPTH: depth}
+                    ).status_code == 200
+
+
+def test_body_over_max_request_bytes_is_413(site: Site) -> None:
+    site.host.settings.set("max_request_bytes", 1024)
+    body = assert_error(post(site, {"message": "x" * 4000}), 413, "request_too_large")
+    assert body["data"] == {"max_request_bytes": 1024}
+    assert post(site, {"message": "x" * 900}).status_code == 200
+
+
+def test_chunked_body_is_cut_off_past_the_limit(site: Site) -> None:
+    site.host.settings.set("max_request_bytes", 1024)
+    sent: list[int] = []
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"message": "'
+        for _ in range(16):  # 4 KiB in all, no Content-Length
+            sent.append(256)
+            yield b"y" * 256
+        yield b'"}'
+
+    response = post(site, content=chunks())
+    assert_error(response, 413, "request_too_large")
+    assert site.model.requests == []
+
+
+def test_invalid_content_length_is_400(site: Site) -> None:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", site.server.port), timeout=TIMEOUT) as conn:
+        conn.sendall(b"POST /chat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                     + site.token.encode() + b"\r\nContent-Length: 12abc\r\n\r\n{}")
+        reply = conn.recv(4096)
+    # h11 refuses a non-numeric Content-Length before the app sees it: a 400 either way.
+    assert reply.startswith(b"HTTP/1.1 400")
+
+
+@pytest.mark.parametrize(("content", "status", "code"), [
+    (b"{not json", 400, "invalid_json"),
+    (b"", 400, "invalid_json"),
+    (b'["message", "hi"]', 422, "invalid_request"),
+    (b'{"message": "hi", "messages": [{"role": "user", "content": "hi"}]}', 422,
+     "invalid_request"),
+    (b"{}", 422, "invalid_request"),
+])
+def test_malformed_body_gets_a_json_error(site: Site, content: bytes, status: int,
+                                          code: str) -> None:
+    assert_error(post(site, content=content), status, code)
+    assert site.model.requests == []
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"message": "x", "max_turns": 0}, "max_turns"),
+    ({"message": "x", "max_turns": 10_001}, "max_turns"),
+    ({"message": "x", "max_turns": "10"}, "max_turns"),
+    ({"message": "x", "max_turns": True}, "max_turns"),
+    ({"message": "x", "max_turns": 2.5}, "max_turns"),
+    ({"message": "x", "max_turn": 3}, "max_turn"),
+    ({"message": ""}, "message"),
+    ({"messages": []}, "messages"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
+    ({"messages": [{"role": "user"}]}, "messages.0.content"),
+    ({"message": "x", "mode": "Not A Mode"}, "mode"),
+    ({"message": "x", "session_id": "bad id"}, "session_id"),
+    ({"message": 5}, "message"),
+])
+def test_invalid_field_is_422_naming_it(site: Site, body: dict[str, Any], field: str) -> None:
+    error = assert_error(post(site, body), 422, "invalid_request")
+    assert field in [e["field"] for e in error["data"]["errors"]]
+    assert f"{field}:" in error["message"]
+    assert site.model.requests == []
+
+
+def test_max_turns_above_the_clamp_is_accepted_clamped_and_reported(site: Site) -> None:
+    response = post(site, {"message": "x", "max_turns": 500})
+    assert response.status_code == 200
+    result = response.json()
+    assert result["budgets"]["conversation_turns"]["ceiling"] == 200
+    assert any("500" in w and "200" in w for w in result["warnings"])
+
+
+def test_unknown_provider_is_422_and_stores_nothing(site: Site) -> None:
+    body = assert_error(post(site, {"message": "x", "provider": "nonesuch"}), 422,
+                        "invalid_request")
+    assert "nonesuch" in body["message"]
+    assert site.transcript_count() == 0
+    assert site.host.chat_sessions.list() == []
+
+
+def test_provider_failure_is_502_with_the_result(site: Site) -> None:
+    body = assert_error(post(site, {"message": "please fail"}), 502, "provider_error")
+    assert body["data"]["status"] == "error"
+    assert body["data"]["error_code"] == "provider_http_error"
+    assert "the model is down" in body["message"]
+
+
+def test_budget_exceeded_is_200(make_site: MakeSite) -> None:
+    looping = make_site("loop", next_site="loop")  # calls itself: refused as a cycle
+    looping.host.settings.set("remote_sites", {"loop": {"url": looping.url,
+                                                        "token": looping.token}})
+    response = post(looping, {"message": "x", "max_turns": 1})
+    assert response.status_code == 200
+    result = response.json()
+    assert result["status"] == "budget_exceeded"
+    assert result["budget"] == "conversation_turns"
+    assert [h.status for h in looping.server.app.chat_hits()] == [409, 200]
+
+
+def test_wrong_method_and_unknown_path_answer_json(site: Site) -> None:
+    assert_error(httpx.get(f"{site.url}/chat", timeout=TIMEOUT), 405, "method_not_allowed")
+    assert_error(httpx.get(f"{site.url}/nowhere", timeout=TIMEOUT), 404, "not_found")
+
+
+# -- sessions ---------------------------------------------------------------------------------
+
+def test_session_id_continues_the_stored_conversation(site: Site) -> None:
+    first = post(site, {"message": "one"}).json()
+    session_id = first["transcript_session_id"]
+    second = post(site, {"message": "two", "session_id": session_id})
+    assert second.status_code == 200
+    result = second.json()
+    assert result["transcript_session_id"] == session_id
+    assert [m["content"] for m in result["messages"]] == [
+        "one", "solo answers: one", "two", "solo answers: two"]
+    # The model saw the whole session, and the session counts both runs' turns.
+    assert [m["content"] for m in site.model.requests[-1].messages] == [
+        "one", "solo answers: one", "two"]
+    assert site.host.chat_sessions.get(session_id).turn_count == 2
+    assert len(site.host.transcripts.get(session_id)) == 4
+
+
+def test_unknown_session_is_404(site: Site) -> None:
+    assert_error(post(site, {"message": "x", "session_id": "no-such-session"}), 404,
+                 "session_not_found")
+    assert site.transcript_count() == 0
+
+
+def test_aborted_session_is_409(site: Site) -> None:
+    session_id = post(site, {"message": "one"}).json()["transcript_session_id"]
+    site.host.chat_sessions.abort(session_id)
+    asked = len(site.model.requests)
+    assert_error(post(site, {"message": "two", "session_id": session_id}), 409,
+                 "session_aborted")
+    assert len(site.model.requests) == asked
+
+
+def test_busy_session_is_409_lock_contention_without_running(site: Site) -> None:
+    session_id = post(site, {"message": "one"}).json()["transcript_session_id"]
+    asked = len(site.model.requests)
+    token = site.host.transcripts.acquire(session_id, 60)  # another request is running
+    assert token is not None
+    try:
+        body = assert_error(post(site, {"message": "two", "session_id": session_id}), 409,
+                            "session_lock_contention")
+    finally:
+        site.host.transcripts.release(session_id, token)
+    assert body["data"]["status"] == "transcript_lock_contention"
+    assert body["data"]["transcript_session_id"] == session_id
+    assert len(site.model.requests) == asked
+    assert len(site.host.transcripts.get(session_id)) == 2
+    # Once the other request is done, the session continues.
+    assert post(site, {"message": "two", "session_id": session_id}).status_code == 200
