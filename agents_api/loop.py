@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeAlias, TypeVar, Union, runtime_checkable
 
 from agents_api import clock as _clock
 from agents_api.budget import IterationBudget
+from agents_api.construct import construct
 from agents_api.errors import InvalidLoopArgument
 from agents_api.message import Message, normalize_messages
 from agents_api.results import Decision, LoopResult, LoopStatus, TurnResult, coerce_turn_result
@@ -528,7 +529,8 @@ class _RunState:
             budget_name = stop_budget.name()
             flags.append(stop_budget.to_response_flag())
             warning = stop_budget.to_warning()
-        return LoopResult.model_construct(
+        return construct(
+            LoopResult,
             messages=self.messages,
             final_content=_final_content(self.messages),
             turn_count=self.turn_count,

@@ -21,6 +21,7 @@ from agents_api import (
     TurnResult,
     normalize_messages,
 )
+from agents_api.construct import construct
 from agents_api.loop import arun_loop, run_loop
 from datamachine.conversation.exhaustion import make_final_summary
 from datamachine.conversation.modes import normalize_modes
@@ -270,7 +271,8 @@ def finish(run: PreparedRun, outcome: LoopResult) -> ConversationResult:
     usage = dict(outcome.usage)
     for key, value in run.runner.summary_usage.items():
         usage[key] = usage.get(key, 0) + value
-    return ConversationResult.model_construct(
+    return construct(
+        ConversationResult,
         messages=outcome.messages,
         final_content=outcome.final_content,
         turn_count=outcome.turn_count,

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from agents_api import IterationBudget, Message, TurnResult
+from agents_api.construct import construct
 from datamachine.conversation.pressure import PressureTracker
 from datamachine.conversation.projection import ChatProjector
 from datamachine.conversation.timeouts import Timeouts
@@ -85,7 +86,8 @@ class ProviderTurnRunner:
             sent, tools = self.pressure.apply(sent, tools, budgets)
         if extra:
             sent.extend(extra)
-        request = ProviderRequest.model_construct(
+        request = construct(
+            ProviderRequest,
             messages=sent, tools=tools, provider=self.provider_name, model=self.model,
             mode=self.mode, payload=self.payload, turn=turn,
             request_timeout=self.timeouts.request, connect_timeout=self.timeouts.connect,
@@ -176,7 +178,8 @@ class ProviderTurnRunner:
         self._report(turn, success=True)
         if self.pressure is not None:
             self.pressure.observe(response.content, response.tool_calls)
-        outcome = TurnResult.model_construct(
+        outcome = construct(
+            TurnResult,
             content=response.content, tool_calls=response.tool_calls, usage=response.usage,
             request_metadata=self.last_request_metadata, complete=self.single_turn,
             continuation_messages=[],
