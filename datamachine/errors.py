@@ -16,6 +16,8 @@ __all__ = [
     "DuplicateToolError",
     "InvalidBudgetSpec",
     "InvalidBudgetValue",
+    "InvalidCompletionAssertions",
+    "InvalidCompletionPolicy",
     "InvalidScript",
     "InvalidSetting",
     "InvalidToolDefinition",
@@ -180,6 +182,7 @@ class InvalidTokenName(UsageError):
 class DuplicateTokenName(UsageError):
     """An active API token already has that name; revoke it first or pick another name."""
 
+
 class InvalidCallerContext(UsageError):
     """An agent-to-agent caller header (``X-Datamachine-Chain-Depth`` and friends) is malformed.
 
@@ -231,3 +234,21 @@ class RequestTooLarge(UsageError):
         super().__init__(message)
         self.limit = limit
 
+
+class InvalidCompletionAssertions(UsageError):
+    """``payload["completion_assertions"]`` cannot be evaluated.
+
+    Raised before the run starts; the message names the field path, e.g.
+    ``completion_assertions.minimum_successful_tool_counts.publish``. Unknown keys are not an
+    error (they are reported in the result's ``warnings``); a value of the wrong type is, because
+    guessing would silently weaken the assertion.
+    """
+
+
+class InvalidCompletionPolicy(UsageError):
+    """``payload["completion_policy"]`` is not usable as a completion policy.
+
+    Raised when one of its methods returns something other than an ``agents_api.Decision`` (a
+    dict of its fields, or None for "no opinion"), or returns an awaitable: policies are
+    called synchronously between turns.
+    """

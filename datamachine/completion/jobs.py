@@ -1,0 +1,126 @@
+"""A pipeline run's job: start it, record nudges, and settle it with the run's outcome.
+
+A pipeline step runs inside a job (payload ``job_id``). The job is where the rest of the
+pipeline, and the people watching it, look for what the step did: so the run writes its
+completion diagnostics, usage and transcript id into the job's engine data, and moves the job to
+``completed``, or to ``failed`` with a reason a dashboard can group by
+(``completion_assertions_missing`` when the model stopped before the outcome was in place).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from datamachine.errors import DataMachineError, InvalidJobTransition, JobNotFound
+from datamachine.storage.jobs import JobStore
+
+if TYPE_CHECKING:
+    from datamachine.conversation.result import ConversationResult
+
+__all__ = ["PipelineJob", "failure_reason"]
+
+logger = logging.getLogger("datamachine.completion")
+
+ASSERTIONS_MISSING = "completion_assertions_missing"
+HANDLERS_MISSING = "completion_handlers_missing"
+BLOCKER_REPORTED = "blocker_reported"
+
+
+def _job_id(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip()) or None
+    return None
+
+
+def _json_ready(data: Mapping[str, Any]) -> dict[str, Any]:
+    # Tools may leave non-JSON values in engine data; the job keeps their text form.
+    return dict(json.loads(json.dumps(dict(data), default=str)))
+
+
+def failure_reason(result: ConversationResult, *, remaining_handlers: Sequence[str] = ()
+                   ) -> str | None:
+    """Why the job of this run failed, or None when it completed."""
+    if result.status == "error":
+        return result.error_code or "conversation_error"
+    if result.status in ("transcript_lock_contention", "aborted"):
+        return result.status
+    if result.completion_assertions_complete is False:
+        return ASSERTIONS_MISSING
+    if remaining_handlers:
+        return HANDLERS_MISSING
+    if result.blocker is not None:
+        return BLOCKER_REPORTED
+    return None
+
+
+class PipelineJob:
+    """The job one pipeline run belongs to."""
+
+    def __init__(self, store: JobStore, job_id: int) -> None:
+        self.store = store
+        self.id = job_id
+
+    @classmethod
+    def resolve(cls, store: JobStore, modes: Sequence[str], payload: Mapping[str, Any],
+                warnings: list[str]) -> PipelineJob | None:
+        """The job of a pipeline-mode run with ``payload["job_id"]``, checked before the run.
+
+        A job id this host does not know is reported in ``warnings`` (the caller may track jobs
+        elsewhere); a job that already finished raises :class:`InvalidJobTransition`, because
+        running a finished step again usually means two workers picked it up.
+        """
+        if "pipeline" not in modes:
+            return None
+        raw = payload.get("job_id")
+        if raw is None or raw == "":
+            return None
+        job_id = _job_id(raw)
+        if job_id is None:
+            warnings.append(f"payload job_id {raw!r} is not a job id; no job was updated.")
+            return None
+        try:
+            job = store.get(job_id)
+        except JobNotFound:
+            warnings.append(f"Job {job_id} does not exist on this host; no job was updated.")
+            return None
+        if job.status in ("completed", "failed"):
+            raise InvalidJobTransition(
+                f"Job {job_id} is already {job.status!r}; a pipeline run cannot start it again. "
+                "Create a new job (host.jobs.create()) to run the step again."
+            )
+        return cls(store, job_id)
+
+    def start(self) -> None:
+        """``pending`` -> ``running``; a job the host already started is left as it is."""
+        if self.store.get(self.id).status == "pending":
+            self.store.start(self.id)
+
+    def merge(self, data: Mapping[str, Any], warnings: list[str] | None = None) -> None:
+        """Merge ``data`` into the job's engine data; a storage failure becomes a warning."""
+        try:
+            self.store.merge_engine_data(self.id, _json_ready(data))
+        except DataMachineError as exc:
+            logger.warning("datamachine: updating job %s failed", self.id, exc_info=True)
+            if warnings is not None:
+                warnings.append(f"Job {self.id} engine data could not be updated: {exc}")
+
+    def settle(self, engine_data: Mapping[str, Any], diagnostics: Mapping[str, Any],
+               reason: str | None, warnings: list[str]) -> None:
+        """Write the run's engine data and diagnostics, then complete or fail the job."""
+        self.merge({**engine_data, **diagnostics}, warnings)
+        try:
+            self.start()
+            if reason is None:
+                self.store.complete(self.id)
+            else:
+                self.store.fail(self.id, reason)
+        except DataMachineError as exc:
+            logger.warning("datamachine: settling job %s failed", self.id, exc_info=True)
+            warnings.append(f"Job {self.id} could not be marked finished: {exc}")
