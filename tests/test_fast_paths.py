@@ -1,0 +1,104 @@
+"""The per-turn fast paths give exactly what the slow paths they replace give."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, Field
+
+from agents_api import LoopResult, Message, TurnResult
+from agents_api.construct import construct, construct_all
+from datamachine.conversation.result import ConversationResult
+from datamachine.conversation.turns import _already_normal
+from datamachine.providers.base import ProviderRequest, ProviderResponse
+from datamachine.providers.normalize import normalize_response
+
+
+def _same(a: BaseModel, b: BaseModel) -> None:
+    assert type(a) is type(b)
+    assert list(a.__dict__.items()) == list(b.__dict__.items())
+    assert a.model_fields_set == b.model_fields_set
+    assert a.model_dump() == b.model_dump()
+    assert repr(a) == repr(b)
+
+
+@pytest.mark.parametrize(("cls", "values"), [
+    (Message, {"schema_": "agents-api.message", "version": 1, "type": "text", "role": "user",
+               "content": "hi", "payload": {}, "metadata": {}}),
+    (TurnResult, {"content": "x", "tool_calls": [], "usage": {}, "request_metadata": {},
+                  "complete": False, "continuation_messages": []}),
+    (TurnResult, {"content": "only some fields"}),
+    (LoopResult, {"messages": [], "status": "error", "turn_count": 2}),
+    (ConversationResult, {"messages": [], "status": "completed", "turn_count": 3}),
+    (ProviderRequest, {"messages": [{"role": "user", "content": "x"}], "provider": "p"}),
+])
+def test_construct_builds_what_model_construct_builds(cls: type[BaseModel],
+                                                      values: dict[str, Any]) -> None:
+    _same(construct(cls, **values), cls.model_construct(**values))
+
+
+def test_construct_gives_each_instance_fresh_mutable_defaults() -> None:
+    class Holder(BaseModel):
+        items: list[int] = Field(default_factory=list)
+        fixed: list[int] = [1]  # a mutable default, which pydantic copies per instance
+
+    first, second = construct(Holder), construct(Holder)
+    first.items.append(1)
+    first.fixed.append(2)
+    assert second.items == []
+    assert second.fixed == [1]
+    _same(construct(Holder), Holder.model_construct())
+
+
+def test_construct_all_falls_back_when_a_field_is_missing() -> None:
+    built = construct_all(TurnResult, {"content": "x"})
+    _same(built, TurnResult.model_construct(content="x"))
+
+
+def test_message_builders_match_model_construct() -> None:
+    _same(Message.text("user", "hi"), Message.model_construct(
+        schema_="agents-api.message", version=1, type="text", role="user", content="hi",
+        payload={}, metadata={}))
+    _same(Message.tool_call("t", {"a": 1}, 2, "c"), Message.model_construct(
+        schema_="agents-api.message", version=1, type="tool_call", role="assistant", content="",
+        payload={"tool_name": "t", "parameters": {"a": 1}, "turn": 2},
+        metadata={"tool_call_id": "c"}))
+
+
+NORMAL = [
+    ProviderResponse(content="", tool_calls=[{"id": "c1", "name": "double",
+                                              "parameters": {"x": 1}}], finish_reason=None),
+    ProviderResponse(content="thinking", tool_calls=[
+        {"id": "c1", "name": "a", "parameters": {}},
+        {"id": "c2", "name": "b", "parameters": {"nested": {"k": [1, 2]}}}],
+        usage={"prompt_tokens": 3, "total_tokens": 4.5}, finish_reason="tool_calls", raw={"r": 1}),
+    ProviderResponse(content="The answer is 4.", finish_reason="stop"),
+    ProviderResponse(content='<tool_call>{"name": "search", "arguments": {"q": "x"}}</tool_call>'),
+    ProviderResponse(content=""),
+]
+UNUSUAL = [
+    ProviderResponse(tool_calls=[{"name": "double", "parameters": {"x": 1}}]),
+    ProviderResponse(tool_calls=[{"id": "", "name": "double", "parameters": {}}]),
+    ProviderResponse(tool_calls=[{"id": "c", "name": " double ", "parameters": {}}]),
+    ProviderResponse(tool_calls=[{"id": "c", "tool_name": "double", "parameters": {}}]),
+    ProviderResponse(tool_calls=[{"id": "c", "name": "d", "parameters": {}, "extra": 1}]),
+    ProviderResponse(usage={"prompt_tokens": 1, "details": {"cached": 1}, "flag": True}),
+]
+
+
+@pytest.mark.parametrize("response", NORMAL)
+def test_already_normal_response_skips_renormalizing_with_the_same_result(
+    response: ProviderResponse,
+) -> None:
+    fast = _already_normal(response)
+    assert fast is not None
+    slow = normalize_response(response, provider="p", turn=3)
+    assert fast.model_dump() == slow.model_dump()
+    if response.tool_calls:
+        assert fast.tool_calls[0]["parameters"] is not response.tool_calls[0]["parameters"]
+
+
+@pytest.mark.parametrize("response", UNUSUAL)
+def test_unusual_response_takes_the_full_normalization(response: ProviderResponse) -> None:
+    assert _already_normal(response) is None
