@@ -230,6 +230,8 @@ class ProviderTurnRunner:
         if error is not None:
             payload["error"] = str(error) or type(error).__name__
         self.emit("request_built", payload)
+
+
 def _already_normal(answer: ProviderResponse) -> ProviderResponse | None:
     """What ``normalize_response(answer)`` returns, when ``answer`` is already in normal form.
 
