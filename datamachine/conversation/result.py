@@ -58,6 +58,8 @@ class ConversationResult(BaseModel):
     budgets: dict[str, dict[str, Any]] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
     blocker: str | None = None
+    # Configured pipeline handlers that never fired (configured_handler_slugs).
+    remaining_handlers: list[str] = Field(default_factory=list)
     mode: str = "pipeline"
     provider: str = ""
     model: str = ""

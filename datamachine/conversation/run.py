@@ -23,6 +23,7 @@ from agents_api import (
 )
 from agents_api.construct import construct
 from agents_api.loop import arun_loop, run_loop
+from datamachine.completion.controller import CompletionRun
 from datamachine.conversation.exhaustion import make_final_summary
 from datamachine.conversation.modes import normalize_modes
 from datamachine.conversation.payload import RuntimeOptions, base_log_context, split_payload
@@ -67,6 +68,7 @@ class PreparedRun:
     persister: Any
     lock: Any
     single_turn: bool
+    completion: CompletionRun
 
 
 def _normalize_tools(tools: object) -> dict[str, Any]:
@@ -154,6 +156,8 @@ def prepare_run(
     modes = normalize_modes(mode)
     clean_payload, runtime = split_payload(payload)
     tool_map = _normalize_tools(tools)
+    completion = CompletionRun.prepare(host, modes, clean_payload, runtime, tool_map)
+    tool_map = completion.tools  # plus report_blocker when assertions are configured
     provider_obj: Any = host.providers.get(provider)
     start_run = getattr(provider_obj, "start_run", None)
     if callable(start_run):
@@ -213,7 +217,7 @@ def prepare_run(
         mode=mode_label, modes=modes, payload=clean_payload, runtime=runtime,
         turn_budget=turn_budget, budgets=budgets, warnings=warnings, runner=runner,
         executor=executor, emit=emit, session_id=session_id, persister=persister, lock=lock,
-        single_turn=single_turn,
+        single_turn=single_turn, completion=completion,
     )
 
 
@@ -253,6 +257,7 @@ def _loop_kwargs(run: PreparedRun) -> dict[str, Any]:
         "context": {"mode": run.mode, "payload": run.payload},
         "request": {"provider": run.provider_name, "model": run.model, "mode": run.mode},
         "on_budget_exhausted": _confirm_extension(run),
+        "on_tool_result": run.completion.attach(run),
         "on_stop": make_final_summary(run.runner.summarize, run.emit,
                                       enabled=run.runtime.final_summary),
     }
@@ -271,7 +276,7 @@ def finish(run: PreparedRun, outcome: LoopResult) -> ConversationResult:
     usage = dict(outcome.usage)
     for key, value in run.runner.summary_usage.items():
         usage[key] = usage.get(key, 0) + value
-    return construct(
+    result = construct(
         ConversationResult,
         messages=outcome.messages,
         final_content=outcome.final_content,
@@ -296,6 +301,7 @@ def finish(run: PreparedRun, outcome: LoopResult) -> ConversationResult:
         provider=run.provider_name,
         model=run.model,
     )
+    return run.completion.finish(result, run)
 
 
 def run_conversation_on(host: Host, messages: Any, tools: Any, provider: Any, model: Any,
@@ -309,6 +315,9 @@ def run_conversation_on(host: Host, messages: Any, tools: Any, provider: Any, mo
     """
     run = prepare_run(host, messages, tools, provider, model, mode, payload, max_turns,
                       single_turn)
+    early = run.completion.start(run)  # preflight: may refuse before any provider call
+    if early is not None:
+        return early
     run.runner.after_turn = after_turn
     outcome = run_loop(run.messages, run.runner, **_loop_kwargs(run))
     return finish(run, outcome)
@@ -321,5 +330,8 @@ async def arun_conversation_on(host: Host, messages: Any, tools: Any, provider: 
     """Asynchronous run on ``host`` (see ``datamachine.arun_conversation``)."""
     run = prepare_run(host, messages, tools, provider, model, mode, payload, max_turns,
                       single_turn)
+    early = run.completion.start(run)  # preflight: may refuse before any provider call
+    if early is not None:
+        return early
     outcome = await arun_loop(run.messages, run.runner, **_loop_kwargs(run))
     return finish(run, outcome)

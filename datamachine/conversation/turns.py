@@ -29,6 +29,8 @@ from datamachine.providers.text_tool_calls import extract_text_tool_calls
 __all__ = ["ProviderTurnRunner"]
 
 Emit = Callable[[str, dict[str, Any]], None]
+# (messages, content, turn context) -> continuation messages; see datamachine.completion.
+NaturalCompletion = Callable[[list[Message], str, dict[str, Any]], list[Message]]
 
 
 class ProviderTurnRunner:
@@ -61,6 +63,9 @@ class ProviderTurnRunner:
         self.single_turn = single_turn
         self.pressure = pressure
         self.after_turn: Callable[[TurnResult], None] | None = None
+        # Asked when the model answers without tool calls (completion policy, nudges).
+        self.on_natural_completion: NaturalCompletion | None = None
+        self._turn_input: tuple[list[Message], dict[str, Any]] = ([], {})
         self.projector = ChatProjector()
         tools_json = json.dumps(tools, sort_keys=True, default=str).encode()
         self._tools_bytes = len(tools_json)
@@ -129,6 +134,7 @@ class ProviderTurnRunner:
 
     def __call__(self, messages: list[Message], context: dict[str, Any]) -> Any:
         turn = int(context["turn"])
+        self._turn_input = (messages, context)
         request = self.build_request(messages, turn, context.get("budgets"))
         try:
             self._check_availability()
@@ -187,6 +193,10 @@ class ProviderTurnRunner:
             request_metadata=self.last_request_metadata, complete=self.single_turn,
             continuation_messages=[],
         )
+        if self.on_natural_completion is not None and not response.tool_calls:
+            messages, context = self._turn_input
+            outcome.continuation_messages = self.on_natural_completion(
+                messages, response.content, context)
         if self.after_turn is not None:
             # Counted per provider turn (chat session limits); may set ``complete``.
             self.after_turn(outcome)
