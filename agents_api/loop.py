@@ -15,7 +15,7 @@ import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
-from typing import Any, Protocol, TypeAlias, TypeVar, Union, runtime_checkable
+from typing import Any, Protocol, TypeAlias, TypeGuard, TypeVar, Union, runtime_checkable
 
 from agents_api import clock as _clock
 from agents_api.budget import IterationBudget
@@ -194,6 +194,16 @@ async def drive_async(steps: Steps[T]) -> T:
         return stop.value  # type: ignore[no-any-return]
 
 
+# What the loop's callables return on the synchronous path; no value of these exact types can be
+# awaited, so the per-turn checks skip inspect.isawaitable's ABC lookup for them.
+_PLAIN_TYPES = frozenset({type(None), bool, int, str, dict, list, TurnResult, Decision})
+
+
+def _awaitable(value: object) -> TypeGuard[Awaitable[Any]]:
+    """``inspect.isawaitable(value)``, answered at once for the plain values above."""
+    return type(value) not in _PLAIN_TYPES and inspect.isawaitable(value)
+
+
 async def _as_coroutine(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
@@ -369,7 +379,7 @@ def _loop_steps(
             turn_start = len(msgs)
             try:
                 raw = turn_runner(msgs, turn_context)
-                if inspect.isawaitable(raw):
+                if _awaitable(raw):
                     left = _deadline_left(ordered, wall_clock, wall_clock_start, started)
                     raw = yield (raw if left is None else _bounded(raw, left))
                 outcome = coerce_turn_result(raw, turn)
@@ -415,7 +425,7 @@ def _loop_steps(
                     per_tool.increment()
                 if on_tool_result is not None:
                     decision = on_tool_result(call, tool_result, turn_context)
-                    if inspect.isawaitable(decision):
+                    if _awaitable(decision):
                         decision = yield decision
                     if isinstance(decision, Decision):
                         if decision.complete:
@@ -435,13 +445,13 @@ def _loop_steps(
             turn_budget.increment()
             if append_turn is not None and session_id:
                 written = append_turn(session_id, turn, msgs[turn_start:])
-                if inspect.isawaitable(written):
+                if _awaitable(written):
                     yield written
             if token is not None:
                 renew = getattr(transcript_lock, "renew", None)
                 if renew is not None:
                     renewed = renew(session_id, token, ttl)
-                    if inspect.isawaitable(renewed):
+                    if _awaitable(renewed):
                         yield renewed
 
             if stop_budget is not None:
@@ -624,7 +634,7 @@ def _run_tool(
         try:
             if deadline is None:
                 raw = executor(call, context)
-                if inspect.isawaitable(raw):
+                if _awaitable(raw):
                     raw = yield raw
             else:
                 # Under a wall-clock rail a tool runs where the run can stop waiting for it: a

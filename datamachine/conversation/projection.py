@@ -16,6 +16,9 @@ from agents_api import Message
 
 __all__ = ["ChatProjector"]
 
+# One encoder for every envelope: json.dumps would build an identical one per call.
+_ENVELOPE_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
+
 
 class ChatProjector:
     """Stateful, append-only projection of one run's transcript (see module docstring)."""
@@ -43,8 +46,7 @@ class ChatProjector:
         return self._hash.copy().hexdigest()
 
     def _add(self, message: Message) -> None:
-        encoded = json.dumps(message.to_dict(), sort_keys=True, ensure_ascii=False,
-                             default=str).encode()
+        encoded = _ENVELOPE_JSON.encode(message.to_dict()).encode()
         self._hash.update(encoded)
         self.bytes += len(encoded) + 1
         kind = message.type

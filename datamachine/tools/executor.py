@@ -29,7 +29,7 @@ from datamachine.tools.history import TranscriptIndex, canonical_json, coerce_pa
 from datamachine.tools.registry import normalize_tools
 from datamachine.tools.results import failed_result, normalize_return
 from datamachine.tools.runtime_rules import RuntimeRule, RuntimeRuleSet, parse_runtime_rules
-from datamachine.tools.validation import ParameterError
+from datamachine.tools.validation import ParameterError, ParameterValidator
 
 __all__ = ["RUNTIME_PAYLOAD_KEYS", "ToolExecutor"]
 
@@ -91,6 +91,9 @@ class ToolExecutor:
         self.index = TranscriptIndex(observers=[self.rules] if self.rules else ())
         # Budgets created by tools when the caller's context has no budgets mapping.
         self._own_budgets: dict[str, IterationBudget] = {}
+        # Per tool: (tool, validator, wants_context). Reading a pydantic private attribute costs
+        # microseconds, so each tool's are read once; the identity check notices a swapped tool.
+        self._compiled: dict[str, tuple[Tool, ParameterValidator, bool]] = {}
 
     def __call__(
         self, tool_call: Mapping[str, Any], context: Mapping[str, Any]
@@ -133,12 +136,15 @@ class ToolExecutor:
         if rejection is not None:
             return self._done(tracked, call_id, rejection)
 
+        compiled = self._compiled.get(name)
+        if compiled is None or compiled[0] is not tool:
+            compiled = self._compiled[name] = (tool, tool.validator, tool.wants_context)
         try:
-            arguments = tool.validator.validate(params)
+            arguments = compiled[1].validate(params)
         except ParameterError as exc:
             return self._done(tracked, call_id, failed_result(
                 name, params, exc.message, exc.error_type, **exc.extra))
-        if tool.wants_context:
+        if compiled[2]:
             arguments["context"] = self._context(tool, call_id, context)
 
         try:
