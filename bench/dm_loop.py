@@ -113,15 +113,19 @@ class BenchPolicy:
         return Decision(complete=True)
 
 
-def all_on_runner(host: Host) -> Callable[[int], object]:
-    """One run per call with SQLite persistence, events, budgets, pressure and a policy."""
+def all_on_runner(host: Host, *, wall_clock: bool = False) -> Callable[[int], object]:
+    """One run per call with SQLite persistence, events, budgets, pressure and a policy.
+
+    ``wall_clock=True`` adds a time rail (payload ``max_seconds``), under which the loop runs
+    every provider and tool call where it can stop waiting for it.
+    """
+    extra: dict[str, Any] = {"max_seconds": 3600} if wall_clock else {}
 
     def run(turns: int) -> object:
         result = host.run_conversation(
             [{"role": "user", "content": PROMPT}], [DOUBLE], "scripted", "bench",
             payload={"script": _script(turns), "event_sink": CountingSink(),
-                     "completion_policy": BenchPolicy(), "budget_pressure": True,
-                     "max_seconds": 3600},
+                     "completion_policy": BenchPolicy(), "budget_pressure": True, **extra},
             max_turns=turns + 1,
         )
         _check(result, turns)

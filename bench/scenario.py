@@ -17,7 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PROMPT", "TURN_COUNTS", "Figures", "answer_text", "double", "measure", "script_for"]
+__all__ = [
+    "PROMPT", "TURN_COUNTS", "Figures", "answer_text", "double", "measure", "measure_interleaved",
+    "script_for",
+]
 
 PROMPT = "Double the numbers one by one, then tell me the last result."
 TURN_COUNTS = (10, 50, 200)
@@ -74,3 +77,25 @@ def measure(run: Callable[[int], object], turns: int, runs: int, warmup: int = 2
         run(turns)
         samples.append((time.perf_counter() - start) * 1e6 / requests)
     return Figures(statistics.median(samples), min(samples), max(samples), runs)
+
+
+def measure_interleaved(runners: dict[str, Callable[[int], object]], turns: int, runs: int,
+                        warmup: int = 2) -> dict[str, Figures]:
+    """Like :func:`measure` for several runners, taking turns: run 1 of each, then run 2...
+
+    On a shared machine the load drifts; interleaving gives every framework the same drift, so
+    the ratios between them hold even when the absolute figures move.
+    """
+    for run in runners.values():
+        for _ in range(warmup):
+            run(turns)
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    requests = turns + 1
+    for _ in range(runs):
+        for name, run in runners.items():
+            gc.collect()
+            start = time.perf_counter()
+            run(turns)
+            samples[name].append((time.perf_counter() - start) * 1e6 / requests)
+    return {name: Figures(statistics.median(s), min(s), max(s), runs)
+            for name, s in samples.items()}

@@ -1,0 +1,70 @@
+"""Start-up cost: ``import datamachine`` and ``bootstrap.boot()``, beside the peers' imports.
+
+Each figure comes from fresh interpreters (one per sample, so nothing is cached in memory
+between samples; the OS file cache is warm after the first). The child times its own statement
+with ``perf_counter`` (interpreter start-up excluded) and reports how much its peak resident
+memory grew over a bare interpreter's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["BOOT_STATEMENTS", "PEER_IMPORTS", "StartupFigures", "measure_startup"]
+
+_CHILD = """
+import json, resource, time
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.perf_counter()
+{statement}
+elapsed = time.perf_counter() - start
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({{"ms": elapsed * 1e3, "rss_kib": after - before}}))
+"""
+
+BOOT_STATEMENTS = {
+    "import datamachine": "import datamachine",
+    "import datamachine + bootstrap.boot()": (
+        "import datamachine, bootstrap, os\n"
+        "host = bootstrap.boot(db_path=os.environ['BENCH_BOOT_DB'])"
+    ),
+}
+PEER_IMPORTS = {
+    "import pydantic_ai": "import pydantic_ai",
+    "import agents (openai-agents)": "import agents",
+    "import langgraph.prebuilt": "import langgraph.prebuilt",
+}
+
+
+@dataclass(frozen=True)
+class StartupFigures:
+    """Milliseconds (median, min, max over fresh processes) and peak RSS growth in MiB."""
+
+    label: str
+    median_ms: float
+    low_ms: float
+    high_ms: float
+    rss_mib: float
+
+
+def measure_startup(label: str, statement: str, runs: int,
+                    python: str = sys.executable) -> StartupFigures:
+    """Run ``statement`` in ``runs`` fresh ``python`` processes (plus one untimed warm-up)."""
+    samples: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory() as directory:
+        for index in range(runs + 1):
+            env = dict(os.environ, BENCH_BOOT_DB=str(Path(directory) / f"boot{index}.db"))
+            out = subprocess.run([python, "-c", _CHILD.format(statement=statement)], env=env,
+                                 cwd=directory, capture_output=True, text=True, check=True)
+            if index:
+                samples.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    times = [s["ms"] for s in samples]
+    rss = statistics.median(s["rss_kib"] for s in samples) / 1024
+    return StartupFigures(label, statistics.median(times), min(times), max(times), rss)
