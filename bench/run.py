@@ -92,9 +92,9 @@ def per_turn_section(turn_counts: Sequence[int], quick: bool, peers: bool) -> li
     from bench import dm_loop
     from bench.scenario import Figures, measure_interleaved
 
+    directory = tempfile.TemporaryDirectory(prefix="dm-bench-")
     memory_host = dm_loop.make_host()
-    directory = tempfile.mkdtemp(prefix="dm-bench-")
-    file_host = dm_loop.make_host(Path(directory) / "bench.db")
+    file_host = dm_loop.make_host(Path(directory.name) / "bench.db")
     runners: dict[str, Callable[[int], object]] = {
         "floor: bare Python loop": dm_loop.floor,
         "datamachine, in memory": dm_loop.memory_runner(memory_host),
@@ -120,6 +120,7 @@ def per_turn_section(turn_counts: Sequence[int], quick: bool, peers: bool) -> li
             loop.close()
         memory_host.close()
         file_host.close()
+        directory.cleanup()
 
     base = "datamachine, in memory"
     header = "| µs per turn: median (min-max) | " + " | ".join(f"T = {t}" for t in turn_counts)
@@ -194,8 +195,8 @@ def profile_section(turns: int, quick: bool, top: int = 15) -> list[str]:
     from bench import dm_loop
 
     lines: list[str] = []
-    directory = tempfile.mkdtemp(prefix="dm-profile-")
-    hosts = [dm_loop.make_host(), dm_loop.make_host(Path(directory) / "profile.db")]
+    directory = tempfile.TemporaryDirectory(prefix="dm-profile-")
+    hosts = [dm_loop.make_host(), dm_loop.make_host(Path(directory.name) / "profile.db")]
     cases = [("in memory", dm_loop.memory_runner(hosts[0])),
              ("all on (SQLite file)", dm_loop.all_on_runner(hosts[1]))]
     repeats = 1 if quick else 20
@@ -221,6 +222,7 @@ def profile_section(turns: int, quick: bool, top: int = 15) -> list[str]:
         lines.append("")
     for host in hosts:
         host.close()
+    directory.cleanup()
     return lines
 
 

@@ -1,0 +1,54 @@
+"""The benchmark scripts still run (tiny T, one run each); nothing here is timed or compared.
+
+The peers are never installed or imported here: they live only in ``bench/.venv``, which
+``bench/run.py`` makes when the benchmark itself runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench import dm_loop, run
+from bench.concurrency import measure_concurrency
+from bench.scenario import answer_text, measure, measure_interleaved
+
+
+def test_floor_and_datamachine_runs_reach_the_scripted_answer(tmp_path: Path) -> None:
+    memory = dm_loop.make_host()
+    stored = dm_loop.make_host(tmp_path / "bench.db")
+    try:
+        assert dm_loop.floor(2) == answer_text(2)
+        in_memory: Any = dm_loop.memory_runner(memory)(2)
+        all_on: Any = dm_loop.all_on_runner(stored)(2)
+        timed: Any = dm_loop.all_on_runner(stored, wall_clock=True)(2)
+        for result in (in_memory, all_on, timed):
+            assert result.turn_count == 3
+        assert len(stored.transcripts.get(all_on.transcript_session_id)) == 6
+    finally:
+        memory.close()
+        stored.close()
+
+
+def test_measure_helpers_report_one_figure_per_runner() -> None:
+    single = measure(dm_loop.floor, 2, runs=1, warmup=0)
+    assert single.runs == 1
+    assert single.low <= single.median <= single.high
+    both = measure_interleaved({"a": dm_loop.floor, "b": dm_loop.floor}, 2, runs=1, warmup=0)
+    assert set(both) == {"a", "b"}
+
+
+def test_concurrent_async_conversations_complete() -> None:
+    figures = measure_concurrency(3, 2, batches=1)
+    assert figures.conversations == 3
+    assert figures.peak_mib > 0
+
+
+def test_run_script_prints_every_table_without_the_peers() -> None:
+    text = run.main(["--quick", "--no-peers", "--no-boot"])
+    assert "| floor: bare Python loop |" in text
+    assert "| datamachine, in memory |" in text
+    assert "## Concurrency" in text
+    assert "## Profile" in text
+    assert not any(name in sys.modules for name in ("pydantic_ai", "agents", "langgraph"))
