@@ -395,8 +395,8 @@ def _loop_steps(
                 status = "error"
                 error = str(exc) or type(exc).__name__
                 error_code = str(getattr(exc, "code", "") or "turn_failed")
-                emit("failed", {"turn": turn, "error": error, "error_code": error_code,
-                                "error_type": type(exc).__name__})
+                # Reported once, by the terminal ``failed`` event below (it carries the error).
+                logger.info("agents_api: turn %d failed: %s", turn, error)
                 break
 
             _add_usage(state.usage, outcome.usage)
@@ -763,4 +763,5 @@ def _terminal_payload(result: LoopResult) -> dict[str, Any]:
         "budget": result.budget,
         "budgets": result.budgets,
         "error": result.error,
+        "error_code": result.error_code,
     }

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
         InvalidBudgetSpec,
         InvalidBudgetValue,
         InvalidCallerContext,
+        InvalidCompletionAssertions,
+        InvalidCompletionPolicy,
         InvalidJobTransition,
         InvalidScript,
         InvalidSetting,
@@ -54,6 +56,8 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
+    "InvalidCompletionPolicy": "datamachine.errors",
+    "InvalidCompletionAssertions": "datamachine.errors",
     "BootError": "datamachine.errors",
     "ChainCycle": "datamachine.errors",
     "ChainDepthExceeded": "datamachine.errors",
@@ -119,6 +123,8 @@ __all__ = [
     "InvalidBudgetSpec",
     "InvalidBudgetValue",
     "InvalidCallerContext",
+    "InvalidCompletionAssertions",
+    "InvalidCompletionPolicy",
     "InvalidJobTransition",
     "InvalidScript",
     "InvalidSetting",

@@ -217,7 +217,10 @@ def test_runner_failure_keeps_earlier_turns_and_emits_failed() -> None:
     assert len(result.tool_execution_results) == 1
     assert len(result.messages) == 3
     assert events.names()[-1] == "failed"
-    assert [n for n in events.names() if n in ("failed", "completed")] == ["failed", "failed"]
+    assert [n for n in events.names() if n in ("failed", "completed")] == ["failed"]
+    terminal = events.seen[-1][1]
+    assert (terminal["status"], terminal["turn"], terminal["error"]) == (
+        "error", 2, "provider exploded")
 
 
 def test_runner_returning_garbage_is_an_error_result() -> None:
