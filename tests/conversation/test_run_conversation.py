@@ -361,3 +361,19 @@ def test_result_dumps_to_plain_json(host: Host) -> None:
     assert data["messages"][0]["schema"] == "agents-api.message"
     assert data["status"] == "completed"
     json.dumps(data)
+
+
+@pytest.mark.parametrize("garbage", [
+    {"content": 42},
+    {"tool_calls": "call everything"},
+    {"tool_calls": [{"parameters": {"x": 1}}]},
+    {"tool_calls": [{"name": "double", "parameters": "not a dict"}]},
+])
+def test_provider_garbage_becomes_a_failed_turn_with_the_reason(garbage: dict[str, Any]) -> None:
+    recorder = Recorder([garbage])
+    with boot_with(recorder) as host:
+        result = host.run_conversation(USER, [double], "scripted", "m")
+    assert result.status == "error"
+    assert result.error_code == "provider_bad_response"
+    assert result.error
+    assert result.turn_count == 1
