@@ -35,7 +35,7 @@ from datamachine.completion.blocker import (
     is_blocker_tool,
 )
 from datamachine.completion.jobs import PipelineJob, failure_reason
-from datamachine.completion.nudges import build_nudge, diagnostic_copy
+from datamachine.completion.nudges import build_nudge, describes_tool_action, diagnostic_copy
 from datamachine.completion.policies import (
     DefaultCompletionPolicy,
     PipelineCompletionPolicy,
@@ -100,6 +100,10 @@ class CompletionRun:
         # True while the policy's latest word on a final answer was "not yet".
         self.pending = False
         self._attached = False
+        # Nothing to assert and no handler list: only terminal tools, handler tools and
+        # narrated tool actions can change the outcome, so everything else skips the policy.
+        self.trivial = (self.builtin and not assertions.configured
+                        and not getattr(policy, "configured_handlers", None))
         self.policy_error: InvalidCompletionPolicy | None = None
 
     # -- seam 1: validation ---------------------------------------------------------------
@@ -230,6 +234,9 @@ class CompletionRun:
         """The loop's hook after every executed tool call."""
         name = str(call.get("name", ""))
         tool = self.tools.get(name)
+        if self.trivial and (tool is None or not (tool.terminal or tool.handler)) and (
+                "runtime" not in result):
+            return None
         parameters = call.get("parameters")
         if not isinstance(parameters, Mapping):
             parameters = result.get("parameters")
@@ -275,6 +282,9 @@ class CompletionRun:
         """The turn runner's callback for an answer without tool calls: the continuation
         messages (a nudge) when the policy says the task is not done, else nothing."""
         if self.single_turn or self.blocker is not None or context.get("final_summary"):
+            return []
+        if self.trivial and not describes_tool_action(content):
+            self.pending = False
             return []
         method = getattr(self.policy, "record_natural_completion", None)
         if not callable(method):
