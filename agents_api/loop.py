@@ -409,6 +409,7 @@ def _loop_steps(
                                  for i, call in enumerate(outcome.tool_calls)) if c is not None]
             state.last_tool_calls = calls
             policy_complete = False
+            hook_error: Exception | None = None
             for call in calls:
                 # Tool budgets are checked before each call, so a spent budget runs nothing.
                 blocked = _tool_budget_spent(tool_budget, all_budgets, call["name"])
@@ -424,9 +425,14 @@ def _loop_steps(
                 if per_tool is not None:
                     per_tool.increment()
                 if on_tool_result is not None:
-                    decision = on_tool_result(call, tool_result, turn_context)
-                    if _awaitable(decision):
-                        decision = yield decision
+                    try:
+                        decision = on_tool_result(call, tool_result, turn_context)
+                        if _awaitable(decision):
+                            decision = yield decision
+                    except Exception as exc:
+                        # A policy that raises ends the run as an error; the turn so far is kept.
+                        hook_error = exc
+                        break
                     if isinstance(decision, Decision):
                         if decision.complete:
                             policy_complete = True
@@ -454,6 +460,12 @@ def _loop_steps(
                     if _awaitable(renewed):
                         yield renewed
 
+            if hook_error is not None:
+                status = "error"
+                error = str(hook_error) or type(hook_error).__name__
+                error_code = str(getattr(hook_error, "code", "") or "tool_result_hook_failed")
+                stop_budget = None
+                break
             if stop_budget is not None:
                 extended = yield from _try_extend(stop_budget, on_budget_exhausted, state, emit)
                 if not extended:

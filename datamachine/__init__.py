@@ -12,6 +12,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agents_api import Decision
     from datamachine.api import arun_conversation, continue_conversation, run_conversation
+    from datamachine.completion import (
+        CompletionAssertions,
+        CompletionPolicy,
+        DefaultCompletionPolicy,
+        PipelineCompletionPolicy,
+    )
     from datamachine.conversation.result import ConversationResult
     from datamachine.default_host import get_default_host
     from datamachine.errors import (
@@ -56,6 +62,10 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
+    "PipelineCompletionPolicy": "datamachine.completion",
+    "DefaultCompletionPolicy": "datamachine.completion",
+    "CompletionPolicy": "datamachine.completion",
+    "CompletionAssertions": "datamachine.completion",
     "InvalidCompletionPolicy": "datamachine.errors",
     "InvalidCompletionAssertions": "datamachine.errors",
     "BootError": "datamachine.errors",
@@ -112,10 +122,13 @@ __all__ = [
     "ChainDepthExceeded",
     "ChatSessionExists",
     "ChatSessionNotFound",
+    "CompletionAssertions",
+    "CompletionPolicy",
     "ConversationResult",
     "DataMachineError",
     "DatabaseError",
     "Decision",
+    "DefaultCompletionPolicy",
     "DuplicateBudgetError",
     "DuplicateProviderError",
     "DuplicateTokenName",
@@ -133,6 +146,7 @@ __all__ = [
     "InvalidToolRuntimeRule",
     "IterationBudgetRegistry",
     "JobNotFound",
+    "PipelineCompletionPolicy",
     "PluginLoadError",
     "ProviderError",
     "ProviderRequest",

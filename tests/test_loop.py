@@ -583,3 +583,19 @@ def test_on_stop_may_append_a_message_before_persistence() -> None:
                       tool_executor=double, on_stop=on_stop, transcript_persister=persister)
     assert result.final_content == "summary"
     assert persister.persisted[0].messages[-1].content == "summary"
+
+
+def test_tool_result_hook_that_raises_ends_the_run_as_an_error_keeping_the_turn() -> None:
+    def policy(call: dict[str, Any], result: dict[str, Any], ctx: dict[str, Any]) -> Decision:
+        raise ValueError("policy bug")
+
+    persister, events = Persister(), Events()
+    result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 5),
+                      tool_executor=double, on_tool_result=policy,
+                      transcript_persister=persister, on_event=events)
+    assert (result.status, result.error, result.error_code) == (
+        "error", "policy bug", "tool_result_hook_failed")
+    assert result.turn_count == 1
+    assert [m.type for m in result.messages] == ["text", "tool_call", "tool_result"]
+    assert events.names()[-1] == "failed"
+    assert persister.turns[0][1] == 1
