@@ -3,7 +3,7 @@
 Each figure comes from fresh interpreters (one per sample, so nothing is cached in memory
 between samples; the OS file cache is warm after the first). The child times its own statement
 with ``perf_counter`` (interpreter start-up excluded) and reports how much its peak resident
-memory grew over a bare interpreter's.
+memory grew while the statement ran, and that peak.
 """
 
 from __future__ import annotations
@@ -19,14 +19,20 @@ from pathlib import Path
 
 __all__ = ["BOOT_STATEMENTS", "PEER_IMPORTS", "StartupFigures", "measure_startup"]
 
+# Memory comes from /proc/self/status: VmHWM is this process's own peak, whereas ru_maxrss
+# survives fork and exec and would report the (larger) parent's peak.
 _CHILD = """
-import json, resource, time
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+import json, time
+def kib(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1])
+before = kib("VmRSS:")
 start = time.perf_counter()
 {statement}
 elapsed = time.perf_counter() - start
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({{"ms": elapsed * 1e3, "rss_kib": after - before}}))
+print(json.dumps({{"ms": elapsed * 1e3, "rss_kib": kib("VmHWM:") - before,
+                  "peak_kib": kib("VmHWM:")}}))
 """
 
 BOOT_STATEMENTS = {
@@ -45,13 +51,14 @@ PEER_IMPORTS = {
 
 @dataclass(frozen=True)
 class StartupFigures:
-    """Milliseconds (median, min, max over fresh processes) and peak RSS growth in MiB."""
+    """Milliseconds (median, min, max over fresh processes); RSS growth and peak in MiB."""
 
     label: str
     median_ms: float
     low_ms: float
     high_ms: float
     rss_mib: float
+    peak_mib: float
 
 
 def measure_startup(label: str, statement: str, runs: int,
@@ -67,4 +74,5 @@ def measure_startup(label: str, statement: str, runs: int,
                 samples.append(json.loads(out.stdout.strip().splitlines()[-1]))
     times = [s["ms"] for s in samples]
     rss = statistics.median(s["rss_kib"] for s in samples) / 1024
-    return StartupFigures(label, statistics.median(times), min(times), max(times), rss)
+    peak = statistics.median(s["peak_kib"] for s in samples) / 1024
+    return StartupFigures(label, statistics.median(times), min(times), max(times), rss, peak)

@@ -5,6 +5,8 @@ once (``bootstrap.boot``), with the built-in ``scripted`` provider and a ``@data
 
 - *in memory*: ``persist_transcript=False``; the turn and tool-call budgets, duplicate checks
   and parameter validation are on, as in every run;
+- *SQLite*: the default persistence (the transcript written to a SQLite file turn by turn, the
+  transcript lock renewed every turn) and nothing else;
 - *all on*: transcripts written to a SQLite file turn by turn (with the transcript lock renewed
   every turn), an event sink, a wall-clock budget, budget pressure and a completion policy.
 
@@ -36,6 +38,7 @@ __all__ = [
     "floor",
     "make_host",
     "memory_runner",
+    "persisted_runner",
 ]
 
 DOUBLE = datamachine.tool(double)
@@ -76,6 +79,20 @@ def memory_runner(host: Host) -> Callable[[int], object]:
             [{"role": "user", "content": PROMPT}], [DOUBLE], "scripted", "bench",
             payload={"script": _script(turns), "persist_transcript": False},
             max_turns=turns + 1,
+        )
+        _check(result, turns)
+        return result
+
+    return run
+
+
+def persisted_runner(host: Host) -> Callable[[int], object]:
+    """One run per call with the host's transcript store (the default) and nothing else added."""
+
+    def run(turns: int) -> object:
+        result = host.run_conversation(
+            [{"role": "user", "content": PROMPT}], [DOUBLE], "scripted", "bench",
+            payload={"script": _script(turns)}, max_turns=turns + 1,
         )
         _check(result, turns)
         return result

@@ -98,6 +98,7 @@ def per_turn_section(turn_counts: Sequence[int], quick: bool, peers: bool) -> li
     runners: dict[str, Callable[[int], object]] = {
         "floor: bare Python loop": dm_loop.floor,
         "datamachine, in memory": dm_loop.memory_runner(memory_host),
+        "datamachine, SQLite file (default persistence)": dm_loop.persisted_runner(file_host),
         "datamachine, all on (SQLite file, events, pressure, policy)":
             dm_loop.all_on_runner(file_host),
         "datamachine, all on + wall-clock rail (`max_seconds`)":
@@ -170,12 +171,12 @@ def boot_section(quick: bool, peers: bool) -> list[str]:
     if peers:
         statements.update(PEER_IMPORTS)
     runs = 1 if quick else 9
-    lines = ["| start-up (fresh process) | ms: median (min-max) | peak RSS growth |",
-             "|---|---|---|"]
+    lines = ["| start-up (fresh process) | ms: median (min-max) | RSS growth | peak RSS |",
+             "|---|---|---|---|"]
     for label, statement in statements.items():
         f = measure_startup(label, statement, runs)
         lines.append(f"| `{label}` | {f.median_ms:,.0f} ({f.low_ms:,.0f}-{f.high_ms:,.0f}) | "
-                     f"{f.rss_mib:,.1f} MiB |")
+                     f"{f.rss_mib:,.1f} MiB | {f.peak_mib:,.1f} MiB |")
     lines.append("")
     lines.append(f"{runs} processes each (after one warm-up); `boot()` uses a new SQLite file "
                  "and loads installed plugins.")

@@ -23,7 +23,8 @@ def test_floor_and_datamachine_runs_reach_the_scripted_answer(tmp_path: Path) ->
         in_memory: Any = dm_loop.memory_runner(memory)(2)
         all_on: Any = dm_loop.all_on_runner(stored)(2)
         timed: Any = dm_loop.all_on_runner(stored, wall_clock=True)(2)
-        for result in (in_memory, all_on, timed):
+        persisted: Any = dm_loop.persisted_runner(stored)(2)
+        for result in (in_memory, all_on, timed, persisted):
             assert result.turn_count == 3
         assert len(stored.transcripts.get(all_on.transcript_session_id)) == 6
     finally:
