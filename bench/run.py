@@ -191,6 +191,34 @@ def _short(path: str) -> str:
     return re.sub(r"^.*/lib/python3\.\d+/", "", path)
 
 
+# Where a turn's time goes, by area: (label, file suffix, function); cumulative time, so an
+# area includes what it calls (the provider row is inside the turn runner row).
+AREAS = (
+    ("turn runner: request, projection, provider call, response", "conversation/turns.py",
+     "__call__"),
+    ("… of which the running projection and hash", "conversation/projection.py", "sync"),
+    ("… of which the scripted provider (the test model)", "providers/scripted.py", "complete"),
+    ("tool execution: duplicate check, validation, the tool", "tools/executor.py", "__call__"),
+    ("completion policy after each tool result", "completion/controller.py", "on_tool_result"),
+    ("events (payload merge, sink, hook)", "conversation/run.py", "emit"),
+    ("SQLite: append_turn", "storage/transcripts.py", "append_turn"),
+    ("SQLite: lock renewal", "storage/transcripts.py", "renew"),
+    ("budget pressure", "conversation/pressure.py", "apply"),
+    ("run set-up (prepare_run)", "conversation/run.py", "prepare_run"),
+)
+
+
+def _areas(stats: pstats.Stats, total: float) -> list[str]:
+    table = stats.stats  # type: ignore[attr-defined]
+    lines = ["| area | share of run time (cumulative) |", "|---|---|"]
+    for label, suffix, func in AREAS:
+        cumulative = sum(entry[3] for (path, _line, name), entry in table.items()
+                         if name == func and path.endswith(suffix))
+        if cumulative:
+            lines.append(f"| {label} | {100 * cumulative / total:.1f}% |")
+    return lines
+
+
 def profile_section(turns: int, quick: bool, top: int = 15) -> list[str]:
     """cProfile of in-memory and all-on runs: where the remaining time goes."""
     from bench import dm_loop
@@ -220,7 +248,7 @@ def profile_section(turns: int, quick: bool, top: int = 15) -> list[str]:
         for (path, line, func), (_, calls, own, _cum, _) in rows:
             where = f"{_short(path)}:{line}({func})" if line else func
             lines.append(f"| `{where}` | {calls / calls_per:.1f} | {100 * own / total:.1f}% |")
-        lines.append("")
+        lines += ["", *_areas(stats, total), ""]
     for host in hosts:
         host.close()
     directory.cleanup()
