@@ -16,6 +16,8 @@ from datamachine.host import Host
 from datamachine.plugins import collect, make_plugin_manager
 from datamachine.providers.registry import ProviderRegistry
 from datamachine.registry import BudgetSpec, IterationBudgetRegistry
+from datamachine.server.site import ensure_site_id
+from datamachine.setting_rules import validate_known_setting
 from datamachine.settings import Settings
 from datamachine.storage import ChatSessionStore, JobStore, TokenStore, TranscriptStore
 from datamachine.tools.registry import ToolRegistry
@@ -40,7 +42,11 @@ def boot(
     )
     db = open_database(db_path)
     registry = IterationBudgetRegistry()
-    settings = Settings(db, validator=registry.validate_setting)
+    def validate(key: str, value: object) -> None:
+        registry.validate_setting(key, value)
+        validate_known_setting(key, value)
+
+    settings = Settings(db, validator=validate)
     registry.settings_lookup = settings.get
     for spec in BUILTIN_BUDGETS:
         registry.register(spec, owner=BUILTIN_OWNER)
@@ -48,12 +54,15 @@ def boot(
     transcripts = TranscriptStore(db)
     providers = ProviderRegistry.from_plugin_manager(pm)
     providers.bind_settings(settings.get)
-    return Host(pm=pm, db=db, settings=settings, budgets=registry, db_path=resolved_path,
+    host = Host(pm=pm, db=db, settings=settings, budgets=registry, db_path=resolved_path,
                 plugins=infos, providers=providers,
                 tools=ToolRegistry.from_plugin_manager(pm),
                 transcripts=transcripts, jobs=JobStore(db),
                 chat_sessions=ChatSessionStore(db, settings=settings, transcripts=transcripts),
                 tokens=TokenStore(db))
+    # Every host has a site id from its first boot (agent-to-agent chains use it).
+    ensure_site_id(host)
+    return host
 
 
 def _register_plugin_budgets(pm: object, registry: IterationBudgetRegistry) -> None:

@@ -9,15 +9,27 @@ asyncio overhead per turn), and :func:`arun_loop` awaits it inside the caller's 
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
-from typing import Any, Protocol, TypeAlias, TypeGuard, TypeVar, Union, runtime_checkable
+from typing import Any, Protocol, TypeAlias, TypeVar, Union, runtime_checkable
 
 from agents_api import clock as _clock
+from agents_api._drive import (
+    DeadlineReached,
+    Steps,
+    bounded,
+    drive_async,
+    drive_sync,
+)
+from agents_api._drive import awaitable as _awaitable
+from agents_api._tools import (
+    normalize_tool_call,
+    normalize_tool_result,
+    run_tool,
+    tool_result_content,
+)
 from agents_api.budget import IterationBudget
 from agents_api.construct import construct
 from agents_api.errors import InvalidLoopArgument
@@ -25,13 +37,18 @@ from agents_api.message import Message, normalize_messages
 from agents_api.results import Decision, LoopResult, LoopStatus, TurnResult, coerce_turn_result
 
 __all__ = [
+    "DeadlineReached",
     "EventSink",
     "ToolExecutor",
     "TranscriptLock",
     "TranscriptPersister",
     "TurnRunner",
     "arun_loop",
+    "drive_async",
+    "drive_sync",
+    "normalize_tool_result",
     "run_loop",
+    "tool_result_content",
 ]
 
 logger = logging.getLogger("agents_api.loop")
@@ -49,8 +66,10 @@ ToolResultHook = Callable[
 ]
 BudgetExhaustedHook = Callable[[IterationBudget, dict[str, Any]], MaybeAwaitable[bool | None]]
 ShouldContinue = Callable[[TurnResult, dict[str, Any]], bool]
-# Called once when a run stops, before the transcript is persisted: it may append messages to
-# ``result.messages`` (the run's transcript) and set ``result.final_content``.
+# Called once when a run stops, still under the transcript lock and before the transcript is
+# persisted and the terminal event is emitted: it may append messages to ``result.messages``
+# (the run's transcript), set ``final_content``, and settle the verdict (status, warning, flags,
+# metadata) so storage, events and the returned result agree.
 StopHook = Callable[[LoopResult, dict[str, Any]], MaybeAwaitable[None]]
 
 
@@ -143,71 +162,6 @@ async def arun_loop(
     return await drive_async(steps)
 
 
-Steps = Generator[Awaitable[Any], Any, T]
-
-
-def drive_sync(steps: Steps[T]) -> T:
-    """Run a step generator to completion, awaiting yielded awaitables on a private loop."""
-    loop: asyncio.AbstractEventLoop | None = None
-    try:
-        pending = next(steps)
-        while True:
-            if loop is None:
-                try:
-                    asyncio.get_running_loop()
-                except RuntimeError:
-                    loop = asyncio.new_event_loop()
-                else:
-                    close = getattr(pending, "close", None)
-                    if close is not None:
-                        close()
-                    steps.close()
-                    raise InvalidLoopArgument(
-                        "An async callable was used from the synchronous run_loop inside a "
-                        "running event loop; call arun_loop (or arun_conversation) instead."
-                    )
-            try:
-                value = loop.run_until_complete(_as_coroutine(pending))
-            except BaseException as exc:  # handed back so the loop body decides what it means
-                pending = steps.throw(exc)
-            else:
-                pending = steps.send(value)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-    finally:
-        if loop is not None:
-            loop.close()
-
-
-async def drive_async(steps: Steps[T]) -> T:
-    """Run a step generator to completion inside the running event loop."""
-    try:
-        pending = next(steps)
-        while True:
-            try:
-                value = await pending
-            except BaseException as exc:
-                pending = steps.throw(exc)
-            else:
-                pending = steps.send(value)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-
-
-# What the loop's callables return on the synchronous path; no value of these exact types can be
-# awaited, so the per-turn checks skip inspect.isawaitable's ABC lookup for them.
-_PLAIN_TYPES = frozenset({type(None), bool, int, str, dict, list, TurnResult, Decision})
-
-
-def _awaitable(value: object) -> TypeGuard[Awaitable[Any]]:
-    """``inspect.isawaitable(value)``, answered at once for the plain values above."""
-    return type(value) not in _PLAIN_TYPES and inspect.isawaitable(value)
-
-
-async def _as_coroutine(awaitable: Awaitable[T]) -> T:
-    return await awaitable
-
-
 def _add_usage(total: dict[str, Any], usage: Mapping[str, Any]) -> None:
     for key, value in usage.items():
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -216,43 +170,6 @@ def _add_usage(total: dict[str, Any], usage: Mapping[str, Any]) -> None:
                 total[key] = previous + value
                 continue
         total[key] = value
-
-
-def normalize_tool_result(raw: Any) -> dict[str, Any]:
-    """``{"success": bool, "result"| "error": ...}`` from whatever an executor returned."""
-    if isinstance(raw, Mapping) and isinstance(raw.get("success"), bool):
-        result = dict(raw)
-        if not result["success"]:
-            error = result.get("error")
-            result["error"] = str(error) if error not in (None, "") else "Tool execution failed."
-        return result
-    return {"success": True, "result": raw}
-
-
-def tool_result_content(result: Mapping[str, Any]) -> str:
-    """What the model reads for a tool result: the JSON of ``result``, or the error text."""
-    if not result.get("success"):
-        return str(result.get("error", "Tool execution failed."))
-    value = result.get("result")
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def _normalize_tool_call(call: Any, turn: int, index: int) -> dict[str, Any] | None:
-    if not isinstance(call, Mapping):
-        return None
-    name = call.get("name") or call.get("tool_name")
-    if not isinstance(name, str) or not name.strip():
-        return None
-    params = call.get("parameters")
-    if params is None:
-        params = call.get("arguments", {})
-    call_id = call.get("id") or call.get("tool_call_id") or f"call_{turn}_{index}"
-    return {"id": str(call_id), "name": name.strip(), "parameters": params}
 
 
 class _Emitter:
@@ -345,21 +262,31 @@ def _loop_steps(
             return result
         token = str(acquired)
 
-    # A persister that can store the starting messages now (under the lock) makes a run killed
-    # before its first turn finishes still leave its prompt behind.
-    begin = getattr(transcript_persister, "begin", None)
-    if begin is not None and session_id:
-        begun = begin(session_id, msgs, request_info)
-        if inspect.isawaitable(begun):
-            yield begun
-
     started = _clock.monotonic()
     status: LoopStatus = "completed"
     stop_budget: IterationBudget | None = None
     error: str | None = None
     error_code: str | None = None
+
+    def fail(code: str, exc: BaseException) -> None:
+        nonlocal status, error, error_code, stop_budget
+        status, stop_budget = "error", None
+        error = str(exc) or type(exc).__name__
+        error_code = str(getattr(exc, "code", "") or code)
+
     try:
-        while True:
+        # Everything from here to the final write happens under the lock: the starting messages,
+        # every turn, the stop handler (a final summary call) and the persister.
+        begin = getattr(transcript_persister, "begin", None)
+        try:
+            if begin is not None and session_id:
+                # Stored now, so a run killed before its first turn finishes leaves its prompt.
+                begun = begin(session_id, msgs, request_info)
+                if _awaitable(begun):
+                    yield begun
+        except Exception as exc:
+            fail("transcript_write_failed", exc)
+        while status != "error":
             # Budgets are checked before a turn starts: the wall clock and any budget that was
             # already spent (a run resumed at its ceiling, a tool that spent an extension budget).
             if wall_clock is not None:
@@ -381,7 +308,7 @@ def _loop_steps(
                 raw = turn_runner(msgs, turn_context)
                 if _awaitable(raw):
                     left = _deadline_left(ordered, wall_clock, wall_clock_start, started)
-                    raw = yield (raw if left is None else _bounded(raw, left))
+                    raw = yield (raw if left is None else bounded(raw, left))
                 outcome = coerce_turn_result(raw, turn)
             except DeadlineReached:
                 # The wall clock ran out while the provider was still answering: the call was
@@ -392,10 +319,8 @@ def _loop_steps(
                                           "budget": stop_budget.name()})
                 break
             except Exception as exc:
-                status = "error"
-                error = str(exc) or type(exc).__name__
-                error_code = str(getattr(exc, "code", "") or "turn_failed")
-                # Reported once, by the terminal ``failed`` event below (it carries the error).
+                # Reported once, by the terminal ``failed`` event (it carries the error).
+                fail("turn_failed", exc)
                 logger.info("agents_api: turn %d failed: %s", turn, error)
                 break
 
@@ -405,7 +330,7 @@ def _loop_steps(
             if outcome.content:
                 msgs.append(Message.text("assistant", outcome.content))
 
-            calls = [c for c in (_normalize_tool_call(call, turn, i + 1)
+            calls = [c for c in (normalize_tool_call(call, turn, i + 1)
                                  for i, call in enumerate(outcome.tool_calls)) if c is not None]
             state.last_tool_calls = calls
             policy_complete = False
@@ -417,8 +342,8 @@ def _loop_steps(
                     stop_budget = blocked
                     break
                 left = _deadline_left(ordered, wall_clock, wall_clock_start, started)
-                tool_result = yield from _run_tool(call, turn, turn_context, tool_executor, msgs,
-                                                   state, emit, left)
+                tool_result = yield from run_tool(call, turn, turn_context, tool_executor, msgs,
+                                                  state.tool_results, emit, left)
                 if tool_budget is not None:
                     tool_budget.increment()
                 per_tool = all_budgets.get(f"{TOOL_BUDGET}_{call['name']}")
@@ -447,24 +372,17 @@ def _loop_steps(
                     stop_budget = spent
                     break
             msgs.extend(outcome.continuation_messages)
-
             turn_budget.increment()
-            if append_turn is not None and session_id:
-                written = append_turn(session_id, turn, msgs[turn_start:])
-                if _awaitable(written):
-                    yield written
-            if token is not None:
-                renew = getattr(transcript_lock, "renew", None)
-                if renew is not None:
-                    renewed = renew(session_id, token, ttl)
-                    if _awaitable(renewed):
-                        yield renewed
 
+            try:
+                yield from _store_turn(transcript_persister, transcript_lock, session_id, token,
+                                       ttl, turn, msgs[turn_start:])
+            except Exception as exc:
+                # A turn that cannot be stored ends the run: going on would lose work silently.
+                fail("transcript_write_failed", exc)
+                break
             if hook_error is not None:
-                status = "error"
-                error = str(hook_error) or type(hook_error).__name__
-                error_code = str(getattr(hook_error, "code", "") or "tool_result_hook_failed")
-                stop_budget = None
+                fail("tool_result_hook_failed", hook_error)
                 break
             if stop_budget is not None:
                 extended = yield from _try_extend(stop_budget, on_budget_exhausted, state, emit)
@@ -474,13 +392,47 @@ def _loop_steps(
                 stop_budget = None
             if policy_complete or outcome.complete:
                 break
-            if should_continue is not None:
-                keep_going = bool(should_continue(outcome, turn_context))
-            else:
-                keep_going = bool(calls or outcome.continuation_messages)
+            try:
+                keep_going = (bool(should_continue(outcome, turn_context))
+                              if should_continue is not None
+                              else bool(calls or outcome.continuation_messages))
+            except Exception as exc:
+                fail("should_continue_failed", exc)
+                break
             if not keep_going:
                 break
             # The next turn's pre-check stops (or extends) a spent turn budget.
+
+        if status == "budget_exceeded" and stop_budget is not None:
+            emit("budget_exceeded", _exceeded_payload(stop_budget))
+        result = state.build(status, ordered, session_id, stop_budget=stop_budget, error=error,
+                             error_code=error_code)
+        if on_stop is not None:
+            if token is not None:
+                # The stop handler may make one more provider call: keep the lock for it.
+                yield from _renew(transcript_lock, session_id, token, ttl)
+            try:
+                stopped = on_stop(result, {**base_context, "budgets": all_budgets,
+                                           "session_id": session_id,
+                                           "deadline": _deadline_left(ordered, wall_clock,
+                                                                      wall_clock_start,
+                                                                      started)})
+                if _awaitable(stopped):
+                    yield stopped
+            except Exception as exc:
+                logger.error("agents_api: on_stop hook failed", exc_info=True)
+                result.warnings.append(f"The run's stop handler failed: {exc}")
+        if transcript_persister is not None:
+            try:
+                stored = transcript_persister.persist(msgs, request_info, result)
+                if _awaitable(stored):
+                    stored = yield stored
+                if isinstance(stored, str) and stored:
+                    result.transcript_session_id = stored
+            except Exception as exc:
+                # The run's outcome stands; the caller learns that storage failed.
+                logger.error("agents_api: transcript persister failed", exc_info=True)
+                result.warnings.append(f"Transcript could not be stored: {exc}")
     finally:
         if token is not None:
             try:
@@ -490,35 +442,39 @@ def _loop_steps(
             except Exception:
                 logger.warning("agents_api: releasing transcript lock %r failed", session_id,
                                exc_info=True)
-
-    if status == "budget_exceeded" and stop_budget is not None:
-        emit("budget_exceeded", _exceeded_payload(stop_budget))
-    result = state.build(status, ordered, session_id, stop_budget=stop_budget, error=error,
-                         error_code=error_code)
-    if on_stop is not None and status != "transcript_lock_contention":
-        try:
-            stopped = on_stop(result, {**base_context, "budgets": all_budgets,
-                                       "session_id": session_id,
-                                       "deadline": _deadline_left(ordered, wall_clock,
-                                                                  wall_clock_start, started)})
-            if inspect.isawaitable(stopped):
-                yield stopped
-        except Exception:
-            logger.error("agents_api: on_stop hook failed", exc_info=True)
-            result.warnings.append("The run's stop handler failed; see the log.")
-    if transcript_persister is not None:
-        try:
-            stored = transcript_persister.persist(msgs, request_info, result)
-            if inspect.isawaitable(stored):
-                stored = yield stored
-            if isinstance(stored, str) and stored:
-                result.transcript_session_id = stored
-        except Exception as exc:
-            # The run's outcome stands; the caller learns that storage failed.
-            logger.error("agents_api: transcript persister failed", exc_info=True)
-            result.warnings.append(f"Transcript could not be stored: {exc}")
     emit("failed" if result.status == "error" else "completed", _terminal_payload(result))
     return result
+
+
+def _renew(lock: Any, session_id: str | None, token: str, ttl: int
+           ) -> Generator[Awaitable[Any], Any, None]:
+    renew = getattr(lock, "renew", None)
+    if renew is None:
+        return
+    renewed = renew(session_id, token, ttl)
+    if _awaitable(renewed):
+        renewed = yield renewed
+    if renewed is False:
+        raise LockLost(f"The transcript lock of session {session_id!r} was taken over by "
+                       "another run (it expired); stopping so two runs never write one session.")
+
+
+class LockLost(RuntimeError):
+    """The run's transcript lock expired and another holder took it."""
+
+    code = "transcript_lock_lost"
+
+
+def _store_turn(persister: Any, lock: Any, session_id: str | None, token: str | None, ttl: int,
+                turn: int, messages: list[Message]) -> Generator[Awaitable[Any], Any, None]:
+    """Write one finished turn (one transaction) and renew the lock after it."""
+    append_turn = getattr(persister, "append_turn", None)
+    if append_turn is not None and session_id:
+        written = append_turn(session_id, turn, messages)
+        if _awaitable(written):
+            yield written
+    if token is not None:
+        yield from _renew(lock, session_id, token, ttl)
 
 
 class _RunState:
@@ -570,6 +526,7 @@ class _RunState:
             budgets={b.name(): b.snapshot() for b in budgets},
             transcript_session_id=session_id,
             warnings=[],
+            metadata={},
         )
 
 
@@ -621,60 +578,6 @@ def _try_extend(
     return False
 
 
-def _run_tool(
-    call: dict[str, Any],
-    turn: int,
-    turn_context: dict[str, Any],
-    executor: ToolExecutor | None,
-    msgs: list[Message],
-    state: _RunState,
-    emit: _Emitter,
-    deadline: float | None = None,
-) -> Generator[Awaitable[Any], Any, dict[str, Any]]:
-    name, call_id, params = call["name"], call["id"], call["parameters"]
-    msgs.append(Message.tool_call(name, params, turn, call_id))
-    emit("tool_call", {"turn": turn, "tool_name": name, "tool_call_id": call_id,
-                       "parameters": params})
-    if executor is None:
-        result: dict[str, Any] = {
-            "success": False,
-            "error": f"Tool '{name}' cannot run: no tool executor is configured for this loop.",
-            "error_type": "executor_unavailable",
-        }
-    else:
-        context = {**turn_context, "messages": msgs, "tool_call_id": call_id}
-        try:
-            if deadline is None:
-                raw = executor(call, context)
-                if _awaitable(raw):
-                    raw = yield raw
-            else:
-                # Under a wall-clock rail a tool runs where the run can stop waiting for it: a
-                # sync tool in a daemon thread, an async one under a timeout.
-                raw = yield _bounded(_call_in_thread(executor, call, context), deadline)
-            result = normalize_tool_result(raw)
-        except DeadlineReached:
-            logger.warning("agents_api: tool %r outlived the run's time limit; its late result "
-                           "will be discarded", name)
-            result = {"success": False,
-                      "error": f"Tool '{name}' did not finish before the run's time limit.",
-                      "error_type": "deadline_exceeded"}
-        except Exception as exc:
-            # One tool failing never ends the run: the model reads the error and may recover.
-            result = {"success": False, "error": f"Tool '{name}' raised: {exc}",
-                      "error_type": "executor_exception"}
-    msgs.append(Message.tool_result(name, result, turn, call_id, tool_result_content(result)))
-    emit("tool_result", {"turn": turn, "tool_name": name, "tool_call_id": call_id,
-                         "success": result["success"]})
-    state.tool_results.append({"tool_name": name, "tool_call_id": call_id, "parameters": params,
-                               "success": result["success"], "result": result, "turn": turn})
-    return result
-
-
-class DeadlineReached(Exception):
-    """A provider or tool call was still running when the run's time rail was spent."""
-
-
 def _deadline_left(
     budgets: Iterable[IterationBudget], wall_clock: IterationBudget | None, wall_clock_start: int,
     started: float,
@@ -704,53 +607,6 @@ def _spend_time(
         if budget.max_seconds() is not None:
             return budget
     raise RuntimeError("a deadline was reached without a time budget")  # pragma: no cover
-
-
-async def _bounded(awaitable: Awaitable[T], seconds: float) -> T:
-    """Await with a deadline; the awaited call is cancelled when it passes."""
-    try:
-        if seconds <= 0:
-            raise TimeoutError
-        value = await asyncio.wait_for(_as_coroutine(awaitable), timeout=seconds)
-    except TimeoutError:
-        # A call cancelled before it started is closed, so nothing warns "never awaited".
-        if inspect.iscoroutine(awaitable) and (
-            inspect.getcoroutinestate(awaitable) == inspect.CORO_CREATED
-        ):
-            awaitable.close()
-        raise DeadlineReached from None
-    if inspect.isawaitable(value):  # an executor that returned a coroutine from its thread
-        return await _bounded(value, seconds)
-    return value
-
-
-async def _call_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run ``fn`` in a daemon thread: a hung sync tool can be abandoned, never joined."""
-    import threading
-
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-
-    def deliver(value: Any, error: BaseException | None) -> None:
-        if future.done():
-            logger.warning("agents_api: discarded the late result of %r", fn)
-        elif error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(value)
-
-    def target() -> None:
-        try:
-            value, error = fn(*args), None
-        except BaseException as exc:  # handed to the waiting run
-            value, error = None, exc
-        try:
-            loop.call_soon_threadsafe(deliver, value, error)
-        except RuntimeError:  # the run's loop is gone: nobody is waiting any more
-            logger.warning("agents_api: discarded the late result of %r", fn)
-
-    threading.Thread(target=target, daemon=True, name="agents_api-tool").start()
-    return await future
 
 
 def _exceeded_payload(budget: IterationBudget) -> dict[str, Any]:

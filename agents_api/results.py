@@ -93,3 +93,6 @@ class LoopResult(BaseModel):
     budgets: dict[str, dict[str, Any]] = Field(default_factory=dict)
     transcript_session_id: str | None = None
     warnings: list[str] = Field(default_factory=list)
+    # Product diagnostics a stop handler adds (a blocker, completion diagnostics); persisters
+    # store them with the transcript.
+    metadata: dict[str, Any] = Field(default_factory=dict)

@@ -247,10 +247,6 @@ class IterationBudgetRegistry:
                                max_seconds=max_seconds)
 
     def validate_setting(self, key: str, value: object) -> None:
-        """Refuse a value for a budget's setting that is not a positive integer <= 10,000
-        (``chat_max_turns`` also accepts ``"unlimited"``)."""
-        if key == "chat_max_turns":
-            if value != "unlimited":
-                validate_budget_value("setting 'chat_max_turns'", value)
-        elif key in self.setting_keys():
+        """Refuse a value for a budget's setting that is not a positive integer <= 10,000."""
+        if key in self.setting_keys():
             validate_budget_value(f"setting {key!r}", value)

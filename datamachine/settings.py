@@ -51,8 +51,9 @@ class Settings:
         self._db = db
         self._environ = environ
         self.validator = validator
-        # The connection is shared with the stores; writes take the same lock they do, so a
-        # settings write never lands inside another thread's transaction.
+        # The connection is shared with the stores; reads and writes take the same lock they do,
+        # so a settings write never lands inside another thread's transaction and a read never
+        # sees another thread's uncommitted one.
         from datamachine.storage._tx import connection_lock
 
         self._write_lock = connection_lock(db)
@@ -78,7 +79,8 @@ class Settings:
             raw = self._env.get(env_name)
             if raw is not None:
                 return _parse_env(raw)
-        row = self._db.execute("SELECT value FROM settings WHERE key = ?", [key]).fetchone()
+        with self._write_lock:
+            row = self._db.execute("SELECT value FROM settings WHERE key = ?", [key]).fetchone()
         if row is None:
             return default
         return json.loads(row[0])
@@ -88,12 +90,14 @@ class Settings:
         env_name = _env_name(key)
         if env_name not in RESERVED_ENV and env_name in self._env:
             return "env"
-        row = self._db.execute("SELECT 1 FROM settings WHERE key = ?", [key]).fetchone()
+        with self._write_lock:
+            row = self._db.execute("SELECT 1 FROM settings WHERE key = ?", [key]).fetchone()
         return "db" if row is not None else None
 
     def stored(self, key: str, default: Any = None) -> Any:
         """The value in the database only, ignoring the environment."""
-        row = self._db.execute("SELECT value FROM settings WHERE key = ?", [key]).fetchone()
+        with self._write_lock:
+            row = self._db.execute("SELECT value FROM settings WHERE key = ?", [key]).fetchone()
         return default if row is None else json.loads(row[0])
 
     def set(self, key: str, value: Any) -> None:
@@ -121,10 +125,9 @@ class Settings:
 
     def all(self) -> dict[str, Any]:
         """Every stored setting, with environment overrides applied on top."""
-        values = {
-            row[0]: json.loads(row[1])
-            for row in self._db.execute("SELECT key, value FROM settings ORDER BY key").fetchall()
-        }
+        with self._write_lock:
+            rows = self._db.execute("SELECT key, value FROM settings ORDER BY key").fetchall()
+        values = {row[0]: json.loads(row[1]) for row in rows}
         for env_name, raw in self._env.items():
             if env_name.startswith("DATAMACHINE_") and env_name not in RESERVED_ENV:
                 key = env_name[len("DATAMACHINE_"):].lower()

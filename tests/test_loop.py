@@ -599,3 +599,101 @@ def test_tool_result_hook_that_raises_ends_the_run_as_an_error_keeping_the_turn(
     assert [m.type for m in result.messages] == ["text", "tool_call", "tool_result"]
     assert events.names()[-1] == "failed"
     assert persister.turns[0][1] == 1
+
+
+class SpyLock(Lock):
+    """A lock that can be probed from inside the persister and the stop handler."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = False
+
+    def acquire(self, session_id: str, ttl: int) -> str | None:
+        if self.held:
+            return None
+        self.held = True
+        return super().acquire(session_id, ttl)
+
+    def release(self, session_id: str, token: str) -> bool:
+        self.held = False
+        return super().release(session_id, token)
+
+
+def test_stop_handler_and_persister_run_under_the_lock() -> None:
+    lock = SpyLock()
+    seen: list[tuple[str, bool]] = []
+
+    class Probe(Persister):
+        def persist(self, messages: list[Message], request: dict[str, Any],
+                    result: LoopResult) -> str:
+            seen.append(("persist", lock.acquire("s", 1) is None))
+            return super().persist(messages, request, result)
+
+    def on_stop(result: LoopResult, context: dict[str, Any]) -> None:
+        seen.append(("on_stop", lock.acquire("s", 1) is None))
+
+    run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 2), tool_executor=double,
+             transcript_lock=lock, transcript_session_id="s", transcript_persister=Probe(),
+             on_stop=on_stop)
+    assert seen == [("on_stop", True), ("persist", True)]
+    assert not lock.held
+    # The lock is renewed before the stop handler, which may make one more provider call.
+    assert len(lock.renewed) == 3
+
+
+def test_failing_begin_releases_the_lock_and_reports_an_error() -> None:
+    lock = SpyLock()
+
+    class BadBegin(Persister):
+        def begin(self, session_id: str, messages: list[Message], request: dict[str, Any]) -> None:
+            raise OSError("disk full")
+
+    persister, events = BadBegin(), Events()
+    ran: list[int] = []
+    result = run_loop(USER, lambda m, c: ran.append(1), turn_budget=IterationBudget("t", 2),  # type: ignore[arg-type,func-returns-value]
+                      transcript_lock=lock, transcript_session_id="s",
+                      transcript_persister=persister, on_event=events)
+    assert (result.status, result.error_code, result.error) == (
+        "error", "transcript_write_failed", "disk full")
+    assert ran == []
+    assert not lock.held
+    assert events.names() == ["failed"]
+    assert len(persister.persisted) == 1
+
+
+def test_a_turn_that_cannot_be_stored_ends_the_run_as_an_error() -> None:
+    class BadAppend(Persister):
+        def append_turn(self, session_id: str, turn: int, messages: list[Message]) -> None:
+            if turn == 2:
+                raise OSError("disk full")
+            super().append_turn(session_id, turn, messages)
+
+    persister, events = BadAppend(), Events()
+    result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 5),
+                      tool_executor=double, transcript_persister=persister, on_event=events)
+    assert (result.status, result.error_code, result.turn_count) == (
+        "error", "transcript_write_failed", 2)
+    assert len(persister.persisted) == 1
+    assert events.names()[-1] == "failed"
+
+
+def test_a_lost_lock_stops_the_run() -> None:
+    class Expiring(Lock):
+        def renew(self, session_id: str, token: str, ttl: int) -> bool:
+            super().renew(session_id, token, ttl)
+            return len(self.renewed) < 2
+
+    result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 5),
+                      tool_executor=double, transcript_lock=Expiring(),
+                      transcript_session_id="s")
+    assert (result.status, result.error_code, result.turn_count) == (
+        "error", "transcript_lock_lost", 2)
+
+
+def test_should_continue_that_raises_is_an_error() -> None:
+    def broken(result: TurnResult, context: dict[str, Any]) -> bool:
+        raise KeyError("oops")
+
+    result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 5),
+                      tool_executor=double, should_continue=broken)
+    assert (result.status, result.error_code) == ("error", "should_continue_failed")

@@ -377,6 +377,12 @@ class CompletionRun:
         Raises the :class:`InvalidCompletionPolicy` a custom policy caused during the run.
         """
         if self.policy_error is not None:
+            if self.job is not None:
+                # Never leave the job running: it failed with the policy.
+                self.job.settle(self.engine_data, {"completed": False,
+                                                   "error": str(self.policy_error)},
+                                "invalid_completion_policy", [])
+                self.job = None
             raise self.policy_error
         evaluation = self.evaluate()
         remaining = self.remaining_handlers

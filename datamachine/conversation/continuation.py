@@ -89,7 +89,7 @@ def chat_on(
     run goes on; False or no answer aborts the session (terminal) and the run stops with status
     ``aborted``. An aborted session refuses new messages with ``SessionAborted``.
     """
-    from datamachine.conversation.run import run_conversation_on
+    from datamachine.conversation.run import emit_outside_run, run_conversation_on
 
     if not isinstance(message, str) or not message.strip():
         raise UsageError("message must be a non-empty string.")
@@ -97,37 +97,48 @@ def chat_on(
     stored = host.chat_sessions.messages(session_id)
     if session.limit_reached:
         if not _confirmed(host, session):
-            aborted = host.chat_sessions.abort(session_id)
-            return _aborted_result(aborted, [Message(**m) for m in stored])
+            closed = host.chat_sessions.abort(session_id)
+            result = _aborted_result(closed, [Message(**m) for m in stored])
+            emit_outside_run(host, payload, "completed", {
+                "mode": "chat", "status": "aborted", "turn": 0, "turn_count": 0,
+                "message_count": len(stored), "tool_results": 0, "budget": None,
+                "budgets": {}, "error": None, "error_code": None, "session_id": session_id,
+            })
+            return result
         session = host.chat_sessions.reset_turns(session_id)
 
-    state = {"aborted": False}
+    aborted = False
+    notice = (f"Chat session {session_id!r} reached its turn limit ({session.max_turns}) and "
+              "was not continued; it is now aborted.")
 
     def count_turn(outcome: TurnResult) -> None:
+        nonlocal aborted
         current = host.chat_sessions.add_turns(session_id, 1)
         if not current.limit_reached:
             return
         if _confirmed(host, current):
             host.chat_sessions.reset_turns(session_id)
-        else:
-            host.chat_sessions.abort(session_id)
-            state["aborted"] = True
-            outcome.complete = True
+            return
+        host.chat_sessions.abort(session_id)
+        aborted = True
+        # Declined: this turn's tool calls do not run, and the run ends after it.
+        outcome.tool_calls = []
+        outcome.complete = True
+
+    def settle(result: ConversationResult) -> None:
+        if aborted and result.status in ("completed", "budget_exceeded", "incomplete"):
+            result.status, result.completed, result.warning = "aborted", False, notice
+            result.budget, result.flags, result.max_turns_reached = None, [], False
+            if not result.final_content:
+                result.final_content = notice
 
     messages = [*stored, {"role": "user", "content": message}]
     result = run_conversation_on(
         host, messages, tools, provider or host.settings.get("default_provider", "scripted"),
         model if model is not None else host.settings.get("default_model", ""), "chat",
         {**(payload or {}), "transcript_session_id": session_id}, None, False,
-        after_turn=count_turn,
+        after_turn=count_turn, settle=settle,
     )
-    if state["aborted"] and result.status in ("completed", "budget_exceeded"):
-        result.status = "aborted"
-        result.completed = False
-        result.warning = (f"Chat session {session_id!r} reached its turn limit "
-                          f"({session.max_turns}) and was not continued; it is now aborted.")
-        if result.transcript_session_id:
-            host.transcripts.set_status(session_id, "aborted")
     if host.transcripts.exists(session_id):
         record = host.transcripts.get_transcript(session_id)
         result.cumulative_turn_count = record.cumulative_turn_count

@@ -159,7 +159,8 @@ class PressureTracker:
             return messages, tools
         notices: list[tuple[str, str]] = []
         offered = tools
-        for name, budget in budgets.items():
+        # A copy: a tool thread abandoned at the deadline may still add a budget to the run.
+        for name, budget in list(budgets.items()):
             rule = self._rule(name)
             if rule is None:
                 continue

@@ -68,6 +68,8 @@ class PreparedRun:
     persister: Any
     lock: Any
     single_turn: bool
+    settle: Callable[[ConversationResult], None] | None = None
+    final: ConversationResult | None = None
     completion: CompletionRun
 
 
@@ -125,6 +127,13 @@ def _emitter(host: Host, runtime: RuntimeOptions, base: dict[str, Any]) -> Any:
                                exc_info=True)
 
     return emit
+
+
+def emit_outside_run(host: Host, payload: Mapping[str, Any] | None, event: str,
+                     data: dict[str, Any]) -> None:
+    """Emit an event for a run that never reached the loop (the payload's sink and the hook)."""
+    _, runtime = split_payload(payload)
+    _emitter(host, runtime, {})(event, data)
 
 
 def prepare_run(
@@ -258,9 +267,63 @@ def _loop_kwargs(run: PreparedRun) -> dict[str, Any]:
         "request": {"provider": run.provider_name, "model": run.model, "mode": run.mode},
         "on_budget_exhausted": _confirm_extension(run),
         "on_tool_result": run.completion.attach(run),
-        "on_stop": make_final_summary(run.runner.summarize, run.emit,
-                                      enabled=run.runtime.final_summary),
+        "on_stop": _on_stop(run),
     }
+
+
+def _on_stop(run: PreparedRun) -> Any:
+    """The loop's stop handler: the final summary, then the verdict, before anything is stored.
+
+    Settling here, under the transcript lock and before the terminal event, is what makes the
+    stored transcript, the job, the terminal event and the returned result agree.
+    """
+    summary = make_final_summary(run.runner.summarize, run.emit,
+                                 enabled=run.runtime.final_summary)
+
+    def on_stop(outcome: LoopResult, context: dict[str, Any]) -> Any:
+        pending = summary(outcome, context)
+        if pending is None:
+            _settle(run, outcome)
+            return None
+
+        async def then() -> None:
+            await pending
+            _settle(run, outcome)
+
+        return then()
+
+    return on_stop
+
+
+def _settle(run: PreparedRun, outcome: LoopResult) -> None:
+    final = finish(run, outcome)
+    if run.settle is not None:
+        run.settle(final)
+    run.final = final
+    # Write the verdict back into the loop's result: the persister and the terminal event read it.
+    outcome.status = final.status
+    outcome.completed = final.completed
+    outcome.warning = final.warning
+    outcome.flags = list(final.flags)
+    outcome.error, outcome.error_code = final.error, final.error_code
+    outcome.final_content = final.final_content
+    outcome.usage = dict(final.usage)
+    outcome.warnings = list(final.warnings)
+    outcome.metadata.update({
+        key: getattr(final, key) for key in (
+            "blocker", "max_turns_reached", "completion_nudge_count",
+            "completion_assertions_complete", "completion_assertions_missing",
+            "remaining_handlers",
+        ) if getattr(final, key, None) not in (None, [], {}, 0, False)
+    })
+
+
+def _conclude(run: PreparedRun, outcome: LoopResult) -> ConversationResult:
+    """The returned result: settled during the run, or now (a run that never started)."""
+    final = run.final if run.final is not None else finish(run, outcome)
+    final.transcript_session_id = outcome.transcript_session_id
+    final.warnings = list(outcome.warnings) if run.final is not None else final.warnings
+    return final
 
 
 def finish(run: PreparedRun, outcome: LoopResult) -> ConversationResult:
@@ -308,10 +371,12 @@ def run_conversation_on(host: Host, messages: Any, tools: Any, provider: Any, mo
                         mode: Any = "pipeline", payload: Any = None, max_turns: Any = None,
                         single_turn: Any = False, *,
                         after_turn: Callable[[TurnResult], None] | None = None,
+                        settle: Callable[[ConversationResult], None] | None = None,
                         ) -> ConversationResult:
     """Synchronous run on ``host`` (see ``datamachine.run_conversation``).
 
-    ``after_turn`` is called with each provider turn's result (chat session turn counting).
+    ``after_turn`` is called with each provider turn's result (chat session turn counting);
+    ``settle`` may adjust the verdict before it is stored and reported (a chat abort).
     """
     run = prepare_run(host, messages, tools, provider, model, mode, payload, max_turns,
                       single_turn)
@@ -319,8 +384,9 @@ def run_conversation_on(host: Host, messages: Any, tools: Any, provider: Any, mo
     if early is not None:
         return early
     run.runner.after_turn = after_turn
+    run.settle = settle
     outcome = run_loop(run.messages, run.runner, **_loop_kwargs(run))
-    return finish(run, outcome)
+    return _conclude(run, outcome)
 
 
 async def arun_conversation_on(host: Host, messages: Any, tools: Any, provider: Any, model: Any,
@@ -334,4 +400,4 @@ async def arun_conversation_on(host: Host, messages: Any, tools: Any, provider: 
     if early is not None:
         return early
     outcome = await arun_loop(run.messages, run.runner, **_loop_kwargs(run))
-    return finish(run, outcome)
+    return _conclude(run, outcome)

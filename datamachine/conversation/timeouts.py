@@ -42,11 +42,12 @@ def resolve_timeouts(
     base_request = min(max(base_request, 0.0), MAX_REQUEST_TIMEOUT)
     filtered = host.fold("request_timeout", base_request, mode=mode, provider=provider,
                          model=model, payload=dict(payload))
-    request = max(0.0, _number(filtered, base_request))
+    # The clamps hold after the filters too: a plugin cannot make a call wait forever.
+    request = min(max(0.0, _number(filtered, base_request)), MAX_REQUEST_TIMEOUT)
 
     base_connect = _number(host.settings.get("connect_timeout"), DEFAULT_CONNECT_TIMEOUT)
     base_connect = min(max(base_connect, 0.0), MAX_CONNECT_TIMEOUT, request)
     filtered = host.fold("connect_timeout", base_connect, mode=mode, provider=provider,
                          model=model, payload=dict(payload), request_timeout=request)
-    connect = min(max(0.0, _number(filtered, base_connect)), request)
+    connect = min(max(0.0, _number(filtered, base_connect)), MAX_CONNECT_TIMEOUT, request)
     return Timeouts(request=request, connect=connect)

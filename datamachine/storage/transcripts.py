@@ -221,6 +221,8 @@ class TranscriptStore:
         info = dict(request or {})
         turn_count = int(getattr(result, "turn_count", 0) or 0)
         summary = {key: getattr(result, key) for key in _SUMMARY_FIELDS if hasattr(result, key)}
+        # Product diagnostics a stop handler settled (a blocker, completion state).
+        summary.update(getattr(result, "metadata", None) or {})
         now = clock.now()
         with self._lock:
             run = self._runs.pop(sid, None)

@@ -92,7 +92,9 @@ def test_settings_roundtrip_and_validation(runner: CliRunner, tmp_path: Path) ->
     assert code == 2
     assert "max_turns" in out
     code, out = invoke(runner, db, "settings", "list", "--json")
-    assert json.loads(out) == {"default_model": "small"}
+    listed = json.loads(out)
+    assert listed["default_model"] == "small"
+    assert set(listed) == {"default_model", "site_id"}  # every host gets a site id at boot
     assert "removed" in invoke(runner, db, "settings", "unset", "default_model")[1]
 
 

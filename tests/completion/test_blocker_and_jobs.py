@@ -48,7 +48,8 @@ def test_blocker_ends_the_run_incomplete_with_the_reason(host: Host) -> None:
     assert reported["turn"] == 3
     assert reported["completion_assertions_missing"] == {"tool_names": ["broken"]}
     assert events.names[-1] == "completed"
-    assert events.named("completed")[0]["status"] == "completed"  # the loop's own view
+    # The terminal event carries the settled verdict, as the result and the transcript do.
+    assert events.named("completed")[0]["status"] == "incomplete"
 
 
 def test_blocker_tool_is_offered_only_when_assertions_are_configured(host: Host) -> None:

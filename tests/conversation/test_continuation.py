@@ -194,3 +194,32 @@ def test_chat_rejects_an_empty_message() -> None:
         session = host.chat_sessions.create()
         with pytest.raises(UsageError, match="message"):
             host.chat(session.id, "  ")
+
+
+def test_chat_abort_is_what_the_terminal_event_and_the_transcript_say() -> None:
+    worker = Worker()
+    events: list[tuple[str, dict[str, Any]]] = []
+    with boot(worker, Confirm([False])) as host:
+        session = host.chat_sessions.create(max_turns=2)
+        result = host.chat(session.id, "work", tools=[step],
+                           payload={"event_sink": lambda e, p: events.append((e, p))})
+        stored = host.transcripts.get_transcript(session.id)
+    assert result.status == "aborted"
+    assert result.final_content  # never empty, even when the model was mid-tools
+    assert events[-1][0] == "completed"
+    assert events[-1][1]["status"] == "aborted"
+    assert stored.status == "aborted"
+    # The declined turn's tool calls did not run.
+    assert len(result.tool_execution_results) == 1
+
+
+def test_chat_declined_before_the_run_still_emits_a_terminal_event() -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    with boot(Confirm([True, False])) as host:
+        session = host.chat_sessions.create(max_turns=1)
+        host.chat(session.id, "one")  # reaches 1/1: confirmed, reset
+        host.chat_sessions.add_turns(session.id, 1)  # at the limit again before the next run
+        result = host.chat(session.id, "two",
+                           payload={"event_sink": lambda e, p: events.append((e, p))})
+    assert result.status == "aborted"
+    assert [(e, p["status"]) for e, p in events] == [("completed", "aborted")]

@@ -277,7 +277,31 @@ def test_timeouts_come_from_settings_then_filters_and_connect_never_exceeds_requ
         host.run_conversation(USER, None, "scripted", "m")
     request = recorder.requests[0]
     assert request.request_timeout == 450.0
-    assert request.connect_timeout == 450.0
+    assert request.connect_timeout == 300.0  # the clamp holds after the filter too
+
+
+def test_timeout_filters_cannot_pass_the_clamps() -> None:
+    class Greedy:
+        @hookimpl
+        def request_timeout(self, value: float) -> float:
+            return 5000.0
+
+    recorder = Recorder([{"content": "x"}])
+    with boot_with(Greedy(), recorder) as host:
+        host.run_conversation(USER, None, "scripted", "m")
+    assert recorder.requests[0].request_timeout == 900.0
+
+
+@pytest.mark.parametrize(("key", "value"), [("request_timeout", "abc"),
+                                            ("connect_timeout", -1),
+                                            ("max_run_seconds", 0),
+                                            ("budget_pressure", "yes"),
+                                            ("max_request_bytes", 0)])
+def test_known_settings_are_validated_when_written(host: Host, key: str, value: Any) -> None:
+    from datamachine import InvalidSetting
+
+    with pytest.raises(InvalidSetting, match=key):
+        host.settings.set(key, value)
 
 
 def test_default_timeouts(host: Host) -> None:

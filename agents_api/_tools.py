@@ -1,0 +1,112 @@
+"""Tool calls inside the loop: normalizing calls and results, and running one call.
+
+The loop, not the turn runner, runs tools: it appends the ``tool_call`` envelope, hands the call
+to the executor (under the run's deadline when it has one), and appends the ``tool_result``
+envelope the model will read. A failing tool never ends a run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from typing import Any
+
+from agents_api._drive import DeadlineReached, awaitable, bounded, call_in_thread
+from agents_api.message import Message
+
+__all__ = ["normalize_tool_call", "normalize_tool_result", "run_tool", "tool_result_content"]
+
+logger = logging.getLogger("agents_api.loop")
+
+ToolExecutor = Callable[[dict[str, Any], dict[str, Any]], Any]
+Emit = Callable[[str, dict[str, Any]], None]
+
+
+def normalize_tool_result(raw: Any) -> dict[str, Any]:
+    """``{"success": bool, "result"| "error": ...}`` from whatever an executor returned."""
+    if isinstance(raw, Mapping) and isinstance(raw.get("success"), bool):
+        result = dict(raw)
+        if not result["success"]:
+            error = result.get("error")
+            result["error"] = str(error) if error not in (None, "") else "Tool execution failed."
+        return result
+    return {"success": True, "result": raw}
+
+
+def tool_result_content(result: Mapping[str, Any]) -> str:
+    """What the model reads for a tool result: the JSON of ``result``, or the error text."""
+    if not result.get("success"):
+        return str(result.get("error", "Tool execution failed."))
+    value = result.get("result")
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def normalize_tool_call(call: Any, turn: int, index: int) -> dict[str, Any] | None:
+    """``{"id", "name", "parameters"}`` from a model's call, or None when it has no name."""
+    if not isinstance(call, Mapping):
+        return None
+    name = call.get("name") or call.get("tool_name")
+    if not isinstance(name, str) or not name.strip():
+        return None
+    params = call.get("parameters")
+    if params is None:
+        params = call.get("arguments", {})
+    call_id = call.get("id") or call.get("tool_call_id") or f"call_{turn}_{index}"
+    return {"id": str(call_id), "name": name.strip(), "parameters": params}
+
+
+def run_tool(
+    call: dict[str, Any],
+    turn: int,
+    turn_context: dict[str, Any],
+    executor: ToolExecutor | None,
+    msgs: list[Message],
+    tool_results: list[dict[str, Any]],
+    emit: Emit,
+    deadline: float | None = None,
+) -> Generator[Awaitable[Any], Any, dict[str, Any]]:
+    """Run one call through the executor and record it; returns the normalized result."""
+    name, call_id, params = call["name"], call["id"], call["parameters"]
+    msgs.append(Message.tool_call(name, params, turn, call_id))
+    emit("tool_call", {"turn": turn, "tool_name": name, "tool_call_id": call_id,
+                       "parameters": params})
+    if executor is None:
+        result: dict[str, Any] = {
+            "success": False,
+            "error": f"Tool '{name}' cannot run: no tool executor is configured for this loop.",
+            "error_type": "executor_unavailable",
+        }
+    else:
+        context = {**turn_context, "messages": msgs, "tool_call_id": call_id}
+        try:
+            if deadline is None:
+                raw = executor(call, context)
+                if awaitable(raw):
+                    raw = yield raw
+            else:
+                # Under a wall-clock rail a tool runs where the run can stop waiting for it: a
+                # sync tool in a daemon thread, an async one under a timeout.
+                raw = yield bounded(call_in_thread(executor, call, context), deadline)
+            result = normalize_tool_result(raw)
+        except DeadlineReached:
+            logger.warning("agents_api: tool %r outlived the run's time limit; its late result "
+                           "will be discarded", name)
+            result = {"success": False,
+                      "error": f"Tool '{name}' did not finish before the run's time limit.",
+                      "error_type": "deadline_exceeded"}
+        except Exception as exc:
+            # One tool failing never ends the run: the model reads the error and may recover.
+            result = {"success": False, "error": f"Tool '{name}' raised: {exc}",
+                      "error_type": "executor_exception"}
+    msgs.append(Message.tool_result(name, result, turn, call_id, tool_result_content(result)))
+    emit("tool_result", {"turn": turn, "tool_name": name, "tool_call_id": call_id,
+                         "success": result["success"]})
+    tool_results.append({"tool_name": name, "tool_call_id": call_id, "parameters": params,
+                               "success": result["success"], "result": result, "turn": turn})
+    return result

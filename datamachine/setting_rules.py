@@ -1,0 +1,64 @@
+"""What a value must look like for the settings the product itself reads.
+
+Checked when a setting is written (``host.settings.set``, ``datamachine settings set``), so a
+typo fails at once with the key named, instead of being ignored at the next run. Budget settings
+are checked by the budget registry; keys nobody owns are free-form JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from datamachine.errors import InvalidSetting
+from datamachine.registry import validate_budget_value
+
+__all__ = ["validate_known_setting"]
+
+
+def _number(key: str, value: Any, *, positive: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidSetting(f"Setting {key!r} must be a number of seconds, got {value!r}.")
+    if value < 0 or (positive and value == 0):
+        kind = "a positive" if positive else "a non-negative"
+        raise InvalidSetting(f"Setting {key!r} must be {kind} number of seconds, got {value!r}.")
+
+
+def _flag(key: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise InvalidSetting(f"Setting {key!r} must be true or false, got {value!r}.")
+
+
+def _text(key: str, value: Any) -> None:
+    if not isinstance(value, str):
+        raise InvalidSetting(f"Setting {key!r} must be a string, got {value!r}.")
+
+
+def _chat_turns(key: str, value: Any) -> None:
+    if value != "unlimited":
+        validate_budget_value(f"setting {key!r}", value)
+
+
+def _bytes(key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidSetting(f"Setting {key!r} must be a positive number of bytes, got {value!r}.")
+
+
+_RULES: dict[str, Callable[[str, Any], None]] = {
+    "request_timeout": _number,
+    "connect_timeout": _number,
+    "max_run_seconds": lambda key, value: _number(key, value, positive=True),
+    "budget_pressure": _flag,
+    "default_provider": _text,
+    "default_model": _text,
+    "openai_base_url": _text,
+    "chat_max_turns": _chat_turns,
+    "max_request_bytes": _bytes,
+}
+
+
+def validate_known_setting(key: str, value: Any) -> None:
+    """Raise InvalidSetting (or InvalidBudgetValue) when ``value`` cannot serve ``key``."""
+    rule = _RULES.get(key)
+    if rule is not None:
+        rule(key, value)
