@@ -128,4 +128,8 @@ def run_chat_turn(host: Host, turn: ChatTurn) -> ConversationResult:
         # Aborted by another request meanwhile: this run's result still stands.
         with suppress(SessionAborted):
             host.chat_sessions.add_turns(session_id, result.turn_count)
+    if existing and host.transcripts.exists(session_id):
+        # A continued session reports the turns of all its runs, as host.chat does.
+        record = host.transcripts.get_transcript(session_id)
+        result.cumulative_turn_count = record.cumulative_turn_count
     return result

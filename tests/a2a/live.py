@@ -55,19 +55,19 @@ class RecordingApp:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        status: list[int] = []
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
 
         async def recording_send(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                status.append(int(message["status"]))
+                # Recorded before the response goes out, so a client that has its answer can
+                # rely on the hit being there.
+                with self._lock:
+                    self.hits.append(Hit(scope["method"], scope["path"],
+                                         int(message["status"]), headers))
             await send(message)
 
         await self.app(scope, receive, recording_send)
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                   for k, v in scope.get("headers", [])}
-        with self._lock:
-            self.hits.append(Hit(scope["method"], scope["path"], status[0] if status else 0,
-                                 headers))
 
     def chat_hits(self) -> list[Hit]:
         """The ``POST /chat`` requests, in order."""

@@ -117,8 +117,9 @@ def test_top_level_run_starts_at_depth_zero(make_site: MakeSite) -> None:
         result = a.host.run_conversation([{"role": "user", "content": "hi"}],
                                          tools=[call_remote_agent], mode="chat")
 
-    assert result.status == "completed"
-    assert [h.headers[HEADER_CHAIN_DEPTH.lower()] for h in b.server.app.chat_hits()] == ["0"]
+    assert result.status == "completed", result.final_content
+    assert [h.headers[HEADER_CHAIN_DEPTH.lower()] for h in b.server.app.chat_hits()] == ["0"], (
+        result.model_dump_json())
     assert [h.status for h in c.server.app.chat_hits()] == [200]
     assert [h.status for h in d.server.app.chat_hits()] == [429]
     assert d.transcript_count() == 0
@@ -134,7 +135,7 @@ def test_a_call_back_to_a_site_on_the_chain_is_refused_as_a_cycle(make_site: Mak
     response = chat(a, "ping")
 
     assert response.status_code == 200
-    hits = a.server.app.chat_hits()  # recorded as they finish: the call back ends first
+    hits = a.server.app.chat_hits()  # recorded as they are answered: the call back first
     assert sorted(h.status for h in hits) == [200, 409]
     [back] = [h for h in hits if h.status == 409]
     assert back.headers[HEADER_CHAIN_DEPTH.lower()] == "2"

@@ -118,8 +118,10 @@ def test_caller_context_round_trips_through_the_payload() -> None:
 def test_site_id_is_generated_once_and_survives_a_reboot(tmp_path: Path) -> None:
     path = tmp_path / "site.db"
     with bootstrap.boot(db_path=path, load_entrypoints=False) as first:
-        assert first.settings.get("site_id") is None
+        first.settings.delete("site_id")  # whether or not boot already made one
         generated = ensure_site_id(first)
+        assert len(generated) == 32
+        assert first.settings.get("site_id") == generated
         assert ensure_site_id(first) == generated
     with bootstrap.boot(db_path=path, load_entrypoints=False) as second:
         assert ensure_site_id(second) == generated
@@ -136,9 +138,12 @@ def test_site_id_can_be_pinned_and_must_be_header_safe(host: Host,
         ensure_site_id(host)
 
 
-def test_max_request_bytes_defaults_to_one_mebibyte_and_is_validated(host: Host) -> None:
+def test_max_request_bytes_defaults_to_one_mebibyte_and_is_validated(
+    host: Host, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     assert max_request_bytes(host) == DEFAULT_MAX_REQUEST_BYTES == 1_048_576
-    host.settings.set("max_request_bytes", "big")
+    # The environment bypasses any write-time check, so the server checks what it reads.
+    monkeypatch.setenv("DATAMACHINE_MAX_REQUEST_BYTES", "big")
     with pytest.raises(InvalidSetting, match="max_request_bytes"):
         max_request_bytes(host)
     from datamachine.server.app import create_app
@@ -147,14 +152,15 @@ def test_max_request_bytes_defaults_to_one_mebibyte_and_is_validated(host: Host)
         create_app(host)  # refused at startup, not on the first request
 
 
-def test_remote_sites_setting_is_validated(host: Host) -> None:
+def test_remote_sites_setting_is_validated(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_remote_sites(host) == {}
     host.settings.set("remote_sites", {"b": {"url": "http://b.example", "token": "dm_x"}})
     assert load_remote_sites(host)["b"].url == "http://b.example"
-    host.settings.set("remote_sites", {"b": {"url": "ftp://b", "token": "dm_x"}})
+    # Bad values through the environment, which no write-time check sees.
+    monkeypatch.setenv("DATAMACHINE_REMOTE_SITES", '{"b": {"url": "ftp://b", "token": "dm_x"}}')
     with pytest.raises(InvalidSetting, match="site 'b': url"):
         load_remote_sites(host)
-    host.settings.set("remote_sites", ["b"])
+    monkeypatch.setenv("DATAMACHINE_REMOTE_SITES", '["b"]')
     with pytest.raises(InvalidSetting, match="JSON object"):
         load_remote_sites(host)
 
