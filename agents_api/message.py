@@ -54,6 +54,19 @@ class Message(BaseModel):
         except ValidationError as exc:
             raise InvalidMessage(_explain(exc)) from None
 
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Message:
+        """Validate an envelope dict; an invalid one raises :class:`InvalidMessage`."""
+        try:
+            return super().model_validate(obj, *args, **kwargs)
+        except ValidationError as exc:
+            # The custom __init__ already explained it; do not wrap the explanation twice.
+            for error in exc.errors():
+                inner = error.get("ctx", {}).get("error")
+                if isinstance(inner, InvalidMessage):
+                    raise inner from None
+            raise InvalidMessage(_explain(exc)) from None
+
     @field_validator("type")
     @classmethod
     def _known_type(cls, value: str) -> str:
@@ -122,7 +135,7 @@ def _explain(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors():
         where = ".".join(str(p) for p in error["loc"]) or "message"
-        parts.append(f"{where}: {error['msg']}")
+        parts.append(f"{where}: {str(error['msg']).removeprefix('Value error, ')}")
     return "Invalid message: " + "; ".join(parts)
 
 

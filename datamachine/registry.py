@@ -70,11 +70,11 @@ class BudgetSpec(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             error = exc.errors()[0]
-            field = ".".join(str(p) for p in error["loc"]) or "spec"
+            field = ".".join(str(p) for p in error["loc"])
             label = data.get("name", "?")
-            raise InvalidBudgetSpec(
-                f"Budget {label!r}: invalid {field}: {error['msg']}."
-            ) from None
+            reason = str(error["msg"]).removeprefix("Value error, ")
+            where = f"invalid {field}: " if field else ""
+            raise InvalidBudgetSpec(f"Budget {label!r}: {where}{reason}.") from None
 
     @model_validator(mode="after")
     def _check_bounds(self) -> BudgetSpec:

@@ -73,8 +73,19 @@ def split_payload(payload: Mapping[str, Any] | None) -> tuple[dict[str, Any], Ru
         raise UsageError("payload['event_sink'] must be a callable or have emit(event, payload).")
     if options.extend_by is not None:
         validate_budget_value("payload['extend_by']", options.extend_by)
-    options.final_summary = bool(options.final_summary)
-    options.persist_transcript = bool(options.persist_transcript)
+    for flag in ("final_summary", "persist_transcript"):
+        if not isinstance(getattr(options, flag), bool):
+            raise UsageError(f"payload[{flag!r}] must be True or False, "
+                             f"got {getattr(options, flag)!r}.")
+    lock = options.transcript_lock
+    if lock is not None and not (callable(getattr(lock, "acquire", None))
+                                 and callable(getattr(lock, "release", None))):
+        raise UsageError("payload['transcript_lock'] must have acquire(session_id, ttl) and "
+                         "release(session_id, token) methods.")
+    persister = options.transcript_persister
+    if persister is not None and not callable(getattr(persister, "persist", None)):
+        raise UsageError("payload['transcript_persister'] must have a "
+                         "persist(messages, request, result) method.")
     return clean, options
 
 

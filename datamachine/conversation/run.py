@@ -9,6 +9,7 @@ executor, runs ``agents_api``'s loop, and maps the loop's outcome onto one
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -188,9 +189,10 @@ def prepare_run(
             max_seconds = setting
     if max_seconds is not None:
         # The wall clock is a hard rail: its hard ceiling equals its ceiling, so it is never
-        # offered for extension.
-        seconds = max(1, int(max_seconds))
-        budgets.append(IterationBudget("wall_clock_seconds", seconds, hard_ceiling=seconds))
+        # offered for extension, and its time rail keeps fractions of a second.
+        seconds = max(1, math.ceil(max_seconds))
+        budgets.append(IterationBudget("wall_clock_seconds", seconds, hard_ceiling=seconds,
+                                       max_seconds=float(max_seconds)))
 
     mode_label = ",".join(modes)
     base = base_log_context(mode_label, clean_payload)

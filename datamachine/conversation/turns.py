@@ -9,6 +9,7 @@ status ``error`` and keeps everything earlier turns produced.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import inspect
 import json
@@ -153,7 +154,8 @@ class ProviderTurnRunner:
     async def _finish_async(self, answer: Awaitable[Any], turn: int) -> TurnResult:
         try:
             response = await answer
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            # A call the wall clock cut is a failed request too: observers still hear of it.
             self._report(turn, success=False, error=exc)
             raise
         return self._finish(response, turn)
@@ -237,7 +239,9 @@ class ProviderTurnRunner:
         payload: dict[str, Any] = {"turn": turn, "provider": self.provider_name,
                                    "model": self.model, "success": success,
                                    "request_metadata": self.last_request_metadata}
-        if error is not None:
+        if isinstance(error, asyncio.CancelledError):
+            payload["error"] = "cancelled at the run's wall-clock limit"
+        elif error is not None:
             payload["error"] = str(error) or type(error).__name__
         self.emit("request_built", payload)
 

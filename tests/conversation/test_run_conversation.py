@@ -401,3 +401,50 @@ def test_provider_garbage_becomes_a_failed_turn_with_the_reason(garbage: dict[st
     assert result.error_code == "provider_bad_response"
     assert result.error
     assert result.turn_count == 1
+
+
+@pytest.mark.parametrize(("payload", "match"), [
+    ({"transcript_lock": 5}, "transcript_lock"),
+    ({"transcript_persister": "db"}, "transcript_persister"),
+    ({"final_summary": "no"}, "final_summary"),
+    ({"persist_transcript": "no"}, "persist_transcript"),
+])
+def test_bad_runtime_objects_are_refused_before_the_run(payload: dict[str, Any],
+                                                        match: str) -> None:
+    recorder = Recorder([{"content": "x"}])
+    with boot_with(recorder) as host:
+        with pytest.raises(UsageError, match=match):
+            host.run_conversation(USER, None, "scripted", "m", payload=payload)
+        assert recorder.requests == []
+
+
+def test_wall_clock_keeps_fractions_of_a_second() -> None:
+    import time as real_time
+
+    class Slow:
+        name = "slow"
+
+        async def complete(self, request: ProviderRequest) -> Any:
+            await asyncio.sleep(5)
+            return {"content": "late"}
+
+    class Plugin:
+        @hookimpl
+        def register_providers(self) -> list[Any]:
+            return [Slow()]
+
+    with boot_with(Plugin()) as host:
+        started = real_time.monotonic()
+        result = host.run_conversation(USER, None, "slow", "m",
+                                       payload={"max_seconds": 0.3, "final_summary": False})
+        elapsed = real_time.monotonic() - started
+    assert result.status == "budget_exceeded"
+    assert result.budgets["wall_clock_seconds"]["rail"] == "time"
+    assert elapsed < 0.9  # cut at 0.3 s, not rounded up to a whole second
+
+
+def test_message_model_validate_raises_the_loop_error() -> None:
+    from agents_api import AgentsAPIError
+
+    with pytest.raises(AgentsAPIError, match="unsupported message type 'weird'"):
+        Message.model_validate({"role": "user", "type": "weird"})
