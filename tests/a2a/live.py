@@ -27,6 +27,7 @@ from datamachine.server.app import create_app
 
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 10.0
+GATE_TIMEOUT = 10.0
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -137,11 +138,18 @@ class RelayModel:
         self.fail_on = fail_on
         self.requests: list[ProviderRequest] = []
         self._lock = threading.Lock()
+        # Set ``hold`` to make the next answers wait for it; ``entered`` says one is waiting.
+        self.hold: threading.Event | None = None
+        self.entered = threading.Event()
 
     @hookimpl
     def text_result(self, request: ProviderRequest) -> dict[str, Any] | Exception:
         with self._lock:
             self.requests.append(request)
+        if self.hold is not None:
+            self.entered.set()
+            if not self.hold.wait(GATE_TIMEOUT):
+                return RuntimeError("the test never released the model")
         last = request.messages[-1]
         if last.get("role") == "tool":
             return {"content": f"{self.name} relays: {last.get('content')}"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -342,3 +343,25 @@ def test_busy_session_is_409_lock_contention_without_running(site: Site) -> None
     assert len(site.host.transcripts.get(session_id)) == 2
     # Once the other request is done, the session continues.
     assert post(site, {"message": "two", "session_id": session_id}).status_code == 200
+
+
+def test_second_concurrent_request_on_a_session_is_409_while_the_first_runs(site: Site) -> None:
+    session_id = post(site, {"message": "one"}).json()["transcript_session_id"]
+    site.model.hold = threading.Event()
+    first: list[httpx.Response] = []
+    worker = threading.Thread(target=lambda: first.append(
+        post(site, {"message": "two", "session_id": session_id})))
+    worker.start()
+    try:
+        assert site.model.entered.wait(10.0), "the first request never reached the model"
+        asked = len(site.model.requests)
+        second = post(site, {"message": "three", "session_id": session_id})
+        assert_error(second, 409, "session_lock_contention")
+        assert len(site.model.requests) == asked  # the second request ran nothing
+    finally:
+        site.model.hold.set()
+        worker.join(30.0)
+    assert not worker.is_alive()
+    assert first[0].status_code == 200
+    assert [m["content"] for m in site.host.transcripts.get(session_id)] == [
+        "one", "solo answers: one", "two", "solo answers: two"]
