@@ -35,7 +35,10 @@ LOAD_PLUGINS_ENV = "DATAMACHINE_LOAD_PLUGINS"
 TRACE_HOOKS_ENV = "DATAMACHINE_TRACE_HOOKS"
 
 # Modules registered in every host before entry points; later issues add providers and tools.
-DEFAULT_PLUGINS: tuple[str, ...] = ("datamachine.default_plugins.providers",)
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "datamachine.default_plugins.providers",
+    "datamachine.default_plugins.remote_agent",
+)
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,12 @@ from typing import Any
 
 from agents_api import IterationBudget, Message, TurnResult
 from datamachine.conversation.result import ConversationResult
-from datamachine.errors import UsageError
+from datamachine.errors import ChatSessionNotFound, UsageError
 from datamachine.host import Host
 from datamachine.registry import validate_budget_value
 from datamachine.storage.chat_sessions import ChatSession
 
-__all__ = ["chat_on", "continue_conversation_on"]
+__all__ = ["chat_on", "chat_turns_on", "continue_conversation_on"]
 
 CHAT_TURN_BUDGET = "chat_turns"
 
@@ -82,7 +82,31 @@ def chat_on(
     model: str | None = None,
     payload: dict[str, Any] | None = None,
 ) -> ConversationResult:
-    """One chat-mode run on a stored session: its messages plus ``message``.
+    """One chat-mode run on a stored session: its messages plus ``message`` (see chat_turns_on).
+    """
+    if not isinstance(message, str) or not message.strip():
+        raise UsageError("message must be a non-empty string.")
+    return chat_turns_on(host, session_id, [{"role": "user", "content": message}], tools,
+                         provider, model, payload)
+
+
+def chat_turns_on(
+    host: Host,
+    session_id: str,
+    new_messages: list[dict[str, Any]],
+    tools: Any = None,
+    provider: str | None = None,
+    model: str | None = None,
+    payload: dict[str, Any] | None = None,
+    *,
+    mode: Any = "chat",
+    max_turns: int | None = None,
+    create: bool = False,
+) -> ConversationResult:
+    """One run on a stored chat session: its messages plus ``new_messages``.
+
+    The ``/chat`` endpoint calls this with the session's lock already held (a ``transcript_lock``
+    in ``payload``), so the stored messages it reads cannot change under it.
 
     Each provider turn counts toward the session's limit. When the count reaches the limit
     (never for ``"unlimited"``), ``confirm_continuation`` is asked: True resets the count and the
@@ -91,10 +115,19 @@ def chat_on(
     """
     from datamachine.conversation.run import emit_outside_run, run_conversation_on
 
-    if not isinstance(message, str) or not message.strip():
-        raise UsageError("message must be a non-empty string.")
-    session = host.chat_sessions.require_active(session_id)
-    stored = host.chat_sessions.messages(session_id)
+    created = True
+    try:
+        session = host.chat_sessions.require_active(session_id)
+        stored = host.chat_sessions.messages(session_id)
+    except ChatSessionNotFound:
+        if not create:
+            raise
+        # A new session is stored only once its first provider turn happened, so a request
+        # refused before running leaves nothing behind.
+        created, stored = False, []
+        session = ChatSession(id=session_id, turn_count=0, status="active",
+                              max_turns=host.chat_sessions.default_max_turns(),
+                              created_at=0.0, updated_at=0.0)
     if session.limit_reached:
         if not _confirmed(host, session):
             closed = host.chat_sessions.abort(session_id)
@@ -112,7 +145,10 @@ def chat_on(
               "was not continued; it is now aborted.")
 
     def count_turn(outcome: TurnResult) -> None:
-        nonlocal aborted
+        nonlocal aborted, created
+        if not created:
+            host.chat_sessions.create(max_turns=session.max_turns, session_id=session_id)
+            created = True
         current = host.chat_sessions.add_turns(session_id, 1)
         if not current.limit_reached:
             return
@@ -132,11 +168,11 @@ def chat_on(
             if not result.final_content:
                 result.final_content = notice
 
-    messages = [*stored, {"role": "user", "content": message}]
     result = run_conversation_on(
-        host, messages, tools, provider or host.settings.get("default_provider", "scripted"),
-        model if model is not None else host.settings.get("default_model", ""), "chat",
-        {**(payload or {}), "transcript_session_id": session_id}, None, False,
+        host, [*stored, *new_messages], tools,
+        provider or host.settings.get("default_provider", "scripted"),
+        model if model is not None else host.settings.get("default_model", ""), mode,
+        {**(payload or {}), "transcript_session_id": session_id}, max_turns, False,
         after_turn=count_turn, settle=settle,
     )
     if host.transcripts.exists(session_id):

@@ -1,12 +1,10 @@
 """One ``/chat`` request as one run on a chat session.
 
 :func:`run_chat_turn` is the single seam between the HTTP layer and the conversation layer.
-Today it continues a session itself: it takes the session's transcript lock *before* reading the
-stored messages (so two requests on one session can never both start from the same history:
-the second gets ``transcript_lock_contention`` without running), runs ``host.run_conversation``
-on the stored messages plus the new ones, and counts the session's turns. When ``host.chat``
-(DESIGN.md section 6, turn limits with confirmation) lands, this function's body becomes a call
-to it; the server needs no other change.
+It takes the session's transcript lock *before* reading the stored messages (so two requests on
+one session can never both start from the same history: the second gets
+``transcript_lock_contention`` without running), then runs the session exactly as ``host.chat``
+does, turn limits included (DESIGN.md section 6).
 
 It is synchronous on purpose: the server runs it in a worker thread, so a run whose tool calls
 another site (possibly this one again, which must be answered with a cycle refusal) never
@@ -16,12 +14,10 @@ blocks the event loop.
 from __future__ import annotations
 
 import uuid
-from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from datamachine.conversation.result import ConversationResult
-from datamachine.errors import SessionAborted
 from datamachine.server.chain import PAYLOAD_KEY, CallerContext
 
 if TYPE_CHECKING:
@@ -96,6 +92,8 @@ def run_chat_turn(host: Host, turn: ChatTurn) -> ConversationResult:
     refuses; returns a ``transcript_lock_contention`` result, without running, when another
     request holds the session.
     """
+    from datamachine.conversation.continuation import chat_turns_on
+
     store = host.transcripts
     if turn.session_id is None:
         session_id, existing = uuid.uuid4().hex, False
@@ -106,30 +104,15 @@ def run_chat_turn(host: Host, turn: ChatTurn) -> ConversationResult:
     if token is None:
         return _contention(session_id, turn)
     try:
-        history: list[dict[str, Any]] = []
-        if existing:
-            host.chat_sessions.require_active(session_id)
-            history = host.chat_sessions.messages(session_id)
         payload: dict[str, Any] = {
             PAYLOAD_KEY: turn.caller.to_payload(),
-            "transcript_session_id": session_id,
             "transcript_lock": HeldLock(store, session_id, token),
             "transcript_lock_ttl": LOCK_TTL_SECONDS,
         }
-        result = host.run_conversation(
-            [*history, *turn.messages], turn.tools or None, turn.provider, turn.model,
-            turn.mode, payload, turn.max_turns,
-        )
+        # host.chat's rules: the session's turn limit is checked after every provider turn;
+        # with nobody to confirm over HTTP, a session at its limit is aborted (409).
+        return chat_turns_on(host, session_id, turn.messages, turn.tools or None,
+                             turn.provider, turn.model, payload, mode=turn.mode,
+                             max_turns=turn.max_turns, create=not existing)
     finally:
         store.release(session_id, token)  # no-op when the run already released it
-    if not existing:
-        host.chat_sessions.create(session_id=session_id)
-    if result.turn_count:
-        # Aborted by another request meanwhile: this run's result still stands.
-        with suppress(SessionAborted):
-            host.chat_sessions.add_turns(session_id, result.turn_count)
-    if existing and host.transcripts.exists(session_id):
-        # A continued session reports the turns of all its runs, as host.chat does.
-        record = host.transcripts.get_transcript(session_id)
-        result.cumulative_turn_count = record.cumulative_turn_count
-    return result

@@ -365,3 +365,16 @@ def test_second_concurrent_request_on_a_session_is_409_while_the_first_runs(site
     assert first[0].status_code == 200
     assert [m["content"] for m in site.host.transcripts.get(session_id)] == [
         "one", "solo answers: one", "two", "solo answers: two"]
+
+
+def test_session_turn_limit_is_enforced_over_http(site: Site) -> None:
+    # Nobody can confirm over HTTP: the run that reaches the limit aborts the session (409).
+    site.host.settings.set("chat_max_turns", 2)
+    session_id = post(site, {"message": "one"}).json()["transcript_session_id"]
+    assert site.host.chat_sessions.get(session_id).turn_count == 1
+    reached = post(site, {"message": "two", "session_id": session_id})
+    body = assert_error(reached, 409, "session_aborted")
+    assert body["data"]["status"] == "aborted"
+    assert site.host.chat_sessions.get(session_id).status == "aborted"
+    assert_error(post(site, {"message": "three", "session_id": session_id}), 409,
+                 "session_aborted")

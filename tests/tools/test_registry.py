@@ -44,7 +44,9 @@ def registry_for(*plugins: types.ModuleType) -> ToolRegistry:
 
 def test_tools_from_plugins_are_collected_and_tagged_with_their_plugin() -> None:
     registry = registry_for(plugin("weather_plugin", weather), plugin("clock_plugin", clock))
-    assert sorted(registry.names()) == ["clock", "weather"]
+    # The built-in call_remote_agent tool comes from a default plugin, like any other.
+    assert sorted(registry.names()) == ["call_remote_agent", "clock", "weather"]
+    assert registry.owner("call_remote_agent") == "datamachine.default_plugins.remote_agent"
     assert registry.owner("weather") == "weather_plugin"
     found = registry.get("clock")
     assert found is not None
@@ -53,7 +55,7 @@ def test_tools_from_plugins_are_collected_and_tagged_with_their_plugin() -> None
     # The module-level tool object is not modified by tagging.
     assert clock.plugin is None
     assert "weather" in registry
-    assert len(registry) == 2
+    assert len(registry) == 3
 
 
 def test_two_plugins_registering_one_tool_name_is_a_boot_error_naming_both() -> None:

@@ -202,7 +202,7 @@ def test_exhausting_http_fetches_stops_the_loop(server: Server) -> None:
 def test_the_plugin_registers_its_tool_and_budget() -> None:
     pm, _ = make_plugin_manager([datamachine_fetch], load_entrypoints=False, environ={})
     tools = ToolRegistry.from_plugin_manager(pm)
-    assert tools.names() == ["fetch_url"]
+    assert "fetch_url" in tools.names()
     assert tools.owner("fetch_url") == "datamachine_fetch"
     assert pm.hook.register_budgets() == [[HTTP_FETCHES]]
     schema = fetch_url.parameters
