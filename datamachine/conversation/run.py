@@ -211,7 +211,7 @@ def prepare_run(
     executor = ToolExecutor(
         tool_map, mode=mode_label, payload=clean_payload,
         engine_data=clean_payload.get("engine_data"), registry=host.budgets,
-        runtime_rules=runtime.tool_runtime_rules, warnings=warnings,
+        runtime_rules=runtime.tool_runtime_rules, warnings=warnings, host=host,
     )
 
     persister = runtime.transcript_persister

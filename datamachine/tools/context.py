@@ -31,8 +31,8 @@ class ToolContext:
     to the run's budgets so the loop checks it after this call.
     """
 
-    __slots__ = ("_budget_factory", "_budgets", "engine_data", "mode", "modes", "payload",
-                 "session_id", "tool_call_id", "tool_name", "turn")
+    __slots__ = ("_budget_factory", "_budgets", "engine_data", "host", "mode", "modes",
+                 "payload", "session_id", "tool_call_id", "tool_name", "turn")
 
     def __init__(
         self,
@@ -47,6 +47,7 @@ class ToolContext:
         tool_name: str = "",
         tool_call_id: str = "",
         session_id: str | None = None,
+        host: Any = None,
     ) -> None:
         # The executor hands one read-only view to every call; wrap anything else once here.
         self.payload: Mapping[str, Any] = (
@@ -60,6 +61,8 @@ class ToolContext:
         self.tool_name = tool_name
         self.tool_call_id = tool_call_id
         self.session_id = session_id
+        # The run's host (its settings, stores, providers), or None outside a host run.
+        self.host = host
         self._budgets = budgets
         self._budget_factory = budget_factory
 

@@ -68,8 +68,11 @@ class ToolExecutor:
         registry: IterationBudgetRegistry | None = None,
         runtime_rules: Sequence[Mapping[str, Any] | RuntimeRule] | None = None,
         warnings: list[str] | None = None,
+        host: Any = None,
     ) -> None:
         self.tools: dict[str, Tool] = normalize_tools(tools)
+        # The host the run belongs to, for tools that need its settings or stores.
+        self.host = host
         raw_payload = dict(payload or {})
         if runtime_rules is None:
             runtime_rules = raw_payload.get("tool_runtime_rules")
@@ -207,6 +210,7 @@ class ToolExecutor:
             tool_name=tool.name,
             tool_call_id=call_id,
             session_id=session_id if isinstance(session_id, str) else None,
+            host=self.host,
         )
 
     def _create_budget(self, name: str) -> IterationBudget:
