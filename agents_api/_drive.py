@@ -18,7 +18,7 @@ from agents_api.errors import InvalidLoopArgument
 from agents_api.results import Decision, TurnResult
 
 __all__ = ["DeadlineReached", "Steps", "awaitable", "bounded", "call_in_thread", "drive_async",
-           "drive_sync"]
+           "drive_sync", "resume_async"]
 
 logger = logging.getLogger("agents_api.loop")
 
@@ -63,6 +63,18 @@ async def drive_async(steps: Steps[T]) -> T:
     """Run a step generator to completion inside the running event loop."""
     try:
         pending = next(steps)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    return await resume_async(steps, pending)
+
+
+async def resume_async(steps: Steps[T], pending: Awaitable[Any]) -> T:
+    """Finish a step generator whose first awaitable ``pending`` was already yielded.
+
+    Lets a caller run the synchronous prefix of a generator itself and only go async when
+    something really has to be awaited.
+    """
+    try:
         while True:
             try:
                 value = await pending

@@ -13,10 +13,11 @@ import asyncio
 import inspect
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 from agents_api import LoopResult, Message
+from agents_api._drive import resume_async
 
 __all__ = ["fallback_summary", "make_final_summary", "strip_thinking", "summary_prompt"]
 
@@ -90,13 +91,34 @@ class _Attempts:
         self.error: str | None = None
 
 
+def _attempts(summarize: Summarize, result: LoopResult, prompt: str, grace: float,
+              state: _Attempts) -> Generator[Awaitable[Any], Any, str | None]:
+    """At most two summary calls; yields the call to await when the provider is async."""
+    while state.attempts < 2:
+        state.attempts += 1
+        try:
+            answer = summarize(result.messages, prompt)
+            if inspect.isawaitable(answer):
+                answer = yield asyncio.wait_for(answer, timeout=grace)
+        except Exception as exc:  # any failure of the summary call falls back
+            state.error = str(exc) or type(exc).__name__
+            logger.warning("datamachine: final summary call failed: %s", state.error)
+            return None
+        text = strip_thinking(str(answer or ""))
+        if text:
+            return text
+    return None
+
+
 def _summarize(result: LoopResult, summarize: Summarize, prompt: str,
                emit: Callable[[str, dict[str, Any]], None], grace: float, fallback: str,
                calls: int) -> Awaitable[None] | None:
-    """Two attempts at most; sync providers finish here, async ones in the returned coroutine."""
+    """Run the attempts; a sync provider finishes here, an async one in the returned coroutine."""
     state = _Attempts()
 
-    def conclude(text: str, source: str) -> None:
+    def conclude(text: str | None) -> None:
+        source = "model" if text else "fallback"
+        text = text or fallback
         result.messages.append(Message.text("assistant", text, {"type": "final_summary"}))
         result.final_content = text
         payload: dict[str, Any] = {"budget": result.budget, "tool_calls": calls,
@@ -105,49 +127,14 @@ def _summarize(result: LoopResult, summarize: Summarize, prompt: str,
             payload["error"] = state.error
         emit("final_summary", payload)
 
-    def failed(exc: BaseException) -> None:
-        state.error = str(exc) or type(exc).__name__
-        logger.warning("datamachine: final summary call failed: %s", state.error)
+    steps = _attempts(summarize, result, prompt, grace, state)
+    try:
+        pending = next(steps)
+    except StopIteration as stop:
+        conclude(stop.value)
+        return None
 
-    async def finish_async(pending: Awaitable[Any]) -> None:
-        while True:
-            try:
-                text = strip_thinking(str(await asyncio.wait_for(pending, timeout=grace) or ""))
-            except Exception as exc:  # any failure of the summary call falls back
-                failed(exc)
-                break
-            if text:
-                conclude(text, "model")
-                return
-            if state.attempts >= 2:
-                break
-            state.attempts += 1
-            try:
-                answer = summarize(result.messages, prompt)
-            except Exception as exc:
-                failed(exc)
-                break
-            if not inspect.isawaitable(answer):
-                text = strip_thinking(str(answer or ""))
-                if text:
-                    conclude(text, "model")
-                    return
-                break
-            pending = answer
-        conclude(fallback, "fallback")
+    async def finish() -> None:
+        conclude(await resume_async(steps, pending))
 
-    while state.attempts < 2:
-        state.attempts += 1
-        try:
-            answer = summarize(result.messages, prompt)
-        except Exception as exc:
-            failed(exc)
-            break
-        if inspect.isawaitable(answer):
-            return finish_async(answer)
-        text = strip_thinking(str(answer or ""))
-        if text:
-            conclude(text, "model")
-            return None
-    conclude(fallback, "fallback")
-    return None
+    return finish()

@@ -138,18 +138,23 @@ class ProviderTurnRunner:
         self._turn_input = (messages, context)
         request = self.build_request(messages, turn, context.get("budgets"))
         try:
-            self._check_availability()
-            short = (self.host.first("text_result", request=request)
-                     if self.has_text_result_hook else None)
-            if short is not None:
-                return self._finish(self._from_hook(short, turn), turn)
-            answer = self.provider.complete(request)
+            answer = self._dispatch(request, turn)
         except Exception as exc:
             self._report(turn, success=False, error=exc)
             raise
         if inspect.isawaitable(answer):
             return self._finish_async(answer, turn)
         return self._finish(answer, turn)
+
+    def _dispatch(self, request: ProviderRequest, turn: int) -> Any:
+        """Availability, then the ``text_result`` hook, else the provider: its answer (or an
+        awaitable of it)."""
+        self._check_availability()
+        short = (self.host.first("text_result", request=request)
+                 if self.has_text_result_hook else None)
+        if short is not None:
+            return self._from_hook(short, turn)
+        return self.provider.complete(request)
 
     async def _finish_async(self, answer: Awaitable[Any], turn: int) -> TurnResult:
         try:
@@ -214,12 +219,7 @@ class ProviderTurnRunner:
         request = self.build_request(messages, turn, extra=[{"role": "user", "content": prompt}],
                                      offer_tools=False)
         self.last_request_metadata["final_summary"] = True
-        self._check_availability()
-        short = (self.host.first("text_result", request=request)
-                 if self.has_text_result_hook else None)
-        if short is not None:
-            return self._summary_text(self._from_hook(short, turn), turn)
-        answer = self.provider.complete(request)
+        answer = self._dispatch(request, turn)
         if inspect.isawaitable(answer):
             return self._summary_async(answer, turn)
         return self._summary_text(answer, turn)
