@@ -43,6 +43,8 @@ def measure_concurrency(conversations: int, turns: int, batches: int,
     """Run ``batches`` timed batches of ``conversations`` concurrent runs of T = ``turns``."""
     host = host if host is not None else make_host(plugins=(AsyncProviderPlugin(),))
     loop = asyncio.new_event_loop()
+    gc.collect()
+    gc.freeze()  # objects from before (other benchmarks) are not this batch's to scan
     try:
         loop.run_until_complete(_batch(host, min(conversations, 10), turns))  # warm up
         samples = []
@@ -61,5 +63,6 @@ def measure_concurrency(conversations: int, turns: int, batches: int,
             tracemalloc.stop()
     finally:
         loop.close()
+        gc.unfreeze()
     return ConcurrencyFigures(conversations, turns, statistics.median(samples), min(samples),
                               max(samples), peak / 2**20)
