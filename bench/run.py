@@ -90,6 +90,7 @@ def _runs_for(turns: int, quick: bool) -> int:
 
 def per_turn_section(turn_counts: Sequence[int], quick: bool, peers: bool) -> list[str]:
     """µs per turn for every framework and T, measured interleaved in this process."""
+    base = "datamachine, in memory"
     from bench import dm_loop
     from bench.scenario import Figures, measure_interleaved
 
@@ -121,6 +122,9 @@ def per_turn_section(turn_counts: Sequence[int], quick: bool, peers: bool) -> li
         for turns in turn_counts:
             results[turns] = measure_interleaved(runners, turns, _runs_for(turns, quick),
                                                  warmup=0 if quick else 2)
+        # What every run pays once: set-up, the loop's start and end, the result.
+        single = measure_interleaved({"memory": runners[base]}, 0, 1 if quick else 300,
+                                     warmup=0 if quick else 5)["memory"]
     finally:
         gc.unfreeze()
         if loop is not None:
@@ -129,7 +133,6 @@ def per_turn_section(turn_counts: Sequence[int], quick: bool, peers: bool) -> li
         file_host.close()
         directory.cleanup()
 
-    base = "datamachine, in memory"
     header = "| µs per turn: median (min-max) | " + " | ".join(f"T = {t}" for t in turn_counts)
     lines = [header + " |", "|---|" + "---|" * len(turn_counts)]
     for name in runners:
@@ -145,6 +148,8 @@ def per_turn_section(turn_counts: Sequence[int], quick: bool, peers: bool) -> li
     lines.append("")
     lines.append(f"Runs per cell ({runs}), interleaved across frameworks; **Nx** = that row's "
                  "median over datamachine in memory in the same run.")
+    lines.append(f"A datamachine run whose model answers at once (T = 0, one request, no tool) "
+                 f"costs {single.cell()} µs in memory: the per-run part of every figure above.")
     flat = [results[t][base].median for t in turn_counts]
     if len(flat) > 1:
         lines.append(f"Datamachine in memory, T = {turn_counts[-1]} over T = {turn_counts[0]}: "
