@@ -165,12 +165,31 @@ def test_errors_are_one_line_and_debug_shows_the_traceback(
     ["settings", "list", "--json"],
     ["transcripts", "list", "--json"],
     ["plugins", "--json"],
+    ["jobs", "list", "--json"],
+    ["sessions", "list", "--json"],
+    ["tokens", "list", "--json"],
+    ["demo", "--json"],
 ])
 def test_commands_through_a_real_subprocess(tmp_path: Path, args: list[str]) -> None:
     done = subprocess.run([sys.executable, "-m", "datamachine", "--db", str(tmp_path / "s.db"),
                            *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
     json.loads(done.stdout)
+
+
+def test_tokens_create_and_revoke_through_a_real_subprocess(tmp_path: Path) -> None:
+    def cli_run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "datamachine", "--db",
+                               str(tmp_path / "s.db"), *args], capture_output=True, text=True,
+                              cwd=ROOT, timeout=120)
+
+    created = cli_run("tokens", "create", "partner")
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip().splitlines()[-1]
+    assert token.startswith("dm_")
+    assert cli_run("tokens", "revoke", "partner").returncode == 0
+    listed = json.loads(cli_run("tokens", "list", "--json").stdout)
+    assert [t["name"] for t in listed] == ["partner"]
 
 
 def test_jobs_and_sessions_can_be_browsed(runner: CliRunner, tmp_path: Path) -> None:
