@@ -17,8 +17,8 @@ from typing import Any, TypeGuard, TypeVar
 from agents_api.errors import InvalidLoopArgument
 from agents_api.results import Decision, TurnResult
 
-__all__ = ["DeadlineReached", "Steps", "awaitable", "bounded", "call_in_thread", "drive_async",
-           "drive_sync", "resume_async"]
+__all__ = ["DeadlineReached", "Steps", "ThreadCall", "awaitable", "bounded", "call_in_thread",
+           "drive_async", "drive_sync", "resume_async"]
 
 logger = logging.getLogger("agents_api.loop")
 
@@ -32,6 +32,18 @@ def drive_sync(steps: Steps[T]) -> T:
     try:
         pending = next(steps)
         while True:
+            if type(pending) is ThreadCall and _no_running_loop():
+                # A sync call under a deadline: a thread and a timed wait, no event loop.
+                try:
+                    value = pending.run()
+                except BaseException as exc:
+                    pending = steps.throw(exc)
+                    continue
+                if not inspect.isawaitable(value):
+                    pending = steps.send(value)
+                    continue
+                # An executor that returned a coroutine from its thread: await it as before.
+                pending = bounded(value, pending.seconds)
             if loop is None:
                 try:
                     asyncio.get_running_loop()
@@ -149,3 +161,66 @@ async def call_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
 
     threading.Thread(target=target, daemon=True, name="agents_api-tool").start()
     return await future
+
+
+def _no_running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return True
+    return False
+
+
+class ThreadCall:
+    """``fn(*args)`` in a daemon thread, given up on after ``seconds``: what the loop yields for
+    a sync call under a wall-clock rail.
+
+    Awaited (``arun_loop``), it is ``bounded(call_in_thread(fn, *args), seconds)``.
+    :func:`drive_sync` calls :meth:`run` instead: the same thread and the same deadline, waited
+    for with a timed ``Event.wait``, so a synchronous run under a time rail pays a thread per
+    call but no event-loop round trip.
+    """
+
+    __slots__ = ("args", "fn", "seconds")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], seconds: float) -> None:
+        self.fn = fn
+        self.args = args
+        self.seconds = seconds
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return bounded(call_in_thread(self.fn, *self.args), self.seconds).__await__()
+
+    def run(self) -> Any:
+        """Call ``fn`` in a daemon thread and wait; :class:`DeadlineReached` past ``seconds``."""
+        import threading
+
+        if self.seconds <= 0:
+            raise DeadlineReached
+        fn, args = self.fn, self.args
+        done = threading.Event()
+        outcome: list[Any] = []
+        lock = threading.Lock()
+
+        def target() -> None:
+            try:
+                value, error = fn(*args), None
+            except BaseException as exc:  # handed to the waiting run
+                value, error = None, exc
+            with lock:
+                if done.is_set():  # the run stopped waiting
+                    logger.warning("agents_api: discarded the late result of %r", fn)
+                    return
+                outcome.append((value, error))
+                done.set()
+
+        threading.Thread(target=target, daemon=True, name="agents_api-tool").start()
+        if not done.wait(self.seconds):
+            with lock:
+                if not outcome:
+                    done.set()  # tells the thread nobody is waiting any more
+                    raise DeadlineReached
+        value, error = outcome[0]
+        if error is not None:
+            raise error
+        return value

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from typing import Any
 
-from agents_api._drive import DeadlineReached, awaitable, bounded, call_in_thread
+from agents_api._drive import DeadlineReached, ThreadCall, awaitable
 from agents_api.message import Message
 
 __all__ = ["normalize_tool_call", "normalize_tool_result", "run_tool", "tool_result_content"]
@@ -92,7 +92,7 @@ def run_tool(
             else:
                 # Under a wall-clock rail a tool runs where the run can stop waiting for it: a
                 # sync tool in a daemon thread, an async one under a timeout.
-                raw = yield bounded(call_in_thread(executor, call, context), deadline)
+                raw = yield ThreadCall(executor, (call, context), deadline)
             result = normalize_tool_result(raw)
         except DeadlineReached:
             logger.warning("agents_api: tool %r outlived the run's time limit; its late result "

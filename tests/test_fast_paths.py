@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Generator
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, Field
 
 from agents_api import LoopResult, Message, TurnResult
+from agents_api._drive import ThreadCall, drive_async, drive_sync
 from agents_api.construct import construct, construct_all
 from datamachine.conversation.result import ConversationResult
 from datamachine.conversation.turns import _already_normal
@@ -102,3 +106,33 @@ def test_already_normal_response_skips_renormalizing_with_the_same_result(
 @pytest.mark.parametrize("response", UNUSUAL)
 def test_unusual_response_takes_the_full_normalization(response: ProviderResponse) -> None:
     assert _already_normal(response) is None
+
+
+def _steps_yielding(call: ThreadCall) -> Generator[Any, Any, Any]:
+    try:
+        return ("value", (yield call))
+    except Exception as exc:
+        return ("raised", type(exc).__name__, str(exc))
+
+
+def _boom() -> None:
+    raise ValueError("no")
+
+
+async def _twice(x: int) -> int:
+    return 2 * x
+
+
+@pytest.mark.parametrize(("fn", "args", "seconds"), [
+    (lambda x: 2 * x, (21,), 5.0),
+    (_boom, (), 5.0),
+    (time.sleep, (0.5,), 0.05),
+    (lambda x: _twice(x), (4,), 5.0),  # a coroutine handed back from the thread is awaited
+    (lambda: 1, (), 0.0),
+])
+def test_thread_call_driven_sync_matches_the_awaited_path(
+    fn: Any, args: tuple[Any, ...], seconds: float,
+) -> None:
+    sync = drive_sync(_steps_yielding(ThreadCall(fn, args, seconds)))
+    awaited = asyncio.run(drive_async(_steps_yielding(ThreadCall(fn, args, seconds))))
+    assert sync == awaited
