@@ -121,7 +121,8 @@ def per_turn_section(turn_counts: Sequence[int], quick: bool, peers: bool) -> li
     try:
         for turns in turn_counts:
             results[turns] = measure_interleaved(runners, turns, _runs_for(turns, quick),
-                                                 warmup=0 if quick else 2)
+                                                 warmup=0 if quick else 2,
+                                                 rounds={10: 10, 50: 5}.get(turns, 3))
         # What every run pays once: set-up, the loop's start and end, the result.
         single = measure_interleaved({"memory": runners[base]}, 0, 1 if quick else 300,
                                      warmup=0 if quick else 5)["memory"]
@@ -146,8 +147,8 @@ def per_turn_section(turn_counts: Sequence[int], quick: bool, peers: bool) -> li
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     runs = ", ".join(f"T = {t}: {_runs_for(t, quick)}" for t in turn_counts)
     lines.append("")
-    lines.append(f"Runs per cell ({runs}), interleaved across frameworks; **Nx** = that row's "
-                 "median over datamachine in memory in the same run.")
+    lines.append(f"Runs per cell ({runs}), taking turns across frameworks in rounds; **Nx** = "
+                 "that row's median over datamachine in memory in the same run.")
     lines.append(f"A datamachine run whose model answers at once (T = 0, one request, no tool) "
                  f"costs {single.cell()} µs in memory: the per-run part of every figure above.")
     flat = [results[t][base].median for t in turn_counts]

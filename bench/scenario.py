@@ -80,22 +80,29 @@ def measure(run: Callable[[int], object], turns: int, runs: int, warmup: int = 2
 
 
 def measure_interleaved(runners: dict[str, Callable[[int], object]], turns: int, runs: int,
-                        warmup: int = 2) -> dict[str, Figures]:
-    """Like :func:`measure` for several runners, taking turns: run 1 of each, then run 2...
+                        warmup: int = 2, rounds: int = 10) -> dict[str, Figures]:
+    """Like :func:`measure` for several runners, taking turns in ``rounds`` rounds.
 
-    On a shared machine the load drifts; interleaving gives every framework the same drift, so
-    the ratios between them hold even when the absolute figures move.
+    On a shared machine the load drifts; taking turns gives every framework the same drift, so
+    the ratios between them hold even when the absolute figures move. Within a round each
+    runner does its share of runs back to back, after one untimed run, so a short run does not
+    start with caches another framework just filled. ``warmup`` untimed runs come first.
     """
     for run in runners.values():
         for _ in range(warmup):
             run(turns)
     samples: dict[str, list[float]] = {name: [] for name in runners}
     requests = turns + 1
-    for _ in range(runs):
+    rounds = max(1, min(rounds, runs))
+    for index in range(rounds):
+        share = runs // rounds + (1 if index < runs % rounds else 0)
         for name, run in runners.items():
-            gc.collect()
-            start = time.perf_counter()
-            run(turns)
-            samples[name].append((time.perf_counter() - start) * 1e6 / requests)
+            if warmup and index:
+                run(turns)  # untimed: warms the caches the previous runner used
+            for _ in range(share):
+                gc.collect()
+                start = time.perf_counter()
+                run(turns)
+                samples[name].append((time.perf_counter() - start) * 1e6 / requests)
     return {name: Figures(statistics.median(s), min(s), max(s), runs)
             for name, s in samples.items()}
