@@ -17,7 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BOOT_STATEMENTS", "PEER_IMPORTS", "StartupFigures", "measure_startup"]
+__all__ = ["BOOT_STATEMENTS", "PEER_IMPORTS", "StartupFigures", "import_breakdown",
+           "measure_startup"]
 
 # Memory comes from /proc/self/status: VmHWM is this process's own peak, whereas ru_maxrss
 # survives fork and exec and would report the (larger) parent's peak.
@@ -76,3 +77,33 @@ def measure_startup(label: str, statement: str, runs: int,
     rss = statistics.median(s["rss_kib"] for s in samples) / 1024
     peak = statistics.median(s["peak_kib"] for s in samples) / 1024
     return StartupFigures(label, statistics.median(times), min(times), max(times), rss, peak)
+
+
+def import_breakdown(statement: str, runs: int, python: str = sys.executable,
+                     top: int = 8) -> list[tuple[str, float]]:
+    """Milliseconds of ``python -X importtime`` self time per top-level package (median).
+
+    ``-X importtime`` slows imports down a little, so these add up to more than the plain
+    timing; they say which packages the time goes to.
+    """
+    per_run: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory() as directory:
+        for index in range(runs):
+            env = dict(os.environ, BENCH_BOOT_DB=str(Path(directory) / f"imp{index}.db"))
+            out = subprocess.run([python, "-X", "importtime", "-c", statement], env=env,
+                                 cwd=directory, capture_output=True, text=True, check=True)
+            totals: dict[str, float] = {}
+            for line in out.stderr.splitlines():
+                parts = line.split("|")
+                if len(parts) != 3 or not parts[0].startswith("import time:"):
+                    continue
+                try:
+                    own = int(parts[0].split(":")[1])
+                except ValueError:
+                    continue  # the header line
+                package = parts[2].strip().split(".")[0]
+                totals[package] = totals.get(package, 0.0) + own / 1000
+            per_run.append(totals)
+    names = {name for totals in per_run for name in totals}
+    medians = {name: statistics.median(t.get(name, 0.0) for t in per_run) for name in names}
+    return sorted(medians.items(), key=lambda item: item[1], reverse=True)[:top]

@@ -177,7 +177,7 @@ def concurrency_section(levels: Sequence[int], turns: int, quick: bool) -> list[
 
 def boot_section(quick: bool, peers: bool) -> list[str]:
     """Import and boot times in fresh processes."""
-    from bench.boot import BOOT_STATEMENTS, PEER_IMPORTS, measure_startup
+    from bench.boot import BOOT_STATEMENTS, PEER_IMPORTS, import_breakdown, measure_startup
 
     statements = dict(BOOT_STATEMENTS)
     if peers:
@@ -192,6 +192,13 @@ def boot_section(quick: bool, peers: bool) -> list[str]:
     lines.append("")
     lines.append(f"{runs} processes each (after one warm-up); `boot()` uses a new SQLite file "
                  "and loads installed plugins.")
+    statement = BOOT_STATEMENTS["import datamachine + bootstrap.boot()"]
+    breakdown = import_breakdown(statement, 1 if quick else 5)
+    lines += ["", "What `import datamachine` + `bootstrap.boot()` imports, by top-level package "
+              "(`python -X importtime` own time, median of "
+              f"{1 if quick else 5}; the tracing inflates it):", "",
+              "| package | ms |", "|---|---|"]
+    lines += [f"| `{name}` | {ms:,.1f} |" for name, ms in breakdown]
     return lines
 
 
