@@ -20,24 +20,51 @@ __all__ = ["construct", "construct_all"]
 
 M = TypeVar("M", bound=BaseModel)
 
-# Per field: name, whether it is required, its default, its default factory and whether that
-# factory takes the values built so far.
-_Plan = tuple[tuple[str, bool, Any, Callable[..., Any] | None, bool], ...]
-_plans: dict[type[BaseModel], _Plan | None] = {}
 _IMMUTABLE = (type(None), str, int, float, bool, bytes)
+_MISSING: Any = object()
 _set_attr = object.__setattr__
+
+
+def _copier(default: Any) -> Callable[[], Any]:
+    # pydantic deep-copies a mutable default for every instance; so do we.
+    return lambda: copy.deepcopy(default)
+
+
+class _Plan:
+    """How to build one class: a template of every field in declaration order, holding the
+    immutable defaults, and a maker for each field whose default must be fresh per instance."""
+
+    __slots__ = ("fill", "required", "size", "template")
+
+    def __init__(self, cls: type[BaseModel]) -> None:
+        self.template: dict[str, Any] = {}
+        self.fill: list[tuple[str, Callable[[], Any]]] = []
+        self.required: list[str] = []
+        for name, field in cls.__pydantic_fields__.items():
+            self.template[name] = _MISSING
+            factory = field.default_factory
+            if field.is_required():
+                self.required.append(name)
+            elif factory is not None:
+                self.fill.append((name, factory))  # type: ignore[arg-type]
+            elif isinstance(field.default, _IMMUTABLE):
+                self.template[name] = field.default
+            else:
+                self.fill.append((name, _copier(field.default)))
+        self.size = len(self.template)
 
 
 def _plan(cls: type[BaseModel]) -> _Plan | None:
     if (cls.__pydantic_post_init__ or cls.__pydantic_root_model__
             or cls.model_config.get("extra") == "allow"):
         return None  # rare shapes: let pydantic do it
-    plan = []
-    for name, field in cls.__pydantic_fields__.items():
-        factory = field.default_factory
-        takes_data = factory is not None and field.default_factory_takes_validated_data
-        plan.append((name, field.is_required(), field.default, factory, bool(takes_data)))
-    return tuple(plan)
+    for field in cls.__pydantic_fields__.values():
+        if field.default_factory is not None and field.default_factory_takes_validated_data:
+            return None  # a factory that reads other fields: let pydantic do it
+    return _Plan(cls)
+
+
+_plans: dict[type[BaseModel], _Plan | None] = {}
 
 
 def construct(cls: type[M], /, **values: Any) -> M:
@@ -48,21 +75,20 @@ def construct(cls: type[M], /, **values: Any) -> M:
         plan = _plans[cls] = _plan(cls)
     if plan is None:
         return cls.model_construct(**values)
-    fields: dict[str, Any] = {}
-    given: set[str] = set()
-    for name, required, default, factory, takes_data in plan:
-        if name in values:
-            fields[name] = values[name]
-            given.add(name)
-        elif required:
-            continue
-        elif factory is not None:
-            fields[name] = factory(fields) if takes_data else factory()
-        else:
-            fields[name] = default if isinstance(default, _IMMUTABLE) else copy.deepcopy(default)
+    # Given values replace template entries in place, so declaration order is kept.
+    fields = {**plan.template, **values}
+    if len(fields) != plan.size:
+        # A name that is not a field: model_construct ignores it; so do we, the slow way.
+        return construct(cls, **{k: v for k, v in values.items() if k in plan.template})
+    for name, make in plan.fill:
+        if fields[name] is _MISSING:
+            fields[name] = make()
+    for name in plan.required:
+        if fields[name] is _MISSING:
+            del fields[name]
     instance = cls.__new__(cls)
     _set_attr(instance, "__dict__", fields)
-    _set_attr(instance, "__pydantic_fields_set__", given)
+    _set_attr(instance, "__pydantic_fields_set__", set(values))
     _set_attr(instance, "__pydantic_extra__", None)
     _set_attr(instance, "__pydantic_private__", None)
     return instance

@@ -35,6 +35,7 @@ def _same(a: BaseModel, b: BaseModel) -> None:
     (TurnResult, {"content": "only some fields"}),
     (LoopResult, {"messages": [], "status": "error", "turn_count": 2}),
     (ConversationResult, {"messages": [], "status": "completed", "turn_count": 3}),
+    (ConversationResult, {"turn_count": 2, "not_a_field": 1}),
     (ProviderRequest, {"messages": [{"role": "user", "content": "x"}], "provider": "p"}),
 ])
 def test_construct_builds_what_model_construct_builds(cls: type[BaseModel],
