@@ -2,7 +2,7 @@
 
 With the peers (the default), the script first makes its own environment, ``bench/.venv``
 (``python -m venv``, then pip installs the pinned peers of ``bench/requirements.txt`` and this
-project in editable mode; redone only when the requirements change), and re-runs itself there,
+project in editable mode; redone when those or ``pyproject.toml`` change), and re-runs itself there,
 so every framework runs on the same interpreter in one process. ``--no-peers`` runs datamachine
 and the floor only, on whatever interpreter runs the script.
 
@@ -51,7 +51,9 @@ def _in_bench_venv() -> bool:
 def ensure_environment() -> None:
     """Create ``bench/.venv`` with the pinned peers and the project, unless it is up to date."""
     stamp = VENV / ".bench-requirements"
-    wanted = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
+    # Redone when the pins or the project's own dependencies change.
+    wanted = hashlib.sha256(REQUIREMENTS.read_bytes()
+                            + (ROOT / "pyproject.toml").read_bytes()).hexdigest()
     if stamp.exists() and stamp.read_text() == wanted and _venv_python().exists():
         return
     print(f"setting up {VENV} (pinned peers from {REQUIREMENTS.name}) ...", file=sys.stderr)
