@@ -7,8 +7,8 @@ so every framework runs on the same interpreter in one process. ``--no-peers`` r
 and the floor only, on whatever interpreter runs the script.
 
     python3 bench/run.py                 # everything (about ten minutes on two cores)
-    python3 bench/run.py --no-peers      # datamachine, the floor, concurrency, boot
-    python3 bench/run.py --quick --no-peers --no-boot   # seconds; what the smoke test runs
+    .venv/bin/python bench/run.py --no-peers      # datamachine, the floor, concurrency, boot
+    .venv/bin/python bench/run.py --quick --no-peers --no-boot   # seconds; as the smoke test
 """
 
 from __future__ import annotations
