@@ -8,14 +8,16 @@ let a wall-clock rail cut a provider or tool call that is still running.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from agents_api.errors import InvalidLoopArgument
 from agents_api.results import Decision, TurnResult
+
+if TYPE_CHECKING:  # asyncio loads only when a run really awaits something
+    import asyncio
 
 __all__ = ["DeadlineReached", "Steps", "ThreadCall", "awaitable", "bounded", "call_in_thread",
            "drive_async", "drive_sync", "resume_async"]
@@ -28,6 +30,8 @@ Steps = Generator[Awaitable[Any], Any, T]
 
 def drive_sync(steps: Steps[T]) -> T:
     """Run a step generator to completion, awaiting yielded awaitables on a private loop."""
+    import asyncio
+
     loop: asyncio.AbstractEventLoop | None = None
     try:
         pending = next(steps)
@@ -118,6 +122,8 @@ class DeadlineReached(Exception):
 
 async def bounded(awaitable: Awaitable[T], seconds: float) -> T:
     """Await with a deadline; the awaited call is cancelled when it passes."""
+    import asyncio
+
     try:
         if seconds <= 0:
             raise TimeoutError
@@ -136,6 +142,7 @@ async def bounded(awaitable: Awaitable[T], seconds: float) -> T:
 
 async def call_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn`` in a daemon thread: a hung sync tool can be abandoned, never joined."""
+    import asyncio
     import threading
 
     loop = asyncio.get_running_loop()
@@ -164,6 +171,8 @@ async def call_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def _no_running_loop() -> bool:
+    import asyncio
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -38,7 +38,8 @@ class Message(BaseModel):
     """
 
     # serialize_by_alias: model_dump() gives the wire envelope, with "schema" spelled out.
-    model_config = ConfigDict(populate_by_name=True, extra="forbid", serialize_by_alias=True)
+    model_config = ConfigDict(defer_build=True, populate_by_name=True, extra="forbid",
+                              serialize_by_alias=True)
 
     schema_: Literal["agents-api.message"] = Field(default=MESSAGE_SCHEMA, alias="schema")
     version: Literal[1] = 1

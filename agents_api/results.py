@@ -30,7 +30,7 @@ class TurnResult(BaseModel):
     there were tool calls.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     content: str = ""
     tool_calls: list[dict[str, Any]] = Field(default_factory=list)
@@ -62,6 +62,8 @@ class Decision(BaseModel):
     """A completion policy's verdict: stop now (``complete``) or keep going, optionally with a
     ``message`` appended as a user turn before the next request."""
 
+    model_config = ConfigDict(defer_build=True)
+
     complete: bool
     message: str = ""
     context: dict[str, Any] = Field(default_factory=dict)
@@ -73,6 +75,8 @@ class LoopResult(BaseModel):
     ``status`` says why the run stopped; ``budget`` names the budget that stopped it (with its
     ``max_<name>_reached`` flag in ``flags``); ``budgets`` snapshots every budget of the run.
     """
+
+    model_config = ConfigDict(defer_build=True)
 
     messages: list[Message]
     final_content: str = ""

@@ -56,7 +56,7 @@ class BudgetSpec(BaseModel):
     :class:`InvalidBudgetSpec` naming the field.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", strict=True)
 
     name: str
     default: int = 10

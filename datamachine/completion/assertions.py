@@ -88,7 +88,7 @@ PositiveCount = Annotated[StrictInt, Field(ge=1)]
 
 class _Config(BaseModel):
     # extra="allow" keeps unknown keys visible so they can be reported instead of vanishing.
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(defer_build=True, extra="allow")
 
     def _unknown(self, where: str) -> list[str]:
         extra = sorted(self.model_extra or {})

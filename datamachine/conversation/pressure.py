@@ -39,7 +39,7 @@ _ESCALATION_TEXT = ("[BUDGET FINAL WARNING: {unit} {current}/{ceiling}. {remaini
 class TierConfig(BaseModel):
     """A custom tier: fires from the first request k with k / ceiling >= ``at``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     at: float = Field(gt=0, le=1)
     message: str = Field(min_length=1)
@@ -49,7 +49,7 @@ class TierConfig(BaseModel):
 class WrapUpConfig(BaseModel):
     """Wrap-up at the warning tier: offer only ``allowed_tools`` (none by default)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     allowed_tools: list[str] = Field(default_factory=list)
 
@@ -57,7 +57,7 @@ class WrapUpConfig(BaseModel):
 class BudgetPressureConfig(BaseModel):
     """Pressure settings for one budget (payload ``budget_pressure[name]``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     tiers: list[TierConfig] | None = None
     role: str = "user"

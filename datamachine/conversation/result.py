@@ -28,7 +28,7 @@ def empty_usage() -> dict[str, Any]:
 class ConversationResult(BaseModel):
     """What ``run_conversation`` returns (DESIGN.md section 5.4)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     messages: list[Message] = Field(default_factory=list)
     final_content: str = ""

@@ -53,7 +53,7 @@ _REMOTE_DATA_KEYS = frozenset({"chain_id", "chain_depth", "ceiling", "retry_afte
 class RemoteSite(BaseModel):
     """One entry of the ``remote_sites`` setting."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     url: str = Field(pattern=r"^https?://[^\s/]+", description="Base URL; /chat is appended.")
     token: str = Field(min_length=1, description="A token from the remote site's CLI.")

@@ -23,7 +23,7 @@ class ProviderRequest(BaseModel):
     the settings and the ``request_timeout`` / ``connect_timeout`` hooks.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = Field(default_factory=list)
@@ -44,7 +44,7 @@ class ProviderResponse(BaseModel):
     wire response for debugging.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     content: str = ""
     tool_calls: list[dict[str, Any]] = Field(default_factory=list)

@@ -35,7 +35,7 @@ __all__ = ["ChatMessage", "ChatToolCall", "to_chat_messages"]
 class ChatToolCall(BaseModel):
     """One tool call inside an assistant chat message: ``{"id", "name", "parameters"}``."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(defer_build=True, extra="ignore")
 
     id: str = Field(min_length=1)
     name: str = Field(min_length=1)
@@ -58,7 +58,7 @@ class ChatToolCall(BaseModel):
 class ChatMessage(BaseModel):
     """One chat message as providers receive it (see the module docstring for the shapes)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(defer_build=True, extra="ignore")
 
     role: str = Field(min_length=1)
     content: Any = None

@@ -33,7 +33,7 @@ __all__ = ["normalize_response", "numeric_usage"]
 
 
 class _CompactToolCall(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(defer_build=True, extra="ignore")
 
     id: str | None = None
     name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
@@ -41,7 +41,7 @@ class _CompactToolCall(BaseModel):
 
 
 class _CompactResponse(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(defer_build=True, extra="ignore")
 
     content: str | None = ""
     tool_calls: list[_CompactToolCall] | None = None

@@ -38,7 +38,6 @@ tool-call fallback, numeric usage). ``raw`` keeps the decoded body.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import logging
@@ -81,7 +80,7 @@ Sleep = Callable[[float], Awaitable[None]]
 # -- request ---------------------------------------------------------------------------------
 
 class _ToolSpec(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(defer_build=True, extra="ignore")
 
     name: str = Field(min_length=1)
     description: str = ""
@@ -159,21 +158,21 @@ def build_chat_body(
 # -- response --------------------------------------------------------------------------------
 
 class _WireFunction(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(defer_build=True, extra="ignore")
 
     name: str = Field(min_length=1)
     arguments: str | dict[str, Any] | None = None
 
 
 class _WireToolCall(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(defer_build=True, extra="ignore")
 
     id: str | None = None
     function: _WireFunction
 
 
 class _WireMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(defer_build=True, extra="ignore")
 
     content: str | None = None
     refusal: str | None = None
@@ -181,14 +180,14 @@ class _WireMessage(BaseModel):
 
 
 class _WireChoice(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(defer_build=True, extra="ignore")
 
     message: _WireMessage
     finish_reason: str | None = None
 
 
 class _WireCompletion(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(defer_build=True, extra="ignore")
 
     choices: list[_WireChoice] = Field(min_length=1)
     usage: dict[str, Any] | None = None
@@ -327,6 +326,13 @@ _HINTS = {
 
 # -- the provider ----------------------------------------------------------------------------
 
+async def _asyncio_sleep(seconds: float) -> None:
+    """``asyncio.sleep``, imported when a retry waits (asyncio stays out of boot)."""
+    import asyncio
+
+    await asyncio.sleep(seconds)
+
+
 class OpenAIProvider:
     """A provider for any OpenAI-compatible Chat Completions server.
 
@@ -364,7 +370,7 @@ class OpenAIProvider:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.max_retry_wait = max_retry_wait
-        self.sleep: Sleep = sleep if sleep is not None else asyncio.sleep
+        self.sleep: Sleep = sleep if sleep is not None else _asyncio_sleep
         self.jitter = jitter if jitter is not None else random.random
         self.extra_body = dict(extra_body or {})
         self.headers = dict(headers or {})
@@ -416,6 +422,8 @@ class OpenAIProvider:
     # -- one turn ----------------------------------------------------------------------------
     def complete_sync(self, request: ProviderRequest) -> ProviderResponse:
         """:meth:`complete` for callers without an event loop (not callable inside one)."""
+        import asyncio
+
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -475,6 +483,8 @@ class OpenAIProvider:
         self, client: httpx.AsyncClient, url: str, content: bytes, headers: dict[str, str],
         request: ProviderRequest, attempt: int,
     ) -> httpx.Response:
+        import asyncio
+
         import httpx
 
         deadline = request.request_timeout if request.request_timeout > 0 else None

@@ -58,7 +58,7 @@ __all__ = [
 class ScriptedToolCall(BaseModel):
     """One scripted tool call; ``id`` defaults to ``scripted-<turn>-<n>``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     id: str | None = None
     name: str = Field(min_length=1)
@@ -72,7 +72,7 @@ class ScriptedResponse(BaseModel):
     of silently scripting a turn without calls.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     content: str = ""
     tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
@@ -87,7 +87,7 @@ class ScriptedResponse(BaseModel):
 class Script(BaseModel):
     """A validated script: its responses and where it came from (a file path, or None)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     responses: tuple[ScriptedResponse, ...]
     source: str | None = None

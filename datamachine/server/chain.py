@@ -81,7 +81,7 @@ class InboundChain(BaseModel):
     request named no chain, so this hop starts one.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     chain_id: str
     chain_id_generated: bool = False
@@ -105,7 +105,7 @@ class CallerContext(BaseModel):
     this site to ``chain_sites``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     chain_id: str = Field(pattern=_CHAIN_ID_RE.pattern)
     chain_depth: int = Field(default=0, ge=0, le=MAX_HEADER_DEPTH)

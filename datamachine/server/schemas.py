@@ -25,7 +25,7 @@ MODE_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 class ChatMessageIn(BaseModel):
     """One plain message of a ``/chat`` body."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", strict=True)
 
     role: Literal["system", "user", "assistant"]
     content: str
@@ -39,7 +39,7 @@ class ChatRequest(BaseModel):
     default to the site's settings ``default_provider`` and ``default_model``.
     """
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", strict=True)
 
     messages: list[ChatMessageIn] | None = Field(default=None, min_length=1, max_length=1000)
     message: str | None = Field(default=None, min_length=1)

@@ -46,7 +46,7 @@ class ChatSession(BaseModel):
     """One chat session: ``turn_count`` provider turns since the last reset, ``status``
     (``active`` or ``aborted``) and ``max_turns`` (an integer or ``"unlimited"``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: str
     turn_count: int

@@ -40,7 +40,7 @@ _COLUMNS = ("id, flow_step_id, status, engine_data, failure_reason, created_at, 
 class Job(BaseModel):
     """One job as stored. ``engine_data`` is the JSON object runs merge their results into."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: int
     flow_step_id: str | None

@@ -29,7 +29,7 @@ _HOLDER = f"{socket.gethostname()}:{os.getpid()}"
 class LockInfo(BaseModel):
     """Who holds a session's lock and until when (the token itself is never shown)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     session_id: str
     acquired_at: float

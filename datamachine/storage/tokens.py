@@ -29,7 +29,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 class ApiToken(BaseModel):
     """A token as listed: its name and dates, never the token or its hash."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     name: str
     created_at: float

@@ -61,7 +61,7 @@ class TranscriptSummary(BaseModel):
     expiry of a live lock, else None.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: str
     status: TranscriptStatus

@@ -43,7 +43,8 @@ class Tool(BaseModel):
     Invalid definitions raise :class:`datamachine.errors.InvalidToolDefinition` naming the field.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid",
+                              arbitrary_types_allowed=True)
 
     name: str
     description: str = ""

@@ -86,7 +86,7 @@ ToolNames = Annotated[tuple[str, ...], BeforeValidator(_name_list),
 
 
 class _Rule(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True, populate_by_name=True)
 
     id: str | None = None
 
