@@ -133,18 +133,37 @@ class TranscriptStore:
         self._label = db_label(db)
         self.locks = TranscriptLocks(db)
         self._runs: dict[str, _Run] = {}
+        # Locks this store handed out (token, ttl), and the renewal a turn's write already did.
+        self._held: dict[str, tuple[str, float]] = {}
+        self._renewed: dict[str, tuple[str, bool]] = {}
 
     # -- the lock protocol -----------------------------------------------------------------
     def acquire(self, session_id: str, ttl: float) -> str | None:
         """Take the session's lock for ``ttl`` seconds; None at once if it is held."""
-        return self.locks.acquire(session_id, ttl)
+        token = self.locks.acquire(session_id, ttl)
+        if token is not None:
+            with self._lock:
+                self._held[session_id] = (token, ttl)
+        return token
 
     def renew(self, session_id: str, token: str, ttl: float) -> bool:
-        """Extend the lock ``token`` holds to ``now + ttl``; False if it was taken over."""
+        """Extend the lock ``token`` holds to ``now + ttl``; False if it was taken over.
+
+        Right after ``append_turn`` this costs nothing: the turn's transaction already renewed
+        the lock (one write per turn instead of two), and its answer is returned.
+        """
+        with self._lock:
+            renewed = self._renewed.pop(session_id, None)
+        if renewed is not None and renewed[0] == token:
+            return renewed[1]
         return self.locks.renew(session_id, token, ttl)
 
     def release(self, session_id: str, token: str) -> bool:
         """Release the lock if ``token`` holds it; a stale token releases nothing."""
+        with self._lock:
+            if self._held.get(session_id, ("",))[0] == token:
+                del self._held[session_id]
+            self._renewed.pop(session_id, None)
         return self.locks.release(session_id, token)
 
     # -- the persister protocol ------------------------------------------------------------
@@ -198,6 +217,16 @@ class TranscriptStore:
                     "cumulative_turn_count = ?, message_count = ?, updated_at = ? WHERE id = ?",
                     [turn, cumulative + 1, count + len(encoded), now, sid],
                 )
+                held = self._held.get(sid)
+                if held is not None:
+                    # Renew the run's lock in the same transaction; the loop's renew() after
+                    # this turn then only reads the answer.
+                    cursor = conn.execute(
+                        "UPDATE transcript_locks SET expires_at = ? "
+                        "WHERE session_id = ? AND token = ?",
+                        [now + float(held[1]), sid, held[0]],
+                    )
+                    self._renewed[sid] = (held[0], cursor.rowcount == 1)
             # Updated only once the turn committed, so a failed write leaves the record as it was.
             if run.first_appended is None and messages:
                 run.first_appended = messages[0]

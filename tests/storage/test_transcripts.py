@@ -61,7 +61,23 @@ def test_append_turn_writes_each_turn_in_order_and_marks_running(
     assert (record.turn_count, record.cumulative_turn_count, record.message_count) == (2, 2, 6)
     assert record.created_at == T0  # the project clock, which freezegun controls
     assert record.updated_at == T0 + 5
-    assert record.locked_until == T0 + 60
+    # Each turn's write also renews the run's lock, in the same transaction.
+    assert record.locked_until == T0 + 5 + 60
+
+
+def test_renew_after_append_turn_reports_the_renewal_of_the_turns_write(
+    store: TranscriptStore, frozen: FrozenDateTimeFactory
+) -> None:
+    token = store.acquire("s", 60)
+    assert token is not None
+    store.append_turn("s", 1, _turn(1))
+    assert store.renew("s", token, 60) is True
+    # A lock taken over after expiry: the turn's write cannot renew it, and renew says so.
+    frozen.tick(61)
+    other = store.locks.acquire("s", 60)
+    assert other is not None
+    store.append_turn("s", 2, _turn(2))
+    assert store.renew("s", token, 60) is False
 
 
 def test_a_running_transcript_without_a_live_lock_reads_as_interrupted(
