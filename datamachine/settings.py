@@ -57,6 +57,8 @@ class Settings:
         from datamachine.storage._tx import connection_lock
 
         self._write_lock = connection_lock(db)
+        self._cache: dict[str, str] | None = None
+        self._version: int | None = None
 
     @property
     def _env(self) -> Mapping[str, str]:
@@ -79,26 +81,36 @@ class Settings:
             raw = self._env.get(env_name)
             if raw is not None:
                 return _parse_env(raw)
+        encoded = self._rows().get(key)
+        return default if encoded is None else json.loads(encoded)
+
+    def _rows(self) -> dict[str, str]:
+        """Every stored key and its JSON text, read again only when the database changed.
+
+        ``PRAGMA data_version`` moves when another connection (another process) commits, and
+        this object's own writes drop the cache, so a run reads its half-dozen settings with one
+        cheap query instead of one each.
+        """
         with self._write_lock:
-            row = self._db.execute("SELECT value FROM settings WHERE key = ?", [key]).fetchone()
-        if row is None:
-            return default
-        return json.loads(row[0])
+            version = self._db.execute("PRAGMA data_version").fetchone()[0]
+            if self._cache is None or version != self._version:
+                self._cache = dict(
+                    self._db.execute("SELECT key, value FROM settings").fetchall()
+                )
+                self._version = version
+            return self._cache
 
     def source(self, key: str) -> Literal["env", "db"] | None:
         """Where ``get(key)`` reads from: ``"env"``, ``"db"`` or None (unset)."""
         env_name = _env_name(key)
         if env_name not in RESERVED_ENV and env_name in self._env:
             return "env"
-        with self._write_lock:
-            row = self._db.execute("SELECT 1 FROM settings WHERE key = ?", [key]).fetchone()
-        return "db" if row is not None else None
+        return "db" if key in self._rows() else None
 
     def stored(self, key: str, default: Any = None) -> Any:
         """The value in the database only, ignoring the environment."""
-        with self._write_lock:
-            row = self._db.execute("SELECT value FROM settings WHERE key = ?", [key]).fetchone()
-        return default if row is None else json.loads(row[0])
+        encoded = self._rows().get(key)
+        return default if encoded is None else json.loads(encoded)
 
     def set(self, key: str, value: Any) -> None:
         """Validate and store ``value`` (any JSON value) under ``key``."""
@@ -109,25 +121,27 @@ class Settings:
             encoded = json.dumps(value)
         except (TypeError, ValueError) as exc:
             raise InvalidSetting(f"Setting {key!r} must be a JSON value: {exc}.") from None
-        with self._write_lock, self._db.atomic():
-            self._db.execute(
-                "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?) "
-                "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
-                "updated_at = excluded.updated_at",
-                [key, encoded, clock.now()],
-            )
+        with self._write_lock:
+            self._cache = None
+            with self._db.atomic():
+                self._db.execute(
+                    "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
+                    "updated_at = excluded.updated_at",
+                    [key, encoded, clock.now()],
+                )
 
     def delete(self, key: str) -> bool:
         """Remove the stored value; True if there was one (environment overrides stay)."""
-        with self._write_lock, self._db.atomic():
-            cursor = self._db.execute("DELETE FROM settings WHERE key = ?", [key])
+        with self._write_lock:
+            self._cache = None
+            with self._db.atomic():
+                cursor = self._db.execute("DELETE FROM settings WHERE key = ?", [key])
         return bool(cursor.rowcount)
 
     def all(self) -> dict[str, Any]:
         """Every stored setting, with environment overrides applied on top."""
-        with self._write_lock:
-            rows = self._db.execute("SELECT key, value FROM settings ORDER BY key").fetchall()
-        values = {row[0]: json.loads(row[1]) for row in rows}
+        values = {key: json.loads(encoded) for key, encoded in self._rows().items()}
         for env_name, raw in self._env.items():
             if env_name.startswith("DATAMACHINE_") and env_name not in RESERVED_ENV:
                 key = env_name[len("DATAMACHINE_"):].lower()

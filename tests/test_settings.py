@@ -74,3 +74,18 @@ def test_updated_at_comes_from_the_project_clock(host: Host) -> None:
         host.settings.set("default_model", "m")
     row = host.db.execute("SELECT updated_at FROM settings WHERE key='default_model'").fetchone()
     assert row[0] == pytest.approx(1903867200.0)
+
+
+def test_a_write_from_another_process_is_seen_at_once(tmp_path: Path) -> None:
+    # Settings are cached per host; another connection's commit must invalidate the cache.
+    path = tmp_path / "shared.db"
+    with bootstrap.boot(path, load_entrypoints=False) as first, \
+            bootstrap.boot(path, load_entrypoints=False) as second:
+        assert first.settings.get("max_turns") is None
+        second.settings.set("max_turns", 12)
+        assert first.settings.get("max_turns") == 12
+        second.settings.delete("max_turns")
+        assert first.settings.get("max_turns") is None
+        first.settings.set("default_model", "m1")
+        assert first.settings.get("default_model") == "m1"
+        assert second.settings.get("default_model") == "m1"
