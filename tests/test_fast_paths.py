@@ -14,9 +14,8 @@ from agents_api import LoopResult, Message, TurnResult
 from agents_api._drive import ThreadCall, drive_async, drive_sync
 from agents_api.construct import construct, construct_all
 from datamachine.conversation.result import ConversationResult
-from datamachine.conversation.turns import _already_normal
 from datamachine.providers.base import ProviderRequest, ProviderResponse
-from datamachine.providers.normalize import normalize_response
+from datamachine.providers.normalize import already_normal, normalize_response
 
 
 def _same(a: BaseModel, b: BaseModel) -> None:
@@ -96,7 +95,7 @@ UNUSUAL = [
 def test_already_normal_response_skips_renormalizing_with_the_same_result(
     response: ProviderResponse,
 ) -> None:
-    fast = _already_normal(response)
+    fast = already_normal(response)
     assert fast is not None
     slow = normalize_response(response, provider="p", turn=3)
     assert fast.model_dump() == slow.model_dump()
@@ -106,7 +105,7 @@ def test_already_normal_response_skips_renormalizing_with_the_same_result(
 
 @pytest.mark.parametrize("response", UNUSUAL)
 def test_unusual_response_takes_the_full_normalization(response: ProviderResponse) -> None:
-    assert _already_normal(response) is None
+    assert already_normal(response) is None
 
 
 def _steps_yielding(call: ThreadCall) -> Generator[Any, Any, Any]:

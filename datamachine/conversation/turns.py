@@ -24,8 +24,7 @@ from datamachine.conversation.timeouts import Timeouts
 from datamachine.errors import ProviderError
 from datamachine.host import Host
 from datamachine.providers.base import ProviderRequest, ProviderResponse
-from datamachine.providers.normalize import normalize_response
-from datamachine.providers.text_tool_calls import extract_text_tool_calls
+from datamachine.providers.normalize import already_normal, normalize_response
 
 __all__ = ["ProviderTurnRunner"]
 
@@ -184,7 +183,7 @@ class ProviderTurnRunner:
                     "not a ProviderResponse.",
                     code="provider_bad_response", provider=self.provider_name,
                 )
-            response = _already_normal(answer) if isinstance(answer, ProviderResponse) else None
+            response = already_normal(answer) if isinstance(answer, ProviderResponse) else None
             if response is None:
                 response = normalize_response(answer, provider=self.provider_name, turn=turn)
         except Exception as exc:
@@ -244,36 +243,3 @@ class ProviderTurnRunner:
         elif error is not None:
             payload["error"] = str(error) or type(error).__name__
         self.emit("request_built", payload)
-
-
-def _already_normal(answer: ProviderResponse) -> ProviderResponse | None:
-    """What ``normalize_response(answer)`` returns, when ``answer`` is already in normal form.
-
-    Providers normalize their own answers (both built-in ones do), and normalizing again through
-    pydantic costs a dump and two validations per turn for nothing. The checks below mirror
-    ``normalize_response``'s rules; a response they do not cover (a missing id, a padded name,
-    a non-numeric usage entry, anything unusual) returns None and takes the full path.
-    """
-    content, calls, usage = answer.content, answer.tool_calls, answer.usage
-    finish = answer.finish_reason
-    if (type(content) is not str or type(calls) is not list or type(usage) is not dict
-            or (finish is not None and type(finish) is not str)):
-        return None
-    copied: list[dict[str, Any]] = []
-    for call in calls:
-        if type(call) is not dict or len(call) != 3:
-            return None
-        call_id, name, params = call.get("id"), call.get("name"), call.get("parameters")
-        if (type(call_id) is not str or not call_id or type(name) is not str or not name
-                or name != name.strip() or type(params) is not dict
-                or any(type(key) is not str for key in params)):
-            return None
-        copied.append({"id": call_id, "name": name, "parameters": dict(params)})
-    if not copied and content:
-        copied = [dict(call) for call in extract_text_tool_calls(content)]
-    for key, value in usage.items():
-        if type(key) is not str or type(value) not in (int, float):
-            return None
-    return construct(ProviderResponse, content=content, tool_calls=copied, usage=dict(usage),
-                     finish_reason=finish or ("tool_calls" if copied else "stop"),
-                     raw=answer.raw)

@@ -25,11 +25,12 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from agents_api.construct import construct
 from datamachine.errors import ProviderError
 from datamachine.providers.base import ProviderResponse
 from datamachine.providers.text_tool_calls import extract_text_tool_calls
 
-__all__ = ["normalize_response", "numeric_usage"]
+__all__ = ["already_normal", "normalize_response", "numeric_usage"]
 
 
 class _CompactToolCall(BaseModel):
@@ -106,3 +107,36 @@ def normalize_response(
     finish_reason = parsed.finish_reason or ("tool_calls" if calls else "stop")
     return ProviderResponse(content=content, tool_calls=calls, usage=numeric_usage(parsed.usage),
                             finish_reason=finish_reason, raw=parsed.raw)
+
+
+def already_normal(answer: ProviderResponse) -> ProviderResponse | None:
+    """What ``normalize_response(answer)`` returns, when ``answer`` is already in normal form.
+
+    Providers normalize their own answers (both built-in ones do), and normalizing again through
+    pydantic costs a dump and two validations per turn for nothing. The checks below mirror
+    ``normalize_response``'s rules; a response they do not cover (a missing id, a padded name,
+    a non-numeric usage entry, anything unusual) returns None and takes the full path.
+    """
+    content, calls, usage = answer.content, answer.tool_calls, answer.usage
+    finish = answer.finish_reason
+    if (type(content) is not str or type(calls) is not list or type(usage) is not dict
+            or (finish is not None and type(finish) is not str)):
+        return None
+    copied: list[dict[str, Any]] = []
+    for call in calls:
+        if type(call) is not dict or len(call) != 3:
+            return None
+        call_id, name, params = call.get("id"), call.get("name"), call.get("parameters")
+        if (type(call_id) is not str or not call_id or type(name) is not str or not name
+                or name != name.strip() or type(params) is not dict
+                or any(type(key) is not str for key in params)):
+            return None
+        copied.append({"id": call_id, "name": name, "parameters": dict(params)})
+    if not copied and content:
+        copied = [dict(call) for call in extract_text_tool_calls(content)]
+    for key, value in usage.items():
+        if type(key) is not str or type(value) not in (int, float):
+            return None
+    return construct(ProviderResponse, content=content, tool_calls=copied, usage=dict(usage),
+                     finish_reason=finish or ("tool_calls" if copied else "stop"),
+                     raw=answer.raw)

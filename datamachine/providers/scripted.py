@@ -39,9 +39,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agents_api.construct import construct
 from datamachine.errors import InvalidScript, ProviderError, ScriptExhausted
 from datamachine.providers.base import ProviderRequest, ProviderResponse
-from datamachine.providers.normalize import normalize_response
+from datamachine.providers.normalize import already_normal, normalize_response
 
 __all__ = [
     "Script",
@@ -230,6 +231,13 @@ class ScriptCursor:
         calls = [{"id": call.id or f"scripted-{request.turn}-{index}", "name": call.name,
                   "parameters": dict(call.parameters)}
                  for index, call in enumerate(entry.tool_calls, start=1)]
+        # The script was validated when it was loaded, so the cheap check usually suffices.
+        candidate = construct(ProviderResponse, content=entry.content, tool_calls=calls,
+                              usage=dict(entry.usage), finish_reason=entry.finish_reason,
+                              raw=entry)
+        normal = already_normal(candidate)
+        if normal is not None:
+            return normal
         return normalize_response(
             {"content": entry.content, "tool_calls": calls, "usage": dict(entry.usage),
              "finish_reason": entry.finish_reason, "raw": entry.model_dump(exclude_none=True)},
