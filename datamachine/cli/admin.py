@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +19,17 @@ def _emit_json(value: Any) -> None:
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> None:
+    """A rich table on a terminal; aligned plain text when piped (easy to grep and cut)."""
     cells = [[str(c) for c in row] for row in rows]
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(*headers, header_style="bold")
+        for row in cells:
+            table.add_row(*row)
+        Console().print(table)
+        return
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
     for row in cells:

@@ -84,3 +84,12 @@ def test_bad_max_turns_is_refused_with_exit_2(tmp_path: Path, bad: str) -> None:
     child = spawn(tmp_path / "c.db", "--max-turns", bad)
     child.expect("--max-turns")
     assert finish(child) == 2
+
+
+def test_tables_are_drawn_with_rich_on_a_terminal(tmp_path: Path) -> None:
+    child = pexpect.spawn(sys.executable, ["-m", "datamachine", "--db", str(tmp_path / "t.db"),
+                                           "budgets", "list"],
+                          cwd=str(ROOT), encoding="utf-8", timeout=30,
+                          env={"PATH": "/usr/bin:/bin", "TERM": "xterm", "COLUMNS": "150"})
+    child.expect("│ conversation_turns")
+    assert finish(child) == 0
