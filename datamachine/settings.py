@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Literal
 
 from sqlite_utils import Database
@@ -59,6 +60,7 @@ class Settings:
         self._write_lock = connection_lock(db)
         self._cache: dict[str, str] | None = None
         self._version: int | None = None
+        self._trusted = False
 
     @property
     def _env(self) -> Mapping[str, str]:
@@ -92,6 +94,8 @@ class Settings:
         cheap query instead of one each.
         """
         with self._write_lock:
+            if self._trusted and self._cache is not None:
+                return self._cache  # inside batch(): checked once already
             version = self._db.execute("PRAGMA data_version").fetchone()[0]
             if self._cache is None or version != self._version:
                 self._cache = dict(
@@ -99,6 +103,24 @@ class Settings:
                 )
                 self._version = version
             return self._cache
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Read several settings as one consistent snapshot, checking for changes once.
+
+        Holds the connection lock for the block (keep it short: a run's set-up uses it), so no
+        other thread can write in between.
+        """
+        with self._write_lock:
+            if self._trusted:
+                yield
+                return
+            self._rows()
+            self._trusted = True
+            try:
+                yield
+            finally:
+                self._trusted = False
 
     def source(self, key: str) -> Literal["env", "db"] | None:
         """Where ``get(key)`` reads from: ``"env"``, ``"db"`` or None (unset)."""

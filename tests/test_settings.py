@@ -89,3 +89,15 @@ def test_a_write_from_another_process_is_seen_at_once(tmp_path: Path) -> None:
         first.settings.set("default_model", "m1")
         assert first.settings.get("default_model") == "m1"
         assert second.settings.get("default_model") == "m1"
+
+
+def test_batch_reads_a_consistent_snapshot_and_sees_own_writes(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    with bootstrap.boot(path, load_entrypoints=False) as first, \
+            bootstrap.boot(path, load_entrypoints=False) as second:
+        with first.settings.batch():
+            assert first.settings.get("max_turns") is None
+            first.settings.set("max_turns", 7)  # its own write drops the cache
+            assert first.settings.get("max_turns") == 7
+        second.settings.set("max_turns", 9)
+        assert first.settings.get("max_turns") == 9  # outside the batch: checked again

@@ -380,8 +380,9 @@ def run_conversation_on(host: Host, messages: Any, tools: Any, provider: Any, mo
     ``after_turn`` is called with each provider turn's result (chat session turn counting);
     ``settle`` may adjust the verdict before it is stored and reported (a chat abort).
     """
-    run = prepare_run(host, messages, tools, provider, model, mode, payload, max_turns,
-                      single_turn)
+    with host.settings.batch():  # one consistent read of the settings the set-up uses
+        run = prepare_run(host, messages, tools, provider, model, mode, payload, max_turns,
+                          single_turn)
     early = run.completion.start(run)  # preflight: may refuse before any provider call
     if early is not None:
         return early
@@ -396,8 +397,9 @@ async def arun_conversation_on(host: Host, messages: Any, tools: Any, provider: 
                                max_turns: Any = None,
                                single_turn: Any = False) -> ConversationResult:
     """Asynchronous run on ``host`` (see ``datamachine.arun_conversation``)."""
-    run = prepare_run(host, messages, tools, provider, model, mode, payload, max_turns,
-                      single_turn)
+    with host.settings.batch():  # one consistent read of the settings the set-up uses
+        run = prepare_run(host, messages, tools, provider, model, mode, payload, max_turns,
+                          single_turn)
     early = run.completion.start(run)  # preflight: may refuse before any provider call
     if early is not None:
         return early
