@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Generator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from agents_api._drive import DeadlineReached, ThreadCall, awaitable
 from agents_api.message import Message
@@ -19,8 +19,17 @@ __all__ = ["normalize_tool_call", "normalize_tool_result", "run_tool", "tool_res
 
 logger = logging.getLogger("agents_api.loop")
 
+# Built once: json.dumps with any non-default option builds a new encoder on every call.
+_RESULT_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
+
 ToolExecutor = Callable[[dict[str, Any], dict[str, Any]], Any]
-Emit = Callable[[str, dict[str, Any]], None]
+class Emit(Protocol):
+    """The loop's event emitter: callable, and ``active`` when anyone listens."""
+
+    active: bool
+
+    def __call__(self, event: str, payload: dict[str, Any]) -> None:
+        """Send one event."""
 
 
 def normalize_tool_result(raw: Any) -> dict[str, Any]:
@@ -42,7 +51,7 @@ def tool_result_content(result: Mapping[str, Any]) -> str:
     if isinstance(value, str):
         return value
     try:
-        return json.dumps(value, ensure_ascii=False, default=str)
+        return _RESULT_JSON.encode(value)
     except (TypeError, ValueError):
         return str(value)
 
@@ -74,8 +83,9 @@ def run_tool(
     """Run one call through the executor and record it; returns the normalized result."""
     name, call_id, params = call["name"], call["id"], call["parameters"]
     msgs.append(Message.tool_call(name, params, turn, call_id))
-    emit("tool_call", {"turn": turn, "tool_name": name, "tool_call_id": call_id,
-                       "parameters": params})
+    if emit.active:
+        emit("tool_call", {"turn": turn, "tool_name": name, "tool_call_id": call_id,
+                           "parameters": params})
     if executor is None:
         result: dict[str, Any] = {
             "success": False,
@@ -105,8 +115,9 @@ def run_tool(
             result = {"success": False, "error": f"Tool '{name}' raised: {exc}",
                       "error_type": "executor_exception"}
     msgs.append(Message.tool_result(name, result, turn, call_id, tool_result_content(result)))
-    emit("tool_result", {"turn": turn, "tool_name": name, "tool_call_id": call_id,
-                         "success": result["success"]})
+    if emit.active:
+        emit("tool_result", {"turn": turn, "tool_name": name, "tool_call_id": call_id,
+                             "success": result["success"]})
     tool_results.append({"tool_name": name, "tool_call_id": call_id, "parameters": params,
                                "success": result["success"], "result": result, "turn": turn})
     return result

@@ -173,11 +173,13 @@ def _add_usage(total: dict[str, Any], usage: Mapping[str, Any]) -> None:
 
 
 class _Emitter:
-    __slots__ = ("_base", "_sink")
+    __slots__ = ("_base", "_sink", "active")
 
     def __init__(self, sink: EventSink | None, base: Mapping[str, Any]) -> None:
         self._sink = sink
         self._base = dict(base)
+        # Per-turn events build their payloads only when someone listens.
+        self.active = sink is not None
 
     def __call__(self, event: str, payload: dict[str, Any]) -> None:
         if self._sink is None:
@@ -301,8 +303,9 @@ def _loop_steps(
             state.turn_count = turn
             turn_context = {**base_context, "turn": turn, "budgets": all_budgets,
                             "session_id": session_id}
-            emit("turn_started", {"turn": turn, "max_turns": turn_budget.ceiling(),
-                                  "message_count": len(msgs)})
+            if emit.active:
+                emit("turn_started", {"turn": turn, "max_turns": turn_budget.ceiling(),
+                                      "message_count": len(msgs)})
             turn_start = len(msgs)
             try:
                 raw = turn_runner(msgs, turn_context)

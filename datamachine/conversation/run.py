@@ -64,7 +64,7 @@ class PreparedRun:
     warnings: list[str]
     runner: ProviderTurnRunner
     executor: Any
-    emit: Any
+    emit: RunEmitter
     session_id: str | None
     persister: Any
     lock: Any
@@ -106,35 +106,47 @@ def _normalize_tools(tools: object) -> dict[str, Any]:
     return normalized
 
 
-def _emitter(host: Host, runtime: RuntimeOptions, base: dict[str, Any]) -> Any:
-    sink = runtime.event_sink
-    if sink is not None and not callable(sink):
-        sink = sink.emit
-    hook = host.pm.hook.on_loop_event
-    has_hook = bool(hook.get_hookimpls())
+class RunEmitter:
+    """A run's events, to the payload's sink and the ``on_loop_event`` hook.
 
-    def emit(event: str, payload: dict[str, Any]) -> None:
-        data = {**base, **payload}
-        if sink is not None:
+    ``active`` is False when neither exists: then nothing is built per event, and the loop is
+    given no sink at all.
+    """
+
+    __slots__ = ("_base", "_hook", "_sink", "active")
+
+    def __init__(self, host: Host, runtime: RuntimeOptions, base: dict[str, Any]) -> None:
+        sink = runtime.event_sink
+        if sink is not None and not callable(sink):
+            sink = sink.emit
+        hook = host.pm.hook.on_loop_event
+        self._sink = sink
+        self._hook = hook if hook.get_hookimpls() else None
+        self._base = base
+        self.active = sink is not None or self._hook is not None
+
+    def __call__(self, event: str, payload: dict[str, Any]) -> None:
+        if not self.active:
+            return
+        data = {**self._base, **payload}
+        if self._sink is not None:
             try:
-                sink(event, data)
+                self._sink(event, data)
             except Exception:
                 logger.warning("datamachine: event sink failed on %r", event, exc_info=True)
-        if has_hook:
+        if self._hook is not None:
             try:
-                hook(event=event, payload=data)
+                self._hook(event=event, payload=data)
             except Exception:
                 logger.warning("datamachine: on_loop_event hook failed on %r", event,
                                exc_info=True)
-
-    return emit
 
 
 def emit_outside_run(host: Host, payload: Mapping[str, Any] | None, event: str,
                      data: dict[str, Any]) -> None:
     """Emit an event for a run that never reached the loop (the payload's sink and the hook)."""
     _, runtime = split_payload(payload)
-    _emitter(host, runtime, {})(event, data)
+    RunEmitter(host, runtime, {})(event, data)
 
 
 def prepare_run(
@@ -196,7 +208,7 @@ def prepare_run(
 
     mode_label = ",".join(modes)
     base = base_log_context(mode_label, clean_payload)
-    emit = _emitter(host, runtime, base)
+    emit = RunEmitter(host, runtime, base)
     timeouts = resolve_timeouts(host, mode_label, provider, model, clean_payload)
     runner = ProviderTurnRunner(
         host, provider=provider_obj, provider_name=provider, model=model, mode=mode_label,
@@ -260,7 +272,7 @@ def _loop_kwargs(run: PreparedRun) -> dict[str, Any]:
         "turn_budget": run.turn_budget,
         "budgets": run.budgets,
         "tool_executor": run.executor,
-        "on_event": run.emit,
+        "on_event": run.emit if run.emit.active else None,
         "transcript_persister": run.persister,
         "transcript_lock": run.lock,
         "transcript_session_id": run.session_id,

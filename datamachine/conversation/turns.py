@@ -60,6 +60,8 @@ class ProviderTurnRunner:
         self.payload = dict(payload)
         self.timeouts = timeouts
         self.emit = emit
+        # request_built payloads are built only when someone listens.
+        self._emit_active = bool(getattr(emit, "active", True))
         self.single_turn = single_turn
         self.pressure = pressure
         self.after_turn: Callable[[TurnResult], None] | None = None
@@ -76,6 +78,10 @@ class ProviderTurnRunner:
         # Tokens spent by the final summary call, which is not a turn of the loop.
         self.summary_usage: dict[str, Any] = {}
         self.has_text_result_hook = bool(host.pm.hook.text_result.get_hookimpls())
+        self._tools_info = {"count": len(tools), "names": [t["name"] for t in tools]}
+        # Built-in providers answer in normal form already (see providers.normalize).
+        self._trusted = bool(getattr(provider, "answers_normalized", False))
+        self._answer_trusted = False
 
     # -- request building -----------------------------------------------------------------
     def build_request(
@@ -110,7 +116,8 @@ class ProviderTurnRunner:
             "request_json_bytes": messages_bytes + self._tools_bytes + self._payload_bytes,
             "prompt_sha256": self.projector.prompt_sha256(),
             "tool_policy_sha256": self._tools_sha,
-            "tools": {"count": len(tools), "names": [t["name"] for t in tools]},
+            "tools": (dict(self._tools_info) if tools is self.tools
+                      else {"count": len(tools), "names": [t["name"] for t in tools]}),
             "transport": {"request_timeout": self.timeouts.request,
                           "connect_timeout": self.timeouts.connect},
         }
@@ -152,7 +159,9 @@ class ProviderTurnRunner:
         short = (self.host.first("text_result", request=request)
                  if self.has_text_result_hook else None)
         if short is not None:
+            self._answer_trusted = False
             return self._from_hook(short, turn)
+        self._answer_trusted = self._trusted
         return self.provider.complete(request)
 
     async def _finish_async(self, answer: Awaitable[Any], turn: int) -> TurnResult:
@@ -183,7 +192,10 @@ class ProviderTurnRunner:
                     "not a ProviderResponse.",
                     code="provider_bad_response", provider=self.provider_name,
                 )
-            response = already_normal(answer) if isinstance(answer, ProviderResponse) else None
+            if isinstance(answer, ProviderResponse):
+                response = answer if self._answer_trusted else already_normal(answer)
+            else:
+                response = None
             if response is None:
                 response = normalize_response(answer, provider=self.provider_name, turn=turn)
         except Exception as exc:
@@ -235,6 +247,8 @@ class ProviderTurnRunner:
         return response.content
 
     def _report(self, turn: int, *, success: bool, error: BaseException | None = None) -> None:
+        if not self._emit_active:
+            return
         payload: dict[str, Any] = {"turn": turn, "provider": self.provider_name,
                                    "model": self.model, "success": success,
                                    "request_metadata": self.last_request_metadata}

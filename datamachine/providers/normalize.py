@@ -25,12 +25,12 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from agents_api.construct import construct
+from agents_api.construct import construct_all
 from datamachine.errors import ProviderError
 from datamachine.providers.base import ProviderResponse
 from datamachine.providers.text_tool_calls import extract_text_tool_calls
 
-__all__ = ["already_normal", "normalize_response", "numeric_usage"]
+__all__ = ["already_normal", "normal_response", "normalize_response", "numeric_usage"]
 
 
 class _CompactToolCall(BaseModel):
@@ -113,16 +113,25 @@ def already_normal(answer: ProviderResponse) -> ProviderResponse | None:
     """What ``normalize_response(answer)`` returns, when ``answer`` is already in normal form.
 
     Providers normalize their own answers (both built-in ones do), and normalizing again through
-    pydantic costs a dump and two validations per turn for nothing. The checks below mirror
-    ``normalize_response``'s rules; a response they do not cover (a missing id, a padded name,
-    a non-numeric usage entry, anything unusual) returns None and takes the full path.
+    pydantic costs a dump and two validations per turn for nothing. The checks in
+    :func:`normal_response` mirror ``normalize_response``'s rules; a response they do not cover
+    (a missing id, a padded name, a non-numeric usage entry, anything unusual) returns None and
+    takes the full path.
     """
-    content, calls, usage = answer.content, answer.tool_calls, answer.usage
-    finish = answer.finish_reason
+    return normal_response(answer.content, answer.tool_calls, answer.usage,
+                           answer.finish_reason, answer.raw)
+
+
+def normal_response(content: Any, calls: Any, usage: Any, finish: Any, raw: Any, *,
+                    owned: bool = False) -> ProviderResponse | None:
+    """A :class:`ProviderResponse` from parts already in normal form, else None.
+
+    ``owned=True`` says the caller built ``calls`` and ``usage`` for this response alone, so
+    they are used as they are instead of copied.
+    """
     if (type(content) is not str or type(calls) is not list or type(usage) is not dict
             or (finish is not None and type(finish) is not str)):
         return None
-    copied: list[dict[str, Any]] = []
     for call in calls:
         if type(call) is not dict or len(call) != 3:
             return None
@@ -131,12 +140,15 @@ def already_normal(answer: ProviderResponse) -> ProviderResponse | None:
                 or name != name.strip() or type(params) is not dict
                 or any(type(key) is not str for key in params)):
             return None
-        copied.append({"id": call_id, "name": name, "parameters": dict(params)})
-    if not copied and content:
-        copied = [dict(call) for call in extract_text_tool_calls(content)]
     for key, value in usage.items():
         if type(key) is not str or type(value) not in (int, float):
             return None
-    return construct(ProviderResponse, content=content, tool_calls=copied, usage=dict(usage),
-                     finish_reason=finish or ("tool_calls" if copied else "stop"),
-                     raw=answer.raw)
+    if not calls:
+        calls = [dict(call) for call in extract_text_tool_calls(content)] if content else []
+    elif not owned:
+        calls = [{"id": call["id"], "name": call["name"], "parameters": dict(call["parameters"])}
+                 for call in calls]
+    return construct_all(ProviderResponse, {
+        "content": content, "tool_calls": calls, "usage": usage if owned else dict(usage),
+        "finish_reason": finish or ("tool_calls" if calls else "stop"), "raw": raw,
+    })

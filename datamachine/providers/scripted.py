@@ -39,10 +39,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents_api.construct import construct
 from datamachine.errors import InvalidScript, ProviderError, ScriptExhausted
 from datamachine.providers.base import ProviderRequest, ProviderResponse
-from datamachine.providers.normalize import already_normal, normalize_response
+from datamachine.providers.normalize import normal_response, normalize_response
 
 __all__ = [
     "Script",
@@ -182,6 +181,10 @@ class ScriptCursor:
     lists the requests this cursor answered; ``position`` is how many responses it has used.
     """
 
+    # Every answer comes out of normal_response/normalize_response: the turn runner need not
+    # normalize it again.
+    answers_normalized = True
+
     def __init__(
         self,
         script: Script | None,
@@ -210,6 +213,7 @@ class ScriptCursor:
         if self._shared_record is not None:
             self._shared_record.append(request)
         if self.script is None:
+            # An echo is never a tool call, whatever the user's text holds.
             return ProviderResponse(content=f"echo: {_last_user_text(request.messages)}",
                                     finish_reason="stop")
         if self.position >= len(self.script):
@@ -232,10 +236,8 @@ class ScriptCursor:
                   "parameters": dict(call.parameters)}
                  for index, call in enumerate(entry.tool_calls, start=1)]
         # The script was validated when it was loaded, so the cheap check usually suffices.
-        candidate = construct(ProviderResponse, content=entry.content, tool_calls=calls,
-                              usage=dict(entry.usage), finish_reason=entry.finish_reason,
-                              raw=entry)
-        normal = already_normal(candidate)
+        normal = normal_response(entry.content, calls, dict(entry.usage), entry.finish_reason,
+                                 entry, owned=True)
         if normal is not None:
             return normal
         return normalize_response(

@@ -101,15 +101,20 @@ class _Run:
     first_appended: object = None
 
 
+# Built once: json.dumps with these options would build a new encoder for every message.
+# default=str: a tool may return values JSON cannot hold (datetimes, paths); storing their
+# text beats failing the run's persistence.
+_ENVELOPE_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
+_VALUE_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
 def _encode(item: MessageLike) -> str:
     envelope = item.to_dict() if isinstance(item, Message) else normalize_message(item).to_dict()
-    # default=str: a tool may return values JSON cannot hold (datetimes, paths); storing their
-    # text beats failing the run's persistence.
-    return json.dumps(envelope, ensure_ascii=False, separators=(",", ":"), default=str)
+    return _ENVELOPE_JSON.encode(envelope)
 
 
 def _dump(value: Any) -> str:
-    return json.dumps(value if value is not None else {}, ensure_ascii=False, default=str)
+    return _VALUE_JSON.encode(value if value is not None else {})
 
 
 def _request_field(request: Mapping[str, Any], key: str) -> str | None:

@@ -24,10 +24,14 @@ __all__ = ["CallObserver", "CompletedCall", "TranscriptIndex", "canonical_json",
            "coerce_parameters"]
 
 
+# Built once: json.dumps with these options would build a new encoder on every call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                              default=str)
+
+
 def canonical_json(value: Any) -> str:
     """One spelling per value: sorted keys and no whitespace, so key order never matters."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      default=str)
+    return _CANONICAL.encode(value)
 
 
 def coerce_parameters(raw: Any) -> dict[str, Any] | None:
