@@ -34,7 +34,7 @@ class Emit(Protocol):
 
 def normalize_tool_result(raw: Any) -> dict[str, Any]:
     """``{"success": bool, "result"| "error": ...}`` from whatever an executor returned."""
-    if isinstance(raw, Mapping) and isinstance(raw.get("success"), bool):
+    if (type(raw) is dict or isinstance(raw, Mapping)) and type(raw.get("success")) is bool:
         result = dict(raw)
         if not result["success"]:
             error = result.get("error")
@@ -58,7 +58,7 @@ def tool_result_content(result: Mapping[str, Any]) -> str:
 
 def normalize_tool_call(call: Any, turn: int, index: int) -> dict[str, Any] | None:
     """``{"id", "name", "parameters"}`` from a model's call, or None when it has no name."""
-    if not isinstance(call, Mapping):
+    if type(call) is not dict and not isinstance(call, Mapping):
         return None
     name = call.get("name") or call.get("tool_name")
     if not isinstance(name, str) or not name.strip():

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from agents_api import IterationBudget, Message, TurnResult
+from agents_api._drive import awaitable
 from agents_api.construct import construct
 from datamachine.conversation.pressure import PressureTracker
 from datamachine.conversation.projection import ChatProjector
@@ -148,7 +149,7 @@ class ProviderTurnRunner:
         except Exception as exc:
             self._report(turn, success=False, error=exc)
             raise
-        if inspect.isawaitable(answer):
+        if type(answer) is not ProviderResponse and awaitable(answer):
             return self._finish_async(answer, turn)
         return self._finish(answer, turn)
 
@@ -186,7 +187,8 @@ class ProviderTurnRunner:
 
     def _finish(self, answer: Any, turn: int) -> TurnResult:
         try:
-            if not isinstance(answer, ProviderResponse | Mapping):
+            if type(answer) is not ProviderResponse and not isinstance(
+                    answer, ProviderResponse | Mapping):
                 raise ProviderError(
                     f"Provider {self.provider_name!r} returned {type(answer).__name__}, "
                     "not a ProviderResponse.",

@@ -13,13 +13,13 @@ transcript grows), its rule state and its engine data.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Awaitable, Iterable, Mapping, MutableMapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from agents_api import IterationBudget
+from agents_api._drive import awaitable
 from datamachine.payload_keys import RUNTIME_KEYS
 from datamachine.registry import IterationBudgetRegistry
 from datamachine.tools.context import ToolContext
@@ -107,7 +107,8 @@ class ToolExecutor:
         messages = context.get("messages")
         # The loop passes the live transcript; without one the executor keeps its own record.
         tracked = False
-        if isinstance(messages, Sequence) and not isinstance(messages, str | bytes):
+        if type(messages) is list or (isinstance(messages, Sequence)
+                                      and not isinstance(messages, str | bytes)):
             tracked = True
             self.index.sync(messages)
         raw = tool_call.get("parameters")
@@ -154,7 +155,7 @@ class ToolExecutor:
             value = tool.function(**arguments)
         except Exception as exc:
             return self._done(tracked, call_id, self._raised(tool, params, exc))
-        if inspect.isawaitable(value):
+        if awaitable(value):
             return self._finish_async(value, tool, params, tracked, call_id)
         return self._done(tracked, call_id, self._normalize(tool, value, params))
 

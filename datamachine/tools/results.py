@@ -66,6 +66,10 @@ def normalize_return(
     (default ``"Tool execution failed."``) is what the model reads, and ``error_type`` defaults
     to ``tool_error``. Anything else is a successful result as is.
     """
+    if type(value) in _PRIMITIVES:
+        # The common case (a number, a string): nothing to convert.
+        return {"success": True, "result": value, "tool_name": tool_name,
+                "parameters": dict(parameters)}
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     if isinstance(value, Mapping) and isinstance(value.get("success"), bool):
