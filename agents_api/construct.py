@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-__all__ = ["construct", "construct_all"]
+__all__ = ["assign", "construct", "construct_all"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -108,3 +108,23 @@ def construct_all(cls: type[M], fields: dict[str, Any], /) -> M:
     _set_attr(instance, "__pydantic_extra__", None)
     _set_attr(instance, "__pydantic_private__", None)
     return instance
+
+
+def assign(instance: BaseModel, /, **values: Any) -> None:
+    """Set fields of a model built by :func:`construct`, as plain attribute assignment would.
+
+    ``BaseModel.__setattr__`` looks up a handler per call; settling a run's verdict writes a
+    dozen fields, so this writes the instance dict and the set of fields directly. Only for
+    models without ``validate_assignment``, and for names that are fields (checked).
+    """
+    cls = type(instance)
+    if cls.model_config.get("validate_assignment") or cls.model_config.get("frozen"):
+        for name, value in values.items():
+            setattr(instance, name, value)  # let pydantic validate (or refuse) it
+        return
+    fields = cls.__pydantic_fields__
+    for name in values:
+        if name not in fields:
+            raise AttributeError(f"{type(instance).__name__} has no field {name!r}")
+    instance.__dict__.update(values)
+    instance.__pydantic_fields_set__.update(values)

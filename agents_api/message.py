@@ -165,6 +165,11 @@ def normalize_message(item: Message | Mapping[str, Any], index: int | None = Non
 
 
 def _from_plain(item: Mapping[str, Any]) -> Message:
+    if type(item) is dict and len(item) == 2:
+        # The common {"role", "content"} text message: nothing to promote or validate further.
+        role, content = item.get("role"), item.get("content")
+        if type(role) is str and role.strip() and type(content) is str:
+            return Message.text(role, content)
     unknown = set(item) - {"role", "content", "metadata", "type", "payload"}
     if unknown:
         raise InvalidMessage(

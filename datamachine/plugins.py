@@ -154,8 +154,11 @@ def fold_value(pm: pluggy.PluginManager, hook_name: str, value: Any, **kwargs: A
     Each impl receives the current value and may return a new one; ``None`` leaves it unchanged.
     """
     hook: pluggy.HookCaller = getattr(pm.hook, hook_name)
+    impls = _impls(hook)
+    if not impls:
+        return value
     tracing = _tracing()
-    for impl in _impls(hook):
+    for impl in impls:
         args = {"value": value, **kwargs}
         try:
             out = impl.function(*[args[name] for name in impl.argnames])

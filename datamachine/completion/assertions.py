@@ -34,6 +34,7 @@ from pydantic import (
     field_validator,
 )
 
+from agents_api.construct import construct
 from datamachine.errors import InvalidCompletionAssertions
 
 __all__ = [
@@ -277,6 +278,10 @@ def parse_assertions(
         raise InvalidCompletionAssertions(
             f"completion_assertions must be a dict, got {type(raw).__name__}."
         )
+    if not raw:
+        # Most runs assert nothing: the defaults need no validation.
+        empty = construct(CompletionAssertions)
+        return empty, empty.warnings()
     try:
         parsed = CompletionAssertions.model_validate(dict(raw))
     except ValidationError as exc:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from agents_api import Decision, Message
+from agents_api.construct import assign
 from datamachine.completion.assertions import (
     AssertionTracker,
     CompletionAssertions,
@@ -387,16 +388,15 @@ class CompletionRun:
         evaluation = self.evaluate()
         remaining = self.remaining_handlers
         if evaluation.configured:
-            result.completion_assertions_required = evaluation.required
-            result.completion_assertions_missing = evaluation.missing
-            result.completion_assertions_satisfied = evaluation.satisfied
-            result.completion_assertions_complete = evaluation.complete
-        result.completion_nudge_count = self.nudge_count
-        result.completion_nudge = (diagnostic_copy(self.last_nudge)
-                                   if self.last_nudge is not None else None)
-        result.blocker = self.blocker
-        result.remaining_handlers = remaining
-        result.warnings = [*result.warnings, *self.warnings]
+            assign(result, completion_assertions_required=evaluation.required,
+                   completion_assertions_missing=evaluation.missing,
+                   completion_assertions_satisfied=evaluation.satisfied,
+                   completion_assertions_complete=evaluation.complete)
+        assign(result, completion_nudge_count=self.nudge_count,
+               completion_nudge=(diagnostic_copy(self.last_nudge)
+                                 if self.last_nudge is not None else None),
+               blocker=self.blocker, remaining_handlers=remaining,
+               warnings=[*result.warnings, *self.warnings])
         unmet = not evaluation.complete or bool(remaining)
         if result.status == "completed":
             if self.blocker is not None:

@@ -22,7 +22,7 @@ from agents_api import (
     TurnResult,
     normalize_messages,
 )
-from agents_api.construct import construct
+from agents_api.construct import assign, construct
 from agents_api.loop import arun_loop, run_loop
 from datamachine.completion.controller import CompletionRun
 from datamachine.conversation.exhaustion import make_final_summary
@@ -315,14 +315,10 @@ def _settle(run: PreparedRun, outcome: LoopResult) -> None:
         run.settle(final)
     run.final = final
     # Write the verdict back into the loop's result: the persister and the terminal event read it.
-    outcome.status = final.status
-    outcome.completed = final.completed
-    outcome.warning = final.warning
-    outcome.flags = list(final.flags)
-    outcome.error, outcome.error_code = final.error, final.error_code
-    outcome.final_content = final.final_content
-    outcome.usage = dict(final.usage)
-    outcome.warnings = list(final.warnings)
+    assign(outcome, status=final.status, completed=final.completed, warning=final.warning,
+           flags=list(final.flags), error=final.error, error_code=final.error_code,
+           final_content=final.final_content, usage=dict(final.usage),
+           warnings=list(final.warnings))
     outcome.metadata.update({
         key: getattr(final, key) for key in (
             "blocker", "max_turns_reached", "completion_nudge_count",
@@ -335,8 +331,8 @@ def _settle(run: PreparedRun, outcome: LoopResult) -> None:
 def _conclude(run: PreparedRun, outcome: LoopResult) -> ConversationResult:
     """The returned result: settled during the run, or now (a run that never started)."""
     final = run.final if run.final is not None else finish(run, outcome)
-    final.transcript_session_id = outcome.transcript_session_id
-    final.warnings = list(outcome.warnings) if run.final is not None else final.warnings
+    assign(final, transcript_session_id=outcome.transcript_session_id,
+           warnings=list(outcome.warnings) if run.final is not None else final.warnings)
     return final
 
 

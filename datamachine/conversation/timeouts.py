@@ -38,16 +38,19 @@ def resolve_timeouts(
     host: Host, mode: str, provider: str, model: str, payload: Mapping[str, Any]
 ) -> Timeouts:
     """Settings ``request_timeout`` / ``connect_timeout``, clamped, then the filter hooks."""
+    hooks = host.pm.hook
     base_request = _number(host.settings.get("request_timeout"), DEFAULT_REQUEST_TIMEOUT)
-    base_request = min(max(base_request, 0.0), MAX_REQUEST_TIMEOUT)
-    filtered = host.fold("request_timeout", base_request, mode=mode, provider=provider,
-                         model=model, payload=dict(payload))
-    # The clamps hold after the filters too: a plugin cannot make a call wait forever.
-    request = min(max(0.0, _number(filtered, base_request)), MAX_REQUEST_TIMEOUT)
+    request = min(max(base_request, 0.0), MAX_REQUEST_TIMEOUT)
+    if hooks.request_timeout.get_hookimpls():
+        filtered = host.fold("request_timeout", request, mode=mode, provider=provider,
+                             model=model, payload=dict(payload))
+        # The clamps hold after the filters too: a plugin cannot make a call wait forever.
+        request = min(max(0.0, _number(filtered, request)), MAX_REQUEST_TIMEOUT)
 
     base_connect = _number(host.settings.get("connect_timeout"), DEFAULT_CONNECT_TIMEOUT)
-    base_connect = min(max(base_connect, 0.0), MAX_CONNECT_TIMEOUT, request)
-    filtered = host.fold("connect_timeout", base_connect, mode=mode, provider=provider,
-                         model=model, payload=dict(payload), request_timeout=request)
-    connect = min(max(0.0, _number(filtered, base_connect)), MAX_CONNECT_TIMEOUT, request)
+    connect = min(max(base_connect, 0.0), MAX_CONNECT_TIMEOUT, request)
+    if hooks.connect_timeout.get_hookimpls():
+        filtered = host.fold("connect_timeout", connect, mode=mode, provider=provider,
+                             model=model, payload=dict(payload), request_timeout=request)
+        connect = min(max(0.0, _number(filtered, connect)), MAX_CONNECT_TIMEOUT, request)
     return Timeouts(request=request, connect=connect)
