@@ -34,9 +34,11 @@ class _Plan:
     """How to build one class: a template of every field in declaration order, holding the
     immutable defaults, and a maker for each field whose default must be fresh per instance."""
 
-    __slots__ = ("fill", "required", "size", "template")
+    __slots__ = ("extra", "fill", "required", "size", "template")
 
     def __init__(self, cls: type[BaseModel]) -> None:
+        # extra="allow" models keep extra values in a dict (empty when none are given).
+        self.extra = cls.model_config.get("extra") == "allow"
         self.template: dict[str, Any] = {}
         self.fill: list[tuple[str, Callable[[], Any]]] = []
         self.required: list[str] = []
@@ -55,8 +57,7 @@ class _Plan:
 
 
 def _plan(cls: type[BaseModel]) -> _Plan | None:
-    if (cls.__pydantic_post_init__ or cls.__pydantic_root_model__
-            or cls.model_config.get("extra") == "allow"):
+    if cls.__pydantic_post_init__ or cls.__pydantic_root_model__ or cls.__private_attributes__:
         return None  # rare shapes: let pydantic do it
     for field in cls.__pydantic_fields__.values():
         if field.default_factory is not None and field.default_factory_takes_validated_data:
@@ -78,6 +79,8 @@ def construct(cls: type[M], /, **values: Any) -> M:
     # Given values replace template entries in place, so declaration order is kept.
     fields = {**plan.template, **values}
     if len(fields) != plan.size:
+        if plan.extra:
+            return cls.model_construct(**values)  # names that are not fields become extras
         # A name that is not a field: model_construct ignores it; so do we, the slow way.
         return construct(cls, **{k: v for k, v in values.items() if k in plan.template})
     for name, make in plan.fill:
@@ -89,7 +92,7 @@ def construct(cls: type[M], /, **values: Any) -> M:
     instance = cls.__new__(cls)
     _set_attr(instance, "__dict__", fields)
     _set_attr(instance, "__pydantic_fields_set__", set(values))
-    _set_attr(instance, "__pydantic_extra__", None)
+    _set_attr(instance, "__pydantic_extra__", {} if plan.extra else None)
     _set_attr(instance, "__pydantic_private__", None)
     return instance
 
@@ -100,12 +103,13 @@ def construct_all(cls: type[M], fields: dict[str, Any], /) -> M:
     The dict becomes the instance's ``__dict__`` as is (the caller hands it over). If the class
     has fields the caller did not name (a field added later), it falls back to :func:`construct`.
     """
-    if len(fields) != len(cls.__pydantic_fields__) or cls not in _plans or _plans[cls] is None:
+    plan = _plans.get(cls)
+    if plan is None or len(fields) != plan.size:
         return construct(cls, **fields)
     instance = cls.__new__(cls)
     _set_attr(instance, "__dict__", fields)
     _set_attr(instance, "__pydantic_fields_set__", set(fields))
-    _set_attr(instance, "__pydantic_extra__", None)
+    _set_attr(instance, "__pydantic_extra__", {} if plan.extra else None)
     _set_attr(instance, "__pydantic_private__", None)
     return instance
 

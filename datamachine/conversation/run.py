@@ -215,6 +215,7 @@ def prepare_run(
         tools=[t.to_provider_dict() for t in tool_map.values()], payload=clean_payload,
         timeouts=timeouts, emit=emit, single_turn=single_turn,
         pressure=_pressure(host, runtime, emit),
+        tools_json="[" + ", ".join(t.provider_json() for t in tool_map.values()) + "]",
     )
     from datamachine.tools import ToolExecutor
 

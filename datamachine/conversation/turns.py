@@ -51,6 +51,7 @@ class ProviderTurnRunner:
         emit: Emit,
         single_turn: bool = False,
         pressure: PressureTracker | None = None,
+        tools_json: str | None = None,
     ) -> None:
         self.host = host
         self.provider = provider
@@ -70,10 +71,12 @@ class ProviderTurnRunner:
         self.on_natural_completion: NaturalCompletion | None = None
         self._turn_input: tuple[list[Message], dict[str, Any]] = ([], {})
         self.projector = ChatProjector()
-        tools_json = json.dumps(tools, sort_keys=True, default=str).encode()
-        self._tools_bytes = len(tools_json)
-        self._tools_sha = hashlib.sha256(tools_json).hexdigest()
-        self._payload_bytes = len(json.dumps(self.payload, default=str))
+        # ``tools_json``: the JSON of ``tools`` when the caller has it (Tools keep theirs).
+        encoded = (tools_json if tools_json is not None
+                   else json.dumps(tools, sort_keys=True, default=str)).encode()
+        self._tools_bytes = len(encoded)
+        self._tools_sha = hashlib.sha256(encoded).hexdigest()
+        self._payload_bytes = len(json.dumps(self.payload, default=str)) if self.payload else 2
         self._available_checked = False
         self.last_request_metadata: dict[str, Any] = {}
         # Tokens spent by the final summary call, which is not a turn of the loop.

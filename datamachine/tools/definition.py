@@ -10,6 +10,7 @@ worked out here too, once.
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -57,6 +58,7 @@ class Tool(BaseModel):
     _validator: ParameterValidator = PrivateAttr()
     _wants_context: bool = PrivateAttr(default=False)
     _is_async: bool = PrivateAttr(default=False)
+    _provider_json: str | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -123,6 +125,14 @@ class Tool(BaseModel):
         """``{"name", "description", "parameters"}``: the shape every provider request uses."""
         return {"name": self.name, "description": self.description,
                 "parameters": self.parameters}
+
+    def provider_json(self) -> str:
+        """The JSON of :meth:`to_provider_dict` (sorted keys), which request metadata sizes and
+        hashes; kept after the first call because a Tool is frozen."""
+        if self._provider_json is None:
+            self._provider_json = json.dumps(self.to_provider_dict(), sort_keys=True,
+                                             default=str)
+        return self._provider_json
 
     @property
     def repeatable(self) -> bool:
