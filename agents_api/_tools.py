@@ -7,20 +7,19 @@ envelope the model will read. A failing tool never ends a run.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from typing import Any, Protocol
 
 from agents_api._drive import DeadlineReached, ThreadCall, awaitable
+from agents_api.jsontext import json_encoder
 from agents_api.message import Message
 
 __all__ = ["normalize_tool_call", "normalize_tool_result", "run_tool", "tool_result_content"]
 
 logger = logging.getLogger("agents_api.loop")
 
-# Built once: json.dumps with any non-default option builds a new encoder on every call.
-_RESULT_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
+_result_json = json_encoder(ensure_ascii=False, default=str)
 
 ToolExecutor = Callable[[dict[str, Any], dict[str, Any]], Any]
 class Emit(Protocol):
@@ -51,7 +50,7 @@ def tool_result_content(result: Mapping[str, Any]) -> str:
     if isinstance(value, str):
         return value
     try:
-        return _RESULT_JSON.encode(value)
+        return _result_json(value)
     except (TypeError, ValueError):
         return str(value)
 

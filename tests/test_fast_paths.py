@@ -136,3 +136,50 @@ def test_thread_call_driven_sync_matches_the_awaited_path(
     sync = drive_sync(_steps_yielding(ThreadCall(fn, args, seconds)))
     awaited = asyncio.run(drive_async(_steps_yielding(ThreadCall(fn, args, seconds))))
     assert sync == awaited
+
+
+_ODD_VALUES: list[Any] = [
+    {"b": 1, "a": [1.5, None, True, "é \" \\ \n"], "c": {"z": float("nan"), "y": -0.0}},
+    "plain", 7, 2.5, float("inf"), None, False, [], {},
+    {"when": __import__("datetime").date(2026, 11, 22), "path": __import__("pathlib").Path("/x")},
+    {1: "int key", "s": "str key"},
+]
+
+
+@pytest.mark.parametrize("options", [
+    {"sort_keys": True, "ensure_ascii": False},
+    {"sort_keys": False, "ensure_ascii": False, "separators": (",", ":")},
+    {"sort_keys": True, "ensure_ascii": True, "separators": (",", ":")},
+])
+@pytest.mark.parametrize("value", _ODD_VALUES)
+def test_json_encoder_writes_what_json_dumps_writes(value: Any, options: dict[str, Any]) -> None:
+    import json
+
+    from agents_api.jsontext import json_encoder
+
+    encode = json_encoder(default=str, **options)
+    try:
+        expected = json.dumps(value, default=str, **options)
+    except TypeError:  # int and str keys cannot be sorted together: both refuse
+        with pytest.raises(TypeError):
+            encode(value)
+        return
+    assert encode(value) == expected
+
+
+def test_json_encoder_reports_a_cycle_like_json_dumps() -> None:
+    from agents_api.jsontext import json_encoder
+
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = cyclic
+    with pytest.raises(ValueError, match="Circular reference"):
+        json_encoder()(cyclic)
+    # The shared encoder keeps no state from the failed call.
+    assert json_encoder()({"ok": [1, 2]}) == '{"ok": [1, 2]}'
+
+
+def test_json_encoder_without_default_refuses_unknown_objects() -> None:
+    from agents_api.jsontext import json_encoder
+
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        json_encoder(default=None)({"x": object()})

@@ -13,11 +13,12 @@ import json
 from typing import Any
 
 from agents_api import Message
+from agents_api.jsontext import json_encoder
 
 __all__ = ["ChatProjector"]
 
-# One encoder for every envelope: json.dumps would build an identical one per call.
-_ENVELOPE_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
+# What json.dumps(envelope, sort_keys=True, ensure_ascii=False, default=str) gives, faster.
+_envelope_json = json_encoder(sort_keys=True, ensure_ascii=False, default=str)
 
 
 class ChatProjector:
@@ -46,7 +47,7 @@ class ChatProjector:
         return self._hash.copy().hexdigest()
 
     def _add(self, message: Message) -> None:
-        encoded = _ENVELOPE_JSON.encode(message.to_dict()).encode()
+        encoded = _envelope_json(message.to_dict()).encode()
         self._hash.update(encoded)
         self.bytes += len(encoded) + 1
         kind = message.type

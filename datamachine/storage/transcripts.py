@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlite_utils import Database
 
 from agents_api import clock
+from agents_api.jsontext import json_encoder
 from agents_api.message import Message, normalize_message
 from datamachine.errors import TranscriptNotFound, UsageError
 from datamachine.storage._tx import connection_lock, db_label, immediate, snapshot
@@ -101,20 +102,19 @@ class _Run:
     first_appended: object = None
 
 
-# Built once: json.dumps with these options would build a new encoder for every message.
 # default=str: a tool may return values JSON cannot hold (datetimes, paths); storing their
 # text beats failing the run's persistence.
-_ENVELOPE_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
-_VALUE_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
+_envelope_json = json_encoder(ensure_ascii=False, separators=(",", ":"), default=str)
+_value_json = json_encoder(ensure_ascii=False, default=str)
 
 
 def _encode(item: MessageLike) -> str:
     envelope = item.to_dict() if isinstance(item, Message) else normalize_message(item).to_dict()
-    return _ENVELOPE_JSON.encode(envelope)
+    return _envelope_json(envelope)
 
 
 def _dump(value: Any) -> str:
-    return _VALUE_JSON.encode(value if value is not None else {})
+    return _value_json(value if value is not None else {})
 
 
 def _request_field(request: Mapping[str, Any], key: str) -> str | None:

@@ -19,19 +19,19 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agents_api import Message
+from agents_api.jsontext import json_encoder
 
 __all__ = ["CallObserver", "CompletedCall", "TranscriptIndex", "canonical_json",
            "coerce_parameters"]
 
 
-# Built once: json.dumps with these options would build a new encoder on every call.
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                              default=str)
+_canonical = json_encoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          default=str)
 
 
 def canonical_json(value: Any) -> str:
     """One spelling per value: sorted keys and no whitespace, so key order never matters."""
-    return _CANONICAL.encode(value)
+    return _canonical(value)
 
 
 def coerce_parameters(raw: Any) -> dict[str, Any] | None:
