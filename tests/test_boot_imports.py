@@ -23,6 +23,7 @@ NOT_AT_BOOT = (
     "datamachine.tools.executor", "datamachine.tools.runtime_rules",
     "datamachine.tools.history", "datamachine.tools.duplicates",
     "datamachine.server.chain", "datamachine.server.app",
+    "datamachine.providers.openai_wire", "datamachine.providers.chat_messages",
 )
 
 
