@@ -3,26 +3,56 @@
 It sequences turns, enforces budgets, runs tools through an executor, emits events, holds the
 transcript lock and calls the persister. It never imports ``datamachine``: products adapt their
 own concepts onto it through callables.
+
+Public names are loaded on first use (PEP 562): a host that only registers budgets at boot needs
+``IterationBudget``, not the loop and its pydantic result models.
 """
 
-from agents_api.budget import IterationBudget
-from agents_api.errors import (
-    AgentsAPIError,
-    InvalidBudget,
-    InvalidLoopArgument,
-    InvalidMessage,
-    InvalidTurnResult,
-)
-from agents_api.loop import (
-    TranscriptLock,
-    TranscriptPersister,
-    arun_loop,
-    normalize_tool_result,
-    run_loop,
-    tool_result_content,
-)
-from agents_api.message import Message, normalize_message, normalize_messages
-from agents_api.results import Decision, LoopResult, TurnResult
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agents_api.budget import IterationBudget
+    from agents_api.errors import (
+        AgentsAPIError,
+        InvalidBudget,
+        InvalidLoopArgument,
+        InvalidMessage,
+        InvalidTurnResult,
+    )
+    from agents_api.loop import (
+        TranscriptLock,
+        TranscriptPersister,
+        arun_loop,
+        normalize_tool_result,
+        run_loop,
+        tool_result_content,
+    )
+    from agents_api.message import Message, normalize_message, normalize_messages
+    from agents_api.results import Decision, LoopResult, TurnResult
+
+_EXPORTS: dict[str, str] = {
+    "AgentsAPIError": "agents_api.errors",
+    "InvalidBudget": "agents_api.errors",
+    "InvalidLoopArgument": "agents_api.errors",
+    "InvalidMessage": "agents_api.errors",
+    "InvalidTurnResult": "agents_api.errors",
+    "IterationBudget": "agents_api.budget",
+    "TranscriptLock": "agents_api.loop",
+    "TranscriptPersister": "agents_api.loop",
+    "arun_loop": "agents_api.loop",
+    "normalize_tool_result": "agents_api.loop",
+    "run_loop": "agents_api.loop",
+    "tool_result_content": "agents_api.loop",
+    "Message": "agents_api.message",
+    "normalize_message": "agents_api.message",
+    "normalize_messages": "agents_api.message",
+    "Decision": "agents_api.results",
+    "LoopResult": "agents_api.results",
+    "TurnResult": "agents_api.results",
+}
 
 __all__ = [
     "AgentsAPIError",
@@ -44,3 +74,16 @@ __all__ = [
     "run_loop",
     "tool_result_content",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'agents_api' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

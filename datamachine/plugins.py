@@ -117,11 +117,14 @@ def _load_entrypoints(
 
     found = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        dist_name = ep.dist.name if ep.dist is not None else ""
+        # Each ``dist.name`` / ``dist.version`` parses the METADATA file anew: read it once.
+        metadata = ep.dist.metadata if ep.dist is not None else None
+        dist_name = metadata["Name"] if metadata is not None else ""
+        version = metadata["Version"] if metadata is not None else None
         if allowed is not None and _normalize_dist(dist_name) not in allowed:
             continue
-        found.append((_normalize_dist(dist_name), ep.name, ep))
-    for dist_name, ep_name, ep in sorted(found, key=lambda item: (item[0], item[1])):
+        found.append((_normalize_dist(dist_name), ep.name, ep, version))
+    for dist_name, ep_name, ep, version in sorted(found, key=lambda item: (item[0], item[1])):
         try:
             plugin = ep.load()
         except Exception as exc:
@@ -133,7 +136,6 @@ def _load_entrypoints(
             continue
         name = ep_name if pm.get_plugin(ep_name) is None else f"{dist_name}:{ep_name}"
         pm.register(plugin, name=name)
-        version = ep.dist.version if ep.dist is not None else None
         infos[name] = PluginInfo(name, ep.value, dist_name, version, source="entrypoint")
 
 

@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from datamachine.errors import InvalidSetting, UsageError
 from datamachine.hookspecs import hookimpl
-from datamachine.server.chain import CallerContext
 from datamachine.server.site import current_host, ensure_site_id
 from datamachine.storage._tx import connection_lock
 from datamachine.tools import Tool, ToolContext, tool
@@ -146,6 +145,9 @@ def call_remote_agent(site: str, message: str, context: ToolContext) -> dict[str
         if target is None:
             known = ", ".join(sorted(sites)) or "none configured"
             return _failure(site, f"Unknown remote site {site!r}; known sites: {known}.")
+        # Loaded per call, like httpx: a host that never calls another site never needs it.
+        from datamachine.server.chain import CallerContext
+
         caller = CallerContext.from_payload(context.payload)
         site_id = ensure_site_id(host)
         timeout = _timeout(host)

@@ -6,29 +6,60 @@
 - :class:`ToolExecutor` is the loop's ``tool_executor``: duplicate check, runtime rules,
   argument check, then the tool; every failure is a tool result, never a crashed run.
 - :class:`ToolRegistry` collects tools from plugins' ``register_tools()`` hook.
+
+Names load on first use (PEP 562): a plugin that defines tools at boot needs ``Tool``, ``tool``
+and ``ToolContext``, not the executor and its runtime-rule models, which a run loads.
 """
 
-from datamachine.tools.context import ToolContext
-from datamachine.tools.decorator import tool
-from datamachine.tools.definition import Tool
-from datamachine.tools.duplicates import (
-    DUPLICATE_ERROR_TYPE,
-    DUPLICATE_PREFIX,
-    duplicate_message,
-    duplicate_mode,
-)
-from datamachine.tools.executor import RUNTIME_PAYLOAD_KEYS, ToolExecutor
-from datamachine.tools.history import canonical_json
-from datamachine.tools.registry import ToolRegistry, normalize_tools
-from datamachine.tools.runtime_rules import (
-    POLICY_PREFIX,
-    RULE_ERROR_TYPE,
-    BlockUntilToolRule,
-    InspectionBudgetRule,
-    RequirePriorToolRule,
-    RuntimeRule,
-    parse_runtime_rules,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from datamachine.tools.context import ToolContext
+    from datamachine.tools.decorator import tool
+    from datamachine.tools.definition import Tool
+    from datamachine.tools.duplicates import (
+        DUPLICATE_ERROR_TYPE,
+        DUPLICATE_PREFIX,
+        duplicate_message,
+        duplicate_mode,
+    )
+    from datamachine.tools.executor import RUNTIME_PAYLOAD_KEYS, ToolExecutor
+    from datamachine.tools.history import canonical_json
+    from datamachine.tools.registry import ToolRegistry, normalize_tools
+    from datamachine.tools.runtime_rules import (
+        POLICY_PREFIX,
+        RULE_ERROR_TYPE,
+        BlockUntilToolRule,
+        InspectionBudgetRule,
+        RequirePriorToolRule,
+        RuntimeRule,
+        parse_runtime_rules,
+    )
+
+_EXPORTS: dict[str, str] = {
+    "ToolContext": "datamachine.tools.context",
+    "tool": "datamachine.tools.decorator",
+    "Tool": "datamachine.tools.definition",
+    "DUPLICATE_ERROR_TYPE": "datamachine.tools.duplicates",
+    "DUPLICATE_PREFIX": "datamachine.tools.duplicates",
+    "duplicate_message": "datamachine.tools.duplicates",
+    "duplicate_mode": "datamachine.tools.duplicates",
+    "RUNTIME_PAYLOAD_KEYS": "datamachine.tools.executor",
+    "ToolExecutor": "datamachine.tools.executor",
+    "canonical_json": "datamachine.tools.history",
+    "ToolRegistry": "datamachine.tools.registry",
+    "normalize_tools": "datamachine.tools.registry",
+    "POLICY_PREFIX": "datamachine.tools.runtime_rules",
+    "RULE_ERROR_TYPE": "datamachine.tools.runtime_rules",
+    "BlockUntilToolRule": "datamachine.tools.runtime_rules",
+    "InspectionBudgetRule": "datamachine.tools.runtime_rules",
+    "RequirePriorToolRule": "datamachine.tools.runtime_rules",
+    "RuntimeRule": "datamachine.tools.runtime_rules",
+    "parse_runtime_rules": "datamachine.tools.runtime_rules",
+}
 
 __all__ = [
     "DUPLICATE_ERROR_TYPE",
@@ -51,3 +82,16 @@ __all__ = [
     "parse_runtime_rules",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'datamachine.tools' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

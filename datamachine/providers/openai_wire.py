@@ -1,0 +1,194 @@
+"""The Chat Completions wire format: the request body sent and the answer parsed.
+
+Split from :mod:`datamachine.providers.openai` because its pydantic models are only needed once
+a request is made: a host registers the ``openai`` provider at boot, and most hosts never send
+it anything. ``openai`` re-exports both public functions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from datamachine.errors import ProviderError
+from datamachine.providers.base import ProviderRequest, ProviderResponse
+from datamachine.providers.chat_messages import ChatMessage
+from datamachine.providers.normalize import normalize_response
+from datamachine.providers.openai import _bad_request, _excerpt
+
+__all__ = ["build_chat_body", "parse_chat_completion"]
+
+
+# -- request ---------------------------------------------------------------------------------
+
+class _ToolSpec(BaseModel):
+    model_config = ConfigDict(defer_build=True, extra="ignore")
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}})
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    return f"{where}: {error['msg']}" if where else str(error["msg"])
+
+
+def _wire_message(message: ChatMessage) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.name:
+        out["name"] = message.name
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": call.id, "type": "function",
+             "function": {"name": call.name,
+                          "arguments": json.dumps(call.parameters, ensure_ascii=False)}}
+            for call in message.tool_calls
+        ]
+        if not message.content:
+            out["content"] = None  # the protocol's "no text, only calls"
+    elif out["content"] is None:
+        out["content"] = ""
+    if message.role == "tool":
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+def build_chat_body(
+    request: ProviderRequest, *, provider: str = "openai",
+    extra_body: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON body of ``POST /chat/completions`` for ``request``.
+
+    ``extra_body`` adds protocol options (``temperature``, ``max_tokens``...) but never replaces
+    ``model``, ``messages``, ``tools`` or ``stream``. Raises ProviderError
+    (``provider_bad_request``) naming the message or tool that has the wrong shape.
+    """
+    messages = []
+    for index, raw in enumerate(request.messages):
+        try:
+            messages.append(_wire_message(ChatMessage.model_validate(raw)))
+        except ValidationError as exc:
+            raise _bad_request(provider, f"Cannot send messages[{index}] to the {provider} "
+                                         f"provider: {_first_error(exc)}.") from None
+    tools = []
+    for index, tool in enumerate(request.tools):
+        if isinstance(tool, Mapping) and isinstance(tool.get("function"), Mapping):
+            tools.append(dict(tool))  # already in wire form
+            continue
+        try:
+            spec = _ToolSpec.model_validate(tool)
+        except ValidationError as exc:
+            raise _bad_request(provider, f"Cannot send tools[{index}] to the {provider} "
+                                         f"provider: {_first_error(exc)}.") from None
+        tools.append({"type": "function", "function": spec.model_dump()})
+    body: dict[str, Any] = dict(extra_body or {})
+    body.update({"model": request.model, "messages": messages, "stream": False})
+    if tools:
+        body["tools"] = tools
+    else:
+        body.pop("tools", None)
+    return body
+
+
+# -- response --------------------------------------------------------------------------------
+
+class _WireFunction(BaseModel):
+    model_config = ConfigDict(defer_build=True, extra="ignore")
+
+    name: str = Field(min_length=1)
+    arguments: str | dict[str, Any] | None = None
+
+
+class _WireToolCall(BaseModel):
+    model_config = ConfigDict(defer_build=True, extra="ignore")
+
+    id: str | None = None
+    function: _WireFunction
+
+
+class _WireMessage(BaseModel):
+    model_config = ConfigDict(defer_build=True, extra="ignore")
+
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[_WireToolCall] | None = None
+
+
+class _WireChoice(BaseModel):
+    model_config = ConfigDict(defer_build=True, extra="ignore")
+
+    message: _WireMessage
+    finish_reason: str | None = None
+
+
+class _WireCompletion(BaseModel):
+    model_config = ConfigDict(defer_build=True, extra="ignore")
+
+    choices: list[_WireChoice] = Field(min_length=1)
+    usage: dict[str, Any] | None = None
+
+
+def _arguments(call: _WireToolCall, index: int, provider: str) -> dict[str, Any]:
+    raw = call.function.arguments
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}
+    if isinstance(raw, dict):
+        return raw
+    try:
+        decoded = json.loads(raw)
+    except ValueError as exc:
+        raise ProviderError(
+            f"The {provider} provider's tool call {index} ({call.function.name!r}) has arguments "
+            f"that are not valid JSON ({exc}): {_excerpt(raw, 200)}",
+            code="provider_bad_response", provider=provider,
+        ) from None
+    if not isinstance(decoded, dict):
+        raise ProviderError(
+            f"The {provider} provider's tool call {index} ({call.function.name!r}) has arguments "
+            f"that are JSON {type(decoded).__name__}, not an object: {_excerpt(raw, 200)}",
+            code="provider_bad_response", provider=provider,
+        )
+    return decoded
+
+
+def parse_chat_completion(
+    data: Any, *, provider: str = "openai", turn: int = 1
+) -> ProviderResponse:
+    """A normalized ProviderResponse from a decoded Chat Completions body.
+
+    Anything that is not a chat completion (an error object, missing ``choices``, wrong types,
+    tool arguments that are not a JSON object) raises ProviderError ``provider_bad_response``.
+    """
+    if not isinstance(data, dict):
+        raise ProviderError(
+            f"The {provider} provider answered JSON {type(data).__name__}, not a chat "
+            "completion object.", code="provider_bad_response", provider=provider)
+    if "choices" not in data and data.get("error"):
+        error = data["error"]
+        detail = error.get("message") if isinstance(error, dict) else error
+        raise ProviderError(
+            f"The {provider} provider answered an error instead of a completion: {detail}",
+            code="provider_bad_response", provider=provider)
+    try:
+        completion = _WireCompletion.model_validate(data)
+    except ValidationError as exc:
+        raise ProviderError(
+            f"The {provider} provider's answer is not a chat completion "
+            f"({_first_error(exc)}).", code="provider_bad_response", provider=provider,
+        ) from None
+    choice = completion.choices[0]
+    calls = [{"id": call.id, "name": call.function.name,
+              "parameters": _arguments(call, index, provider)}
+             for index, call in enumerate(choice.message.tool_calls or [], start=1)]
+    content = choice.message.content or choice.message.refusal or ""
+    return normalize_response(
+        {"content": content, "tool_calls": calls, "usage": completion.usage,
+         "finish_reason": choice.finish_reason, "raw": data},
+        provider=provider, turn=turn,
+    )
