@@ -238,6 +238,7 @@ def _loop_steps(
     wall_clock = all_budgets.get(WALL_CLOCK_BUDGET)
     wall_clock_start = wall_clock.current() if wall_clock is not None else 0
     tool_budget = all_budgets.get(TOOL_BUDGET)
+    per_tool_names: dict[str, str] = {}  # tool name -> its per-tool budget's name
 
     emit = _Emitter(on_event, {})
     session_id = transcript_session_id or None
@@ -340,16 +341,25 @@ def _loop_steps(
             hook_error: Exception | None = None
             for call in calls:
                 # Tool budgets are checked before each call, so a spent budget runs nothing.
-                blocked = _tool_budget_spent(tool_budget, all_budgets, call["name"])
-                if blocked is not None:
-                    stop_budget = blocked
+                per_tool_name = per_tool_names.get(call["name"])
+                if per_tool_name is None:
+                    per_tool_name = per_tool_names[call["name"]] = f"{TOOL_BUDGET}_{call['name']}"
+                per_tool = all_budgets.get(per_tool_name)
+                if tool_budget is not None and tool_budget.exceeded():
+                    stop_budget = tool_budget
                     break
-                left = _deadline_left(ordered, wall_clock, wall_clock_start, started)
+                if per_tool is not None and per_tool.exceeded():
+                    stop_budget = per_tool
+                    break
+                # Only a run with a time rail pays to compute how long a call may take.
+                left = (_deadline_left(ordered, wall_clock, wall_clock_start, started)
+                        if wall_clock is not None or _has_time_rail(ordered) else None)
                 tool_result = yield from run_tool(call, turn, turn_context, tool_executor, msgs,
                                                   state.tool_results, emit, left)
                 if tool_budget is not None:
                     tool_budget.increment()
-                per_tool = all_budgets.get(f"{TOOL_BUDGET}_{call['name']}")
+                if per_tool is None:  # the tool may have created its own budget just now
+                    per_tool = all_budgets.get(per_tool_name)
                 if per_tool is not None:
                     per_tool.increment()
                 if on_tool_result is not None:
@@ -378,8 +388,9 @@ def _loop_steps(
             turn_budget.increment()
 
             try:
-                yield from _store_turn(transcript_persister, transcript_lock, session_id, token,
-                                       ttl, turn, msgs[turn_start:])
+                if append_turn is not None or token is not None:
+                    yield from _store_turn(append_turn, transcript_lock, session_id, token,
+                                           ttl, turn, msgs[turn_start:])
             except Exception as exc:
                 # A turn that cannot be stored ends the run: going on would lose work silently.
                 fail("transcript_write_failed", exc)
@@ -468,10 +479,10 @@ class LockLost(RuntimeError):
     code = "transcript_lock_lost"
 
 
-def _store_turn(persister: Any, lock: Any, session_id: str | None, token: str | None, ttl: int,
-                turn: int, messages: list[Message]) -> Generator[Awaitable[Any], Any, None]:
+def _store_turn(append_turn: Any, lock: Any, session_id: str | None, token: str | None,
+                ttl: int, turn: int, messages: list[Message]
+                ) -> Generator[Awaitable[Any], Any, None]:
     """Write one finished turn (one transaction) and renew the lock after it."""
-    append_turn = getattr(persister, "append_turn", None)
     if append_turn is not None and session_id:
         written = append_turn(session_id, turn, messages)
         if _awaitable(written):
@@ -551,15 +562,8 @@ def _first_exceeded(
     return None
 
 
-def _tool_budget_spent(
-    tool_budget: IterationBudget | None, all_budgets: Mapping[str, IterationBudget], name: str
-) -> IterationBudget | None:
-    if tool_budget is not None and tool_budget.exceeded():
-        return tool_budget
-    per_tool = all_budgets.get(f"{TOOL_BUDGET}_{name}")
-    if per_tool is not None and per_tool.exceeded():
-        return per_tool
-    return None
+def _has_time_rail(budgets: Iterable[IterationBudget]) -> bool:
+    return any(budget.max_seconds() is not None for budget in budgets)
 
 
 def _try_extend(

@@ -15,11 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agents_api.construct import construct_all
 from agents_api.errors import InvalidMessage
+from agents_api.jsontext import json_encoder
 
 __all__ = ["MESSAGE_SCHEMA", "MESSAGE_TYPES", "Message", "normalize_message", "normalize_messages"]
 
 MESSAGE_SCHEMA: Literal["agents-api.message"] = "agents-api.message"
 MESSAGE_TYPES = frozenset({"text", "tool_call", "tool_result", "final_result", "error"})
+
+_envelope_json = json_encoder(separators=(",", ":"), ensure_ascii=False, default=str)
 
 # Keys promoted from a plain message's metadata into the envelope payload, per type.
 _PAYLOAD_KEYS = {
@@ -118,6 +121,11 @@ class Message(BaseModel):
             "schema_": MESSAGE_SCHEMA, "version": 1, "type": "tool_result", "role": "tool",
             "content": content, "payload": payload, "metadata": {"tool_call_id": tool_call_id},
         })
+
+    def to_json(self) -> str:
+        """The envelope as compact JSON: what the transcript store writes, and what a run's
+        ``prompt_sha256`` hashes. Values JSON cannot hold are written as their ``str()``."""
+        return _envelope_json(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON envelope, with ``schema`` spelled as on the wire."""

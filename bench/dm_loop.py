@@ -35,6 +35,7 @@ __all__ = [
     "CountingSink",
     "all_on_runner",
     "async_runner",
+    "checked_runner",
     "floor",
     "make_host",
     "memory_runner",
@@ -128,6 +129,24 @@ class BenchPolicy:
         """A plain answer completes the task."""
         self.calls += 1
         return Decision(complete=True)
+
+
+def checked_runner(host: Host, *, persist: bool) -> Callable[[int], object]:
+    """One run per call with everything the issue lists on: budgets, an event sink, duplicate
+    checks and a completion policy; transcripts in the host's store when ``persist``."""
+    extra: dict[str, Any] = {} if persist else {"persist_transcript": False}
+
+    def run(turns: int) -> object:
+        result = host.run_conversation(
+            [{"role": "user", "content": PROMPT}], [DOUBLE], "scripted", "bench",
+            payload={"script": _script(turns), "event_sink": CountingSink(),
+                     "completion_policy": BenchPolicy(), **extra},
+            max_turns=turns + 1,
+        )
+        _check(result, turns)
+        return result
+
+    return run
 
 
 def all_on_runner(host: Host, *, wall_clock: bool = False) -> Callable[[int], object]:

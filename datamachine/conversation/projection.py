@@ -3,7 +3,10 @@
 The loop appends envelopes (text, tool_call, tool_result); providers want chat messages where an
 assistant message carries all of a turn's ``tool_calls`` and each result is a ``tool`` message.
 The projector converts only what was appended since the last request and keeps a running
-SHA-256 and byte count, so a turn never re-serializes or re-hashes the whole history.
+SHA-256 and byte count, so a turn never re-serializes or re-hashes the whole history. The hash
+reads each envelope's ``Message.to_json()``, the text the transcript store writes; when the
+store wrote a message first, the run hands its text over (:meth:`ChatProjector.remember`) so it
+is encoded once.
 """
 
 from __future__ import annotations
@@ -13,18 +16,15 @@ import json
 from typing import Any
 
 from agents_api import Message
-from agents_api.jsontext import json_encoder
 
 __all__ = ["ChatProjector"]
-
-# What json.dumps(envelope, sort_keys=True, ensure_ascii=False, default=str) gives, faster.
-_envelope_json = json_encoder(sort_keys=True, ensure_ascii=False, default=str)
 
 
 class ChatProjector:
     """Stateful, append-only projection of one run's transcript (see module docstring)."""
 
-    __slots__ = ("_adopt", "_current", "_current_turn", "_hash", "_seen", "bytes", "chat")
+    __slots__ = ("_adopt", "_current", "_current_turn", "_hash", "_seen", "_texts", "bytes",
+                 "chat")
 
     def __init__(self) -> None:
         self.chat: list[dict[str, Any]] = []
@@ -34,6 +34,12 @@ class ChatProjector:
         self._adopt = False
         self._hash = hashlib.sha256()
         self.bytes = 2  # the surrounding "[]"
+        # id -> (message, its to_json() text), for messages encoded before they are projected.
+        self._texts: dict[int, tuple[Message, str]] = {}
+
+    def remember(self, message: Message, text: str) -> None:
+        """Take ``message.to_json()`` from whoever encoded it first (the transcript store)."""
+        self._texts[id(message)] = (message, text)
 
     def sync(self, messages: list[Message]) -> list[dict[str, Any]]:
         """Project the envelopes appended since the last call; return the whole chat list."""
@@ -47,7 +53,9 @@ class ChatProjector:
         return self._hash.copy().hexdigest()
 
     def _add(self, message: Message) -> None:
-        encoded = _envelope_json(message.to_dict()).encode()
+        known = self._texts.pop(id(message), None)
+        text = known[1] if known is not None and known[0] is message else message.to_json()
+        encoded = text.encode()
         self._hash.update(encoded)
         self.bytes += len(encoded) + 1
         kind = message.type

@@ -18,7 +18,7 @@ from typing import Any
 
 from agents_api import IterationBudget, Message, TurnResult
 from agents_api._drive import awaitable
-from agents_api.construct import construct
+from agents_api.construct import construct_all
 from datamachine.conversation.pressure import PressureTracker
 from datamachine.conversation.projection import ChatProjector
 from datamachine.conversation.timeouts import Timeouts
@@ -83,6 +83,8 @@ class ProviderTurnRunner:
         self.summary_usage: dict[str, Any] = {}
         self.has_text_result_hook = bool(host.pm.hook.text_result.get_hookimpls())
         self._tools_info = {"count": len(tools), "names": [t["name"] for t in tools]}
+        self._transport = {"request_timeout": timeouts.request,
+                           "connect_timeout": timeouts.connect}
         # Built-in providers answer in normal form already (see providers.normalize).
         self._trusted = bool(getattr(provider, "answers_normalized", False))
         self._answer_trusted = False
@@ -102,12 +104,11 @@ class ProviderTurnRunner:
             sent, tools = self.pressure.apply(sent, tools, budgets)
         if extra:
             sent.extend(extra)
-        request = construct(
-            ProviderRequest,
-            messages=sent, tools=tools, provider=self.provider_name, model=self.model,
-            mode=self.mode, payload=self.payload, turn=turn,
-            request_timeout=self.timeouts.request, connect_timeout=self.timeouts.connect,
-        )
+        request = construct_all(ProviderRequest, {
+            "messages": sent, "tools": tools, "provider": self.provider_name,
+            "model": self.model, "mode": self.mode, "payload": self.payload, "turn": turn,
+            "request_timeout": self.timeouts.request, "connect_timeout": self.timeouts.connect,
+        })
         messages_bytes = self.projector.bytes
         self.last_request_metadata = {
             "provider": self.provider_name,
@@ -120,10 +121,10 @@ class ProviderTurnRunner:
             "request_json_bytes": messages_bytes + self._tools_bytes + self._payload_bytes,
             "prompt_sha256": self.projector.prompt_sha256(),
             "tool_policy_sha256": self._tools_sha,
-            "tools": (dict(self._tools_info) if tools is self.tools
+            # The same (read-only) dicts every turn: they do not change within a run.
+            "tools": (self._tools_info if tools is self.tools
                       else {"count": len(tools), "names": [t["name"] for t in tools]}),
-            "transport": {"request_timeout": self.timeouts.request,
-                          "connect_timeout": self.timeouts.connect},
+            "transport": self._transport,
         }
         return request
 
@@ -210,12 +211,11 @@ class ProviderTurnRunner:
         self._report(turn, success=True)
         if self.pressure is not None:
             self.pressure.observe(response.content, response.tool_calls)
-        outcome = construct(
-            TurnResult,
-            content=response.content, tool_calls=response.tool_calls, usage=response.usage,
-            request_metadata=self.last_request_metadata, complete=self.single_turn,
-            continuation_messages=[],
-        )
+        outcome = construct_all(TurnResult, {
+            "content": response.content, "tool_calls": response.tool_calls,
+            "usage": response.usage, "request_metadata": self.last_request_metadata,
+            "complete": self.single_turn, "continuation_messages": [],
+        })
         if self.on_natural_completion is not None and not response.tool_calls:
             messages, context = self._turn_input
             outcome.continuation_messages = self.on_natural_completion(

@@ -314,13 +314,30 @@ def test_prompt_hash_is_a_running_hash_over_the_stored_envelopes(host: Host) -> 
     script = [{"tool_calls": [call(1)]}, {"content": "done"}]
     result = host.run_conversation(USER, [double], "scripted", "m", payload={"script": script})
     expected = hashlib.sha256()
-    # The turn-2 request saw every message except the final answer.
+    # The turn-2 request saw every message except the final answer, each as the store wrote it.
     for message in result.messages[:-1]:
-        expected.update(json.dumps(message.to_dict(), sort_keys=True, ensure_ascii=False,
+        expected.update(json.dumps(message.to_dict(), separators=(",", ":"), ensure_ascii=False,
                                    default=str).encode())
     assert result.request_metadata["prompt_sha256"] == expected.hexdigest()
+    stored = host.db.execute(
+        "SELECT envelope FROM transcript_messages WHERE session_id = ? ORDER BY position",
+        [result.transcript_session_id]).fetchall()
+    recomputed = hashlib.sha256()
+    for (envelope,) in stored[:-1]:
+        recomputed.update(envelope.encode())
+    assert recomputed.hexdigest() == expected.hexdigest()
     assert result.request_metadata["tools"]["names"] == ["double"]
     assert result.request_metadata["message_count"] == 3
+
+
+def test_prompt_hash_is_the_same_with_and_without_storage(host: Host) -> None:
+    script = [{"tool_calls": [call(1)]}, {"tool_calls": [call(2)]}, {"content": "done"}]
+    stored = host.run_conversation(USER, [double], "scripted", "m", payload={"script": script})
+    unstored = host.run_conversation(USER, [double], "scripted", "m",
+                                     payload={"script": script, "persist_transcript": False})
+    assert stored.request_metadata["prompt_sha256"] == unstored.request_metadata["prompt_sha256"]
+    assert (stored.request_metadata["messages_json_bytes"]
+            == unstored.request_metadata["messages_json_bytes"])
 
 
 def test_provider_sees_openai_shaped_messages_with_grouped_tool_calls() -> None:
