@@ -40,6 +40,12 @@ if str(ROOT) not in sys.path:
 
 
 # -- the benchmark environment ----------------------------------------------------------------
+# The rows the issue's targets apply to: every check on (budgets, an event sink, duplicate
+# checks, a completion policy), without and with SQLite transcripts.
+BASE_ROW = "datamachine, in memory, all checks on"
+SQLITE_ROW = "datamachine, SQLite file, all checks on"
+
+
 def _venv_python() -> Path:
     return VENV / "bin" / "python"
 
@@ -92,7 +98,7 @@ def _runs_for(turns: int, quick: bool) -> int:
 
 def per_turn_section(turn_counts: Sequence[int], quick: bool, peers: bool) -> list[str]:
     """µs per turn for every framework and T, measured interleaved in this process."""
-    base = "datamachine, in memory"
+    base = BASE_ROW
     from bench import dm_loop
     from bench.scenario import Figures, measure_interleaved
 
@@ -101,9 +107,12 @@ def per_turn_section(turn_counts: Sequence[int], quick: bool, peers: bool) -> li
     file_host = dm_loop.make_host(Path(directory.name) / "bench.db")
     runners: dict[str, Callable[[int], object]] = {
         "floor: bare Python loop": dm_loop.floor,
-        "datamachine, in memory": dm_loop.memory_runner(memory_host),
-        "datamachine, SQLite file (default persistence)": dm_loop.persisted_runner(file_host),
-        "datamachine, all on (SQLite file, events, pressure, policy)":
+        BASE_ROW: dm_loop.checked_runner(memory_host, persist=False),
+        SQLITE_ROW: dm_loop.checked_runner(file_host, persist=True),
+        "datamachine, in memory, defaults (no event sink, built-in policy)":
+            dm_loop.memory_runner(memory_host),
+        "datamachine, SQLite file, defaults": dm_loop.persisted_runner(file_host),
+        "datamachine, all on + budget pressure (SQLite file)":
             dm_loop.all_on_runner(file_host),
         "datamachine, all on + wall-clock rail (`max_seconds`)":
             dm_loop.all_on_runner(file_host, wall_clock=True),
@@ -127,7 +136,7 @@ def per_turn_section(turn_counts: Sequence[int], quick: bool, peers: bool) -> li
                                                  rounds={10: 10, 50: 5}.get(turns, 3))
         # What every run pays once: set-up, the loop's start and end, the result.
         single = measure_interleaved({"memory": runners[base]}, 0, 1 if quick else 300,
-                                     warmup=0 if quick else 5)["memory"]
+                                     warmup=0 if quick else 5, rounds=3)["memory"]
     finally:
         gc.unfreeze()
         if loop is not None:
@@ -150,12 +159,12 @@ def per_turn_section(turn_counts: Sequence[int], quick: bool, peers: bool) -> li
     runs = ", ".join(f"T = {t}: {_runs_for(t, quick)}" for t in turn_counts)
     lines.append("")
     lines.append(f"Runs per cell ({runs}), taking turns across frameworks in rounds; **Nx** = "
-                 "that row's median over datamachine in memory in the same run.")
+                 f"that row's median over *{base}* in the same run.")
     lines.append(f"A datamachine run whose model answers at once (T = 0, one request, no tool) "
-                 f"costs {single.cell()} µs in memory: the per-run part of every figure above.")
+                 f"costs {single.cell()} µs ({base}): the per-run part of every figure above.")
     flat = [results[t][base].median for t in turn_counts]
     if len(flat) > 1:
-        lines.append(f"Datamachine in memory, T = {turn_counts[-1]} over T = {turn_counts[0]}: "
+        lines.append(f"{base}, T = {turn_counts[-1]} over T = {turn_counts[0]}: "
                      f"{flat[-1] / flat[0]:.2f}x per turn.")
     return lines
 
