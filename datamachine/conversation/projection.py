@@ -2,29 +2,43 @@
 
 The loop appends envelopes (text, tool_call, tool_result); providers want chat messages where an
 assistant message carries all of a turn's ``tool_calls`` and each result is a ``tool`` message.
-The projector converts only what was appended since the last request and keeps a running
-SHA-256 and byte count, so a turn never re-serializes or re-hashes the whole history. The hash
-reads each envelope's ``Message.to_json()``, the text the transcript store writes; when the
-store wrote a message first, the run hands its text over (:meth:`ChatProjector.remember`) so it
-is encoded once.
+The projector converts only what was appended since the last request, so a turn never
+re-serializes or re-hashes the whole history.
+
+Alongside the chat list it keeps two running figures about what the model is sent:
+
+- ``bytes``: the exact length of the chat list as compact JSON (``separators=(",", ":")``,
+  UTF-8). Each entry's size is added as the entry is made (and grown when a tool call joins an
+  assistant message), so it costs one string quote per field, not an encoding of the list.
+- the prompt hash: SHA-256 over the compact JSON of each projected piece in order (a text or
+  ``tool`` message, the opening of an assistant message carrying tool calls, each tool call
+  with its parameters' keys sorted). It identifies the prompt exactly without storing it, and
+  is recomputed the same way from a stored transcript by projecting it again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from json.encoder import encode_basestring as _quote
 from typing import Any
 
 from agents_api import Message
+from agents_api.jsontext import json_encoder
 
 __all__ = ["ChatProjector"]
+
+_compact = json_encoder(separators=(",", ":"), ensure_ascii=False, default=str)
+_canonical = json_encoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+_TOOL_CALLS_OPEN = '{"role":"assistant","content":"","tool_calls":['
+# Added to an assistant text message when it adopts its first tool call: ,"tool_calls":[]
+_ADOPT_BYTES = len(',"tool_calls":[]')
 
 
 class ChatProjector:
     """Stateful, append-only projection of one run's transcript (see module docstring)."""
 
-    __slots__ = ("_adopt", "_current", "_current_turn", "_hash", "_seen", "_texts", "bytes",
-                 "chat")
+    __slots__ = ("_adopt", "_current", "_current_turn", "_hash", "_seen", "bytes", "chat")
 
     def __init__(self) -> None:
         self.chat: list[dict[str, Any]] = []
@@ -33,13 +47,7 @@ class ChatProjector:
         self._current_turn: object = None
         self._adopt = False
         self._hash = hashlib.sha256()
-        self.bytes = 2  # the surrounding "[]"
-        # id -> (message, its to_json() text), for messages encoded before they are projected.
-        self._texts: dict[int, tuple[Message, str]] = {}
-
-    def remember(self, message: Message, text: str) -> None:
-        """Take ``message.to_json()`` from whoever encoded it first (the transcript store)."""
-        self._texts[id(message)] = (message, text)
+        self.bytes = 2  # "[]"
 
     def sync(self, messages: list[Message]) -> list[dict[str, Any]]:
         """Project the envelopes appended since the last call; return the whole chat list."""
@@ -49,41 +57,63 @@ class ChatProjector:
         return self.chat
 
     def prompt_sha256(self) -> str:
-        """Running hash over every envelope projected so far."""
+        """Running hash over everything projected so far (see module docstring)."""
         return self._hash.copy().hexdigest()
 
-    def _add(self, message: Message) -> None:
-        known = self._texts.pop(id(message), None)
-        text = known[1] if known is not None and known[0] is message else message.to_json()
+    def _entry(self, entry: dict[str, Any], text: str) -> None:
+        """Append a chat message whose compact JSON is ``text``."""
         encoded = text.encode()
         self._hash.update(encoded)
-        self.bytes += len(encoded) + 1
+        self.bytes += len(encoded) + (1 if self.chat else 0)
+        self.chat.append(entry)
+
+    def _add(self, message: Message) -> None:
         kind = message.type
         if kind == "tool_call":
-            payload = message.payload
-            turn = payload.get("turn")
-            call = {"id": str(message.metadata.get("tool_call_id", "")),
-                    "name": str(payload.get("tool_name", "")),
-                    "parameters": payload.get("parameters") or {}}
-            current = self._current
-            if current is not None and (self._adopt or self._current_turn == turn):
-                current.setdefault("tool_calls", []).append(call)
-            else:
-                current = {"role": "assistant", "content": "", "tool_calls": [call]}
-                self.chat.append(current)
-                self._current = current
-            self._current_turn = turn
-            self._adopt = False
+            self._add_call(message)
         elif kind == "tool_result":
-            self.chat.append({"role": "tool",
-                              "tool_call_id": str(message.metadata.get("tool_call_id", "")),
-                              "content": message.content if isinstance(message.content, str)
-                              else json.dumps(message.content)})
+            content = message.content if isinstance(message.content, str) else json.dumps(
+                message.content)
+            call_id = str(message.metadata.get("tool_call_id", ""))
+            self._entry({"role": "tool", "tool_call_id": call_id, "content": content},
+                        '{"role":"tool","tool_call_id":' + _quote(call_id) + ',"content":'
+                        + _quote(content) + "}")
             self._adopt = False
         else:
-            entry = {"role": message.role, "content": message.content}
-            self.chat.append(entry)
-            if message.role == "assistant":
+            role, text = message.role, message.content
+            entry = {"role": role, "content": text}
+            self._entry(entry, '{"role":' + _quote(role) + ',"content":' + (
+                _quote(text) if isinstance(text, str) else _compact(text)) + "}")
+            if role == "assistant":
                 self._current, self._current_turn, self._adopt = entry, None, True
             else:
                 self._current, self._current_turn, self._adopt = None, None, False
+
+    def _add_call(self, message: Message) -> None:
+        payload = message.payload
+        turn = payload.get("turn")
+        call_id = str(message.metadata.get("tool_call_id", ""))
+        name = str(payload.get("tool_name", ""))
+        parameters = payload.get("parameters") or {}
+        call = {"id": call_id, "name": name, "parameters": parameters}
+        # The call as the provider receives it, except that parameters' keys are sorted here.
+        text = ('{"id":' + _quote(call_id) + ',"name":' + _quote(name) + ',"parameters":'
+                + _canonical(parameters) + "}").encode()
+        current = self._current
+        if current is not None and (self._adopt or self._current_turn == turn):
+            calls = current.get("tool_calls")
+            if calls is None:  # an assistant text message takes its first call
+                current["tool_calls"] = calls = []
+                self.bytes += _ADOPT_BYTES
+            self.bytes += len(text) + (1 if calls else 0)
+            calls.append(call)
+        else:
+            current = {"role": "assistant", "content": "", "tool_calls": [call]}
+            opening = _TOOL_CALLS_OPEN.encode()
+            self._hash.update(opening)
+            self.bytes += len(opening) + len(text) + 2 + (1 if self.chat else 0)  # "]}"
+            self.chat.append(current)
+            self._current = current
+        self._hash.update(text)
+        self._current_turn = turn
+        self._adopt = False

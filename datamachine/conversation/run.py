@@ -28,7 +28,6 @@ from datamachine.completion.controller import CompletionRun
 from datamachine.conversation.exhaustion import make_final_summary
 from datamachine.conversation.modes import normalize_modes
 from datamachine.conversation.payload import RuntimeOptions, base_log_context, split_payload
-from datamachine.conversation.persistence import RunTranscript
 from datamachine.conversation.pressure import PressureTracker, parse_budget_pressure
 from datamachine.conversation.result import ConversationResult
 from datamachine.conversation.timeouts import resolve_timeouts
@@ -231,7 +230,7 @@ def prepare_run(
     persister = runtime.transcript_persister
     lock = runtime.transcript_lock
     if persister is None and runtime.persist_transcript:
-        persister = RunTranscript(host.transcripts, runner.projector)
+        persister = host.transcripts
         if lock is None:
             lock = host.transcripts
     session_id = runtime.transcript_session_id

@@ -173,13 +173,11 @@ class TranscriptStore:
     def begin(
         self, session_id: str, messages: Sequence[MessageLike],
         request: Mapping[str, Any] | None = None,
-        *, encoded: Sequence[str] | None = None,
     ) -> None:
         """Store a run's starting messages (those beyond the stored ones) before its first turn.
 
         Call it while holding the session's lock. Optional: without it, ``persist`` writes the
-        starting messages at the end, but a run killed before then loses them. ``encoded``:
-        each message's ``to_json()``, when the caller has them already.
+        starting messages at the end, but a run killed before then loses them.
         """
         sid = check_session_id(session_id)
         info = dict(request or {})
@@ -191,8 +189,7 @@ class TranscriptStore:
                     logger.warning(
                         "transcript %r holds %d messages but the run starts from %d; new "
                         "messages are appended after the stored ones", sid, count, len(messages))
-                new = ([_encode(m) for m in messages[count:]] if encoded is None
-                       else list(encoded[count:]))
+                new = [_encode(m) for m in messages[count:]]
                 self._insert(conn, sid, count, 0, new, now)
                 conn.execute(
                     "UPDATE transcripts SET status = 'running', provider = COALESCE(?, provider), "
@@ -204,15 +201,10 @@ class TranscriptStore:
             self._runs[sid] = _Run(base_count=count, base_cumulative=cumulative,
                                    initial_written=True)
 
-    def append_turn(self, session_id: str, turn: int, messages: Sequence[MessageLike],
-                    *, encoded: Sequence[str] | None = None) -> None:
-        """Append one finished turn's messages in one transaction (creating the row if needed).
-
-        ``encoded``: each message's ``to_json()``, when the caller has them already.
-        """
+    def append_turn(self, session_id: str, turn: int, messages: Sequence[MessageLike]) -> None:
+        """Append one finished turn's messages in one transaction (creating the row if needed)."""
         sid = check_session_id(session_id)
-        if encoded is None:
-            encoded = [_encode(m) for m in messages]  # serialized before taking the write lock
+        encoded = [_encode(m) for m in messages]  # serialized before taking the write lock
         now = clock.now()
         with self._lock:
             run = self._runs.get(sid)

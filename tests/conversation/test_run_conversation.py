@@ -310,22 +310,20 @@ def test_default_timeouts(host: Host) -> None:
                                                     "connect_timeout": 15.0}
 
 
-def test_prompt_hash_is_a_running_hash_over_the_stored_envelopes(host: Host) -> None:
+def test_prompt_hash_is_a_running_hash_over_what_the_model_is_sent(host: Host) -> None:
+    from agents_api import normalize_messages
+    from datamachine.conversation.projection import ChatProjector
+
     script = [{"tool_calls": [call(1)]}, {"content": "done"}]
     result = host.run_conversation(USER, [double], "scripted", "m", payload={"script": script})
-    expected = hashlib.sha256()
-    # The turn-2 request saw every message except the final answer, each as the store wrote it.
-    for message in result.messages[:-1]:
-        expected.update(json.dumps(message.to_dict(), separators=(",", ":"), ensure_ascii=False,
-                                   default=str).encode())
-    assert result.request_metadata["prompt_sha256"] == expected.hexdigest()
-    stored = host.db.execute(
-        "SELECT envelope FROM transcript_messages WHERE session_id = ? ORDER BY position",
-        [result.transcript_session_id]).fetchall()
-    recomputed = hashlib.sha256()
-    for (envelope,) in stored[:-1]:
-        recomputed.update(envelope.encode())
-    assert recomputed.hexdigest() == expected.hexdigest()
+    # The turn-2 request saw every message except the final answer; projecting the stored
+    # transcript again gives the same hash and size.
+    stored = host.transcripts.get(result.transcript_session_id)
+    again = ChatProjector()
+    chat = again.sync(normalize_messages(stored[:-1]))
+    assert result.request_metadata["prompt_sha256"] == again.prompt_sha256()
+    assert result.request_metadata["messages_json_bytes"] == len(
+        json.dumps(chat, separators=(",", ":"), ensure_ascii=False).encode())
     assert result.request_metadata["tools"]["names"] == ["double"]
     assert result.request_metadata["message_count"] == 3
 
