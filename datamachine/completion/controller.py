@@ -338,6 +338,8 @@ class CompletionRun:
             raise
 
     def _coerce(self, value: Any, method: str) -> Decision:
+        if type(value) is Decision:
+            return value
         where = f"payload['completion_policy'].{method}"
         if inspect.isawaitable(value):
             close = getattr(value, "close", None)
