@@ -1,4 +1,4 @@
-"""The incremental chat projection: its byte count and prompt hash, checked from first principles."""
+"""The incremental chat projection: its byte count and prompt hash, from first principles."""
 
 from __future__ import annotations
 
