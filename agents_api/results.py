@@ -58,10 +58,6 @@ def coerce_turn_result(value: object, turn: int) -> TurnResult:
     )
 
 
-_DECISION_FIELDS = frozenset({"complete", "message", "context"})
-_set_attr = object.__setattr__
-
-
 class Decision(BaseModel):
     """A completion policy's verdict: stop now (``complete``) or keep going, optionally with a
     ``message`` appended as a user turn before the next request."""
@@ -71,22 +67,6 @@ class Decision(BaseModel):
     complete: bool
     message: str = ""
     context: dict[str, Any] = Field(default_factory=dict)
-
-    def __init__(self, **data: Any) -> None:
-        # Policies build one Decision per tool call; values already of the exact field types
-        # need no validation (anything else, including a bad value, goes through pydantic).
-        complete = data.get("complete")
-        message = data.get("message", "")
-        context = data.get("context", {})
-        if (type(complete) is bool and type(message) is str and type(context) is dict
-                and len(data) <= 3 and _DECISION_FIELDS.issuperset(data)):
-            _set_attr(self, "__dict__", {"complete": complete, "message": message,
-                                         "context": context})
-            _set_attr(self, "__pydantic_fields_set__", set(data))
-            _set_attr(self, "__pydantic_extra__", None)
-            _set_attr(self, "__pydantic_private__", None)
-            return
-        super().__init__(**data)
 
 
 class LoopResult(BaseModel):
