@@ -97,10 +97,16 @@ class _Run:
     base_count: int
     base_cumulative: int
     initial_written: bool
+    # (message_count, cumulative_turn_count) of the row after this run's last write: while the
+    # run holds the session's lock nobody else writes it, so the next turn need not read them.
+    stored: tuple[int, int] | None = None
     turns: int = 0
     appended: int = 0
     first_appended: object = None
 
+
+# A held lock is extended at most this often by a run's turn writes (seconds).
+RENEW_INTERVAL = 1.0
 
 _value_json = json_encoder(ensure_ascii=False, default=str)
 
@@ -139,14 +145,17 @@ class TranscriptStore:
         # Locks this store handed out (token, ttl), and the renewal a turn's write already did.
         self._held: dict[str, tuple[str, float]] = {}
         self._renewed: dict[str, tuple[str, bool]] = {}
+        self._renewed_at: dict[str, float] = {}  # when each held lock was last extended
 
     # -- the lock protocol -----------------------------------------------------------------
     def acquire(self, session_id: str, ttl: float) -> str | None:
         """Take the session's lock for ``ttl`` seconds; None at once if it is held."""
+        now = clock.now()
         token = self.locks.acquire(session_id, ttl)
         if token is not None:
             with self._lock:
                 self._held[session_id] = (token, ttl)
+                self._renewed_at[session_id] = now
         return token
 
     def renew(self, session_id: str, token: str, ttl: float) -> bool:
@@ -159,13 +168,19 @@ class TranscriptStore:
             renewed = self._renewed.pop(session_id, None)
         if renewed is not None and renewed[0] == token:
             return renewed[1]
-        return self.locks.renew(session_id, token, ttl)
+        now = clock.now()
+        ok = self.locks.renew(session_id, token, ttl)
+        if ok:
+            with self._lock:
+                self._renewed_at[session_id] = now
+        return ok
 
     def release(self, session_id: str, token: str) -> bool:
         """Release the lock if ``token`` holds it; a stale token releases nothing."""
         with self._lock:
             if self._held.get(session_id, ("",))[0] == token:
                 del self._held[session_id]
+                self._renewed_at.pop(session_id, None)
             self._renewed.pop(session_id, None)
         return self.locks.release(session_id, token)
 
@@ -199,7 +214,8 @@ class TranscriptStore:
                      _request_field(info, "mode"), count + len(new), now, sid],
                 )
             self._runs[sid] = _Run(base_count=count, base_cumulative=cumulative,
-                                   initial_written=True)
+                                   initial_written=True,
+                                   stored=(count + len(new), cumulative))
 
     def append_turn(self, session_id: str, turn: int, messages: Sequence[MessageLike]) -> None:
         """Append one finished turn's messages in one transaction (creating the row if needed)."""
@@ -208,9 +224,19 @@ class TranscriptStore:
         now = clock.now()
         with self._lock:
             run = self._runs.get(sid)
+            if run is not None and turn == 1 and run.turns > 0:
+                run = None  # a new run on this session
+            held = self._held.get(sid)
             with immediate(self._db, self._lock, self._label, "append a turn") as conn:
-                count, cumulative = self._ensure_row(conn, sid, now)
-                if run is None or (turn == 1 and run.turns > 0):
+                renewed: bool | None = None
+                extended = False
+                if held is not None:
+                    renewed, extended = self._renew_in(conn, sid, held, now)
+                if run is not None and run.stored is not None and held is not None and renewed:
+                    count, cumulative = run.stored
+                else:
+                    count, cumulative = self._ensure_row(conn, sid, now)
+                if run is None:
                     # A run that did not call begin() (or a new run on this session).
                     run = _Run(base_count=count, base_cumulative=cumulative,
                                initial_written=False)
@@ -220,22 +246,37 @@ class TranscriptStore:
                     "cumulative_turn_count = ?, message_count = ?, updated_at = ? WHERE id = ?",
                     [turn, cumulative + 1, count + len(encoded), now, sid],
                 )
-                held = self._held.get(sid)
-                if held is not None:
-                    # Renew the run's lock in the same transaction; the loop's renew() after
-                    # this turn then only reads the answer.
-                    cursor = conn.execute(
-                        "UPDATE transcript_locks SET expires_at = ? "
-                        "WHERE session_id = ? AND token = ?",
-                        [now + float(held[1]), sid, held[0]],
-                    )
-                    self._renewed[sid] = (held[0], cursor.rowcount == 1)
             # Updated only once the turn committed, so a failed write leaves the record as it was.
+            if held is not None and renewed is not None:
+                self._renewed[sid] = (held[0], renewed)
+                if extended:
+                    self._renewed_at[sid] = now
             if run.first_appended is None and messages:
                 run.first_appended = messages[0]
             run.turns += 1
             run.appended += len(encoded)
+            run.stored = (count + len(encoded), cumulative + 1)
             self._runs[sid] = run
+
+    def _renew_in(self, conn: Any, sid: str, held: tuple[str, float], now: float
+                  ) -> tuple[bool, bool]:
+        """Extend the run's lock inside the turn's transaction: (still held, extended now).
+
+        The loop's ``renew()`` after the turn then only reads the answer. A lock extended less
+        than a second ago (a tenth of its TTL when that is shorter) is left as it is: it still
+        has nearly its whole TTL, and nobody can have taken an unexpired lock, so a fast run
+        does not rewrite the lock row on every turn.
+        """
+        token, ttl = held
+        last = self._renewed_at.get(sid)
+        if last is not None and 0 <= now - last < min(RENEW_INTERVAL, ttl / 10):
+            return True, False
+        cursor = conn.execute(
+            "UPDATE transcript_locks SET expires_at = ? WHERE session_id = ? AND token = ?",
+            [now + float(ttl), sid, token],
+        )
+        still_held = cursor.rowcount == 1
+        return still_held, still_held
 
     def persist(self, messages: Sequence[MessageLike], request: Mapping[str, Any],
                 result: Any) -> str:

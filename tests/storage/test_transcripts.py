@@ -65,6 +65,34 @@ def test_append_turn_writes_each_turn_in_order_and_marks_running(
     assert record.locked_until == T0 + 5 + 60
 
 
+def test_turns_within_a_second_leave_the_fresh_lock_row_alone(
+    store: TranscriptStore, frozen: FrozenDateTimeFactory
+) -> None:
+    token = store.acquire("s", 60)
+    assert token is not None
+    statements: list[str] = []
+    store._db.conn.set_trace_callback(statements.append)
+    try:
+        for turn in (1, 2, 3):
+            frozen.tick(0.25)
+            store.append_turn("s", turn, _turn(turn))
+            assert store.renew("s", token, 60) is True
+    finally:
+        store._db.conn.set_trace_callback(None)
+    # Renewed at acquire (T0): every turn came less than a second later, so no lock write, and
+    # the transcript row was read once (the first turn), not once per turn.
+    assert not [s for s in statements if "transcript_locks" in s]
+    assert len([s for s in statements if s.startswith("SELECT message_count")]) == 1
+    assert store.get_transcript("s").locked_until == T0 + 60
+    assert store.get_transcript("s").message_count == 9
+
+    frozen.tick(1)  # a second after the last extension: the next turn extends the lock
+    store.append_turn("s", 4, _turn(4))
+    assert store.renew("s", token, 60) is True
+    assert store.get_transcript("s").locked_until == T0 + 1.75 + 60
+    assert store.get_transcript("s").message_count == 12
+
+
 def test_renew_after_append_turn_reports_the_renewal_of_the_turns_write(
     store: TranscriptStore, frozen: FrozenDateTimeFactory
 ) -> None:
