@@ -30,6 +30,27 @@ def _env_name(key: str) -> str:
     return f"DATAMACHINE_{key.upper()}"
 
 
+_encoded_names: dict[str, Any] = {}
+
+
+def _environ_get(name: str) -> str | None:
+    """``os.environ.get(name)``, without the KeyError a missing name costs inside it.
+
+    ``os.environ`` keeps its values in ``_data`` keyed by ``encodekey(name)``; a run reads half
+    a dozen settings, mostly unset, so the lookup goes there directly when it can.
+    """
+    environ = os.environ
+    data = getattr(environ, "_data", None)
+    encodekey = getattr(environ, "encodekey", None)
+    if type(data) is not dict or encodekey is None:
+        return environ.get(name)
+    key = _encoded_names.get(name)
+    if key is None:
+        key = _encoded_names[name] = encodekey(name)
+    raw = data.get(key)
+    return None if raw is None else str(environ.decodevalue(raw))
+
+
 def _parse_env(raw: str) -> Any:
     # Env values are text; numbers, booleans and JSON objects are read as JSON so
     # DATAMACHINE_MAX_TURNS=30 means the integer 30, while plain words stay strings.
@@ -80,7 +101,8 @@ class Settings:
         """The environment override, else the stored value, else ``default``."""
         env_name = _env_name(key)
         if env_name not in RESERVED_ENV:
-            raw = self._env.get(env_name)
+            raw = _environ_get(env_name) if self._environ is None else self._environ.get(
+                env_name)
             if raw is not None:
                 return _parse_env(raw)
         encoded = self._rows().get(key)

@@ -129,10 +129,14 @@ class Tool(BaseModel):
     def provider_json(self) -> str:
         """The JSON of :meth:`to_provider_dict` (sorted keys), which request metadata sizes and
         hashes; kept after the first call because a Tool is frozen."""
-        if self._provider_json is None:
-            self._provider_json = json.dumps(self.to_provider_dict(), sort_keys=True,
-                                             default=str)
-        return self._provider_json
+        # Read from the private dict directly: attribute access to a pydantic private attribute
+        # goes through BaseModel.__getattr__, which costs more than the lookup.
+        private = self.__pydantic_private__ or {}
+        text = private.get("_provider_json")
+        if text is None:
+            text = json.dumps(self.to_provider_dict(), sort_keys=True, default=str)
+            self._provider_json = text
+        return str(text)
 
     @property
     def repeatable(self) -> bool:
