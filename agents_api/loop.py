@@ -334,9 +334,14 @@ def _loop_steps(
             if outcome.content:
                 msgs.append(Message.text("assistant", outcome.content))
 
-            calls = [c for c in (normalize_tool_call(call, turn, i + 1)
-                                 for i, call in enumerate(outcome.tool_calls)) if c is not None]
+            calls = []
+            for index, raw_call in enumerate(outcome.tool_calls, start=1):
+                normalized_call = normalize_tool_call(raw_call, turn, index)
+                if normalized_call is not None:
+                    calls.append(normalized_call)
             state.last_tool_calls = calls
+            # Only a run with a time rail pays to compute how long each call may take.
+            timed = bool(calls) and (wall_clock is not None or _has_time_rail(ordered))
             policy_complete = False
             hook_error: Exception | None = None
             for call in calls:
@@ -351,9 +356,8 @@ def _loop_steps(
                 if per_tool is not None and per_tool.exceeded():
                     stop_budget = per_tool
                     break
-                # Only a run with a time rail pays to compute how long a call may take.
                 left = (_deadline_left(ordered, wall_clock, wall_clock_start, started)
-                        if wall_clock is not None or _has_time_rail(ordered) else None)
+                        if timed else None)
                 tool_result = yield from run_tool(call, turn, turn_context, tool_executor, msgs,
                                                   state.tool_results, emit, left)
                 if tool_budget is not None:

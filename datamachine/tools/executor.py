@@ -102,8 +102,12 @@ class ToolExecutor:
         self, tool_call: Mapping[str, Any], context: Mapping[str, Any]
     ) -> ToolResult | Awaitable[ToolResult]:
         """Run one call: duplicate check → runtime rules → argument check → the tool."""
-        name = str(tool_call.get("name") or tool_call.get("tool_name") or "")
-        call_id = str(tool_call.get("id") or context.get("tool_call_id") or "")
+        name = tool_call.get("name") or tool_call.get("tool_name") or ""
+        if type(name) is not str:
+            name = str(name)
+        call_id = tool_call.get("id") or context.get("tool_call_id") or ""
+        if type(call_id) is not str:
+            call_id = str(call_id)
         messages = context.get("messages")
         # The loop passes the live transcript; without one the executor keeps its own record.
         tracked = False
@@ -112,7 +116,7 @@ class ToolExecutor:
             tracked = True
             self.index.sync(messages)
         raw = tool_call.get("parameters")
-        params = coerce_parameters(raw)
+        params = raw if type(raw) is dict else coerce_parameters(raw)
 
         tool = self.tools.get(name)
         if tool is None:
@@ -157,7 +161,8 @@ class ToolExecutor:
             return self._done(tracked, call_id, self._raised(tool, params, exc))
         if awaitable(value):
             return self._finish_async(value, tool, params, tracked, call_id)
-        return self._done(tracked, call_id, self._normalize(tool, value, params))
+        result = self._normalize(tool, value, params)
+        return result if tracked else self._done(tracked, call_id, result)
 
     async def _finish_async(
         self, pending: Awaitable[Any], tool: Tool, params: dict[str, Any], tracked: bool,
