@@ -238,9 +238,8 @@ class IterationBudgetRegistry:
         A clamped ceiling is appended to ``warnings`` when a list is given.
         """
         resolved = self.resolve(name, ceiling_override)
-        notice = resolved.warning()
-        if notice is not None and warnings is not None:
-            warnings.append(notice)
+        if resolved.clamped and warnings is not None:
+            warnings.append(str(resolved.warning()))
         spec = self._specs.get(name)
         hard = spec.max if spec is not None else UNREGISTERED_SPEC["max"]
         return IterationBudget(name, resolved.ceiling, current, hard_ceiling=hard,

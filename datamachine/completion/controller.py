@@ -243,15 +243,16 @@ class CompletionRun:
             parameters = result.get("parameters")
         if is_blocker_tool(tool):
             return self._blocker(call, result, context)
-        policy_context = {**self._context(context),
-                          "parameters": dict(parameters) if isinstance(parameters, Mapping)
-                          else {},
-                          "tool_call_id": call.get("id")}
+        policy_context = self._context(context)
+        policy_context["parameters"] = (dict(parameters) if isinstance(parameters, Mapping)
+                                        else {})
+        policy_context["tool_call_id"] = call.get("id")
         if self.builtin:
             decision: Decision | None = self.policy.record_tool_result(name, tool, result,
                                                                        policy_context)
         else:
-            self.tracker.record(name, result, policy_context["parameters"])
+            if self.assertions.configured:  # the counts only feed assertions
+                self.tracker.record(name, result, policy_context["parameters"])
             method = getattr(self.policy, "record_tool_result", None)
             if not callable(method):
                 return None

@@ -132,8 +132,9 @@ class ProviderTurnRunner:
     def _check_availability(self) -> None:
         if self._available_checked:
             return
-        answer = self.host.first("provider_availability", provider=self.provider_name,
-                                 model=self.model)
+        answer = (self.host.first("provider_availability", provider=self.provider_name,
+                                  model=self.model)
+                  if self.host.pm.hook.provider_availability.get_hookimpls() else None)
         if answer is None:
             own = getattr(self.provider, "availability", None)
             answer = own() if callable(own) else True
