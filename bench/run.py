@@ -230,7 +230,7 @@ AREAS = (
     ("… of which the scripted provider (the test model)", "providers/scripted.py", "complete"),
     ("tool execution: duplicate check, validation, the tool", "tools/executor.py", "__call__"),
     ("completion policy after each tool result", "completion/controller.py", "on_tool_result"),
-    ("events (payload merge, sink, hook)", "conversation/run.py", "emit"),
+    ("events (payload merge, sink, hook)", "conversation/run.py", "__call__"),
     ("SQLite: append_turn", "storage/transcripts.py", "append_turn"),
     ("SQLite: lock renewal", "storage/transcripts.py", "renew"),
     ("budget pressure", "conversation/pressure.py", "apply"),
@@ -256,8 +256,8 @@ def profile_section(turns: int, quick: bool, top: int = 15) -> list[str]:
     lines: list[str] = []
     directory = tempfile.TemporaryDirectory(prefix="dm-profile-")
     hosts = [dm_loop.make_host(), dm_loop.make_host(Path(directory.name) / "profile.db")]
-    cases = [("in memory", dm_loop.memory_runner(hosts[0])),
-             ("all on (SQLite file)", dm_loop.all_on_runner(hosts[1]))]
+    cases = [(BASE_ROW, dm_loop.checked_runner(hosts[0], persist=False)),
+             (SQLITE_ROW, dm_loop.checked_runner(hosts[1], persist=True))]
     repeats = 1 if quick else 20
     for label, run in cases:
         run(turns)

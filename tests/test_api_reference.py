@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 import agents_api
 import bootstrap
@@ -84,6 +85,10 @@ def is_reexport(module_name: str, name: str, value: Any) -> bool:
 
 
 def code_parameters(value: Any) -> list[str]:
+    if isinstance(value, type) and issubclass(value, BaseModel):
+        # Models defer their schema build to first use; until then pydantic's signature is
+        # only (**data). Building it here makes the check independent of test order.
+        value.model_rebuild()
     return list(inspect.signature(value).parameters)
 
 
