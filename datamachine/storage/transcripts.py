@@ -162,13 +162,16 @@ class TranscriptStore:
         """Extend the lock ``token`` holds to ``now + ttl``; False if it was taken over.
 
         Right after ``append_turn`` this costs nothing: the turn's transaction already renewed
-        the lock (one write per turn instead of two), and its answer is returned.
+        the lock (one write per turn instead of two), and its answer is returned. A lock this
+        store extended less than a second ago is not written again (see ``_renew_in``).
         """
+        now = clock.now()
         with self._lock:
             renewed = self._renewed.pop(session_id, None)
+            if renewed is None and self._fresh(session_id, token, now):
+                return True
         if renewed is not None and renewed[0] == token:
             return renewed[1]
-        now = clock.now()
         ok = self.locks.renew(session_id, token, ttl)
         if ok:
             with self._lock:
@@ -258,6 +261,21 @@ class TranscriptStore:
             run.stored = (count + len(encoded), cumulative + 1)
             self._runs[sid] = run
 
+    def _fresh(self, sid: str, token: str, now: float) -> bool:
+        """Whether ``token`` holds ``sid``'s lock and this store extended it under a second ago
+        (a tenth of its TTL when that is shorter): nobody can have taken it since."""
+        held = self._held.get(sid)
+        last = self._renewed_at.get(sid)
+        return (held is not None and held[0] == token and last is not None
+                and 0 <= now - last < min(RENEW_INTERVAL, held[1] / 10))
+
+    def _unexpired(self, sid: str, now: float) -> bool:
+        """Whether this store holds ``sid``'s lock and it has not expired, so no other run can
+        have written the session since this store's last write."""
+        held = self._held.get(sid)
+        last = self._renewed_at.get(sid)
+        return held is not None and last is not None and 0 <= now - last < held[1]
+
     def _renew_in(self, conn: Any, sid: str, held: tuple[str, float], now: float
                   ) -> tuple[bool, bool]:
         """Extend the run's lock inside the turn's transaction: (still held, extended now).
@@ -268,8 +286,7 @@ class TranscriptStore:
         does not rewrite the lock row on every turn.
         """
         token, ttl = held
-        last = self._renewed_at.get(sid)
-        if last is not None and 0 <= now - last < min(RENEW_INTERVAL, ttl / 10):
+        if self._fresh(sid, token, now):
             return True, False
         cursor = conn.execute(
             "UPDATE transcript_locks SET expires_at = ? WHERE session_id = ? AND token = ?",
@@ -300,7 +317,10 @@ class TranscriptStore:
         with self._lock:
             run = self._runs.pop(sid, None)
             with immediate(self._db, self._lock, self._label, "store a transcript") as conn:
-                count, cumulative = self._ensure_row(conn, sid, now)
+                if run is not None and run.stored is not None and self._unexpired(sid, now):
+                    count, cumulative = run.stored  # the run's own last write; nobody else's
+                else:
+                    count, cumulative = self._ensure_row(conn, sid, now)
                 if run is not None and not run.initial_written and run.appended:
                     count = self._place_starting_messages(conn, sid, messages, run, count, now)
                 new = [_encode(m) for m in messages[count:]]

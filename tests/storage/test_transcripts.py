@@ -286,6 +286,52 @@ def test_run_loop_persists_renews_and_releases_through_the_store(
     assert record.turn_count == 3
 
 
+def test_a_fast_run_reads_its_row_once_and_writes_the_lock_only_to_take_and_free_it(
+    store: TranscriptStore, frozen: FrozenDateTimeFactory
+) -> None:
+    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        frozen.tick(0.01)
+        return workers.scripted_turn("fast", context["turn"], 3)
+
+    statements: list[str] = []
+    store._db.conn.set_trace_callback(statements.append)
+    try:
+        result = run_loop(
+            [{"role": "user", "content": "prompt for fast"}], runner,
+            turn_budget=IterationBudget("conversation_turns", 5),
+            tool_executor=workers.echo_tool, transcript_persister=store, transcript_lock=store,
+            transcript_session_id="fast", transcript_lock_ttl=60, on_stop=lambda r, c: None,
+        )
+    finally:
+        store._db.conn.set_trace_callback(None)
+    assert result.status == "completed"
+    lock_writes = [s.split()[0] for s in statements if "transcript_locks" in s]
+    assert lock_writes == ["INSERT", "DELETE"]  # taken and freed; never rewritten mid-run
+    assert len([s for s in statements if s.startswith("SELECT message_count")]) == 1  # begin
+    record = store.get_transcript("fast")
+    assert record.messages == [m.to_dict() for m in result.messages]
+    assert (record.turn_count, record.message_count) == (3, len(result.messages))
+
+
+def test_a_run_whose_lock_expired_reads_the_row_before_its_final_write(
+    store: TranscriptStore, frozen: FrozenDateTimeFactory
+) -> None:
+    token = store.acquire("late", 10)
+    assert token is not None
+    store.begin("late", [Message.text("user", "hi")])
+    store.append_turn("late", 1, _turn(1))
+    frozen.tick(11)  # expired: another process may have written the session meanwhile
+    statements: list[str] = []
+    store._db.conn.set_trace_callback(statements.append)
+    try:
+        store.persist([Message.text("user", "hi"), *_turn(1)], {},
+                      LoopResult(messages=[], transcript_session_id="late", turn_count=1))
+    finally:
+        store._db.conn.set_trace_callback(None)
+    assert any(s.startswith("SELECT message_count") for s in statements)
+    assert store.get_transcript("late").message_count == 4
+
+
 def test_run_loop_on_a_locked_session_never_calls_the_runner(store: TranscriptStore) -> None:
     assert store.acquire("busy", 60) is not None
     calls: list[int] = []
