@@ -202,7 +202,25 @@ class TranscriptStore:
         now = clock.now()
         with self._lock:
             with immediate(self._db, self._lock, self._label, "start a transcript") as conn:
-                count, cumulative = self._ensure_row(conn, sid, now)
+                row = conn.execute(
+                    "SELECT message_count, cumulative_turn_count FROM transcripts WHERE id = ?",
+                    [sid],
+                ).fetchone()
+                if row is None:
+                    # A new transcript: its row is written whole, in one statement.
+                    new = [_encode(m) for m in messages]
+                    conn.execute(
+                        "INSERT INTO transcripts (id, status, provider, model, mode, "
+                        "message_count, created_at, updated_at) "
+                        "VALUES (?, 'running', ?, ?, ?, ?, ?, ?)",
+                        [sid, _request_field(info, "provider"), _request_field(info, "model"),
+                         _request_field(info, "mode"), len(new), now, now],
+                    )
+                    self._insert(conn, sid, 0, 0, new, now)
+                    self._runs[sid] = _Run(base_count=0, base_cumulative=0,
+                                           initial_written=True, stored=(len(new), 0))
+                    return
+                count, cumulative = int(row[0]), int(row[1])
                 if len(messages) < count:
                     logger.warning(
                         "transcript %r holds %d messages but the run starts from %d; new "
