@@ -25,6 +25,25 @@ _MISSING: Any = object()
 _set_attr = object.__setattr__
 
 
+def _slot_setter(name: str) -> Callable[[Any, Any], None]:
+    """The setter of one of BaseModel's instance slots, looked up once.
+
+    ``object.__setattr__(instance, name, value)`` finds the same descriptor on every call;
+    calling its ``__set__`` directly is several times cheaper, and an instance is four of them.
+    """
+    for klass in BaseModel.__mro__:
+        descriptor = klass.__dict__.get(name)
+        if descriptor is not None and hasattr(descriptor, "__set__"):
+            return descriptor.__set__  # type: ignore[no-any-return]
+    return lambda instance, value: _set_attr(instance, name, value)
+
+
+_set_dict = _slot_setter("__dict__")
+_set_fields_set = _slot_setter("__pydantic_fields_set__")
+_set_extra = _slot_setter("__pydantic_extra__")
+_set_private = _slot_setter("__pydantic_private__")
+
+
 def _copier(default: Any) -> Callable[[], Any]:
     # pydantic deep-copies a mutable default for every instance; so do we.
     return lambda: copy.deepcopy(default)
@@ -34,9 +53,12 @@ class _Plan:
     """How to build one class: a template of every field in declaration order, holding the
     immutable defaults, and a maker for each field whose default must be fresh per instance."""
 
-    __slots__ = ("extra", "fill", "required", "size", "template")
+    __slots__ = ("extra", "fill", "new", "required", "size", "template")
 
     def __init__(self, cls: type[BaseModel]) -> None:
+        # object.__new__ called directly skips looking it up through the class on every call.
+        self.new: Callable[[type[Any]], Any] = (
+            object.__new__ if cls.__new__ is object.__new__ else cls.__new__)
         # extra="allow" models keep extra values in a dict (empty when none are given).
         self.extra = cls.model_config.get("extra") == "allow"
         self.template: dict[str, Any] = {}
@@ -89,11 +111,11 @@ def construct(cls: type[M], /, **values: Any) -> M:
     for name in plan.required:
         if fields[name] is _MISSING:
             del fields[name]
-    instance = cls.__new__(cls)
-    _set_attr(instance, "__dict__", fields)
-    _set_attr(instance, "__pydantic_fields_set__", set(values))
-    _set_attr(instance, "__pydantic_extra__", {} if plan.extra else None)
-    _set_attr(instance, "__pydantic_private__", None)
+    instance: M = plan.new(cls)
+    _set_dict(instance, fields)
+    _set_fields_set(instance, set(values))
+    _set_extra(instance, {} if plan.extra else None)
+    _set_private(instance, None)
     return instance
 
 
@@ -106,11 +128,11 @@ def construct_all(cls: type[M], fields: dict[str, Any], /) -> M:
     plan = _plans.get(cls)
     if plan is None or len(fields) != plan.size:
         return construct(cls, **fields)
-    instance = cls.__new__(cls)
-    _set_attr(instance, "__dict__", fields)
-    _set_attr(instance, "__pydantic_fields_set__", set(fields))
-    _set_attr(instance, "__pydantic_extra__", {} if plan.extra else None)
-    _set_attr(instance, "__pydantic_private__", None)
+    instance: M = plan.new(cls)
+    _set_dict(instance, fields)
+    _set_fields_set(instance, set(fields))
+    _set_extra(instance, {} if plan.extra else None)
+    _set_private(instance, None)
     return instance
 
 
