@@ -13,7 +13,7 @@ import inspect
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
-from typing import Any, Protocol, TypeAlias, TypeVar, Union, runtime_checkable
+from typing import Any, Protocol, TypeAlias, TypeVar, Union, cast, runtime_checkable
 
 from agents_api import clock as _clock
 from agents_api._drive import (
@@ -25,6 +25,7 @@ from agents_api._drive import (
 )
 from agents_api._drive import awaitable as _awaitable
 from agents_api._tools import (
+    Emit,
     normalize_tool_call,
     normalize_tool_result,
     run_tool,
@@ -172,25 +173,25 @@ def _add_usage(total: dict[str, Any], usage: Mapping[str, Any]) -> None:
         total[key] = value
 
 
-class _Emitter:
-    __slots__ = ("_base", "_sink", "active")
+def _emitter(sink: EventSink | None) -> Emit:
+    """The run's ``emit(event, payload)``; ``emit.active`` says whether anyone listens.
 
-    def __init__(self, sink: EventSink | None, base: Mapping[str, Any]) -> None:
-        self._sink = sink
-        self._base = dict(base)
-        # Per-turn events build their payloads only when someone listens.
-        self.active = sink is not None
-
-    def __call__(self, event: str, payload: dict[str, Any]) -> None:
-        if self._sink is None:
-            return
-        if self._base:
-            payload = {**self._base, **payload}
-        try:
-            self._sink(event, payload)
-        except Exception:
-            # An observer must never change a run's outcome.
-            logger.warning("agents_api: event sink failed on %r", event, exc_info=True)
+    A closure rather than an object with ``__call__``: calling an instance looks ``__call__``
+    up and binds it on every call, and a run emits several events per turn.
+    """
+    if sink is None:
+        def emit(event: str, payload: dict[str, Any]) -> None:
+            return None
+    else:
+        def emit(event: str, payload: dict[str, Any]) -> None:
+            try:
+                sink(event, payload)
+            except Exception:
+                # An observer must never change a run's outcome.
+                logger.warning("agents_api: event sink failed on %r", event, exc_info=True)
+    # Per-turn events build their payloads only when someone listens.
+    emit.active = sink is not None  # type: ignore[attr-defined]
+    return cast(Emit, emit)
 
 
 def _loop_steps(
@@ -240,7 +241,7 @@ def _loop_steps(
     tool_budget = all_budgets.get(TOOL_BUDGET)
     per_tool_names: dict[str, str] = {}  # tool name -> its per-tool budget's name
 
-    emit = _Emitter(on_event, {})
+    emit = _emitter(on_event)
     session_id = transcript_session_id or None
     append_turn = getattr(transcript_persister, "append_turn", None)
     if session_id is None and (append_turn is not None or transcript_persister is not None):
@@ -574,7 +575,7 @@ def _try_extend(
     budget: IterationBudget,
     hook: BudgetExhaustedHook | None,
     state: _RunState,
-    emit: _Emitter,
+    emit: Emit,
 ) -> Generator[Awaitable[Any], Any, bool]:
     """Ask the host to extend a spent budget; only soft ceilings are ever offered."""
     if hook is None or not budget.extendable():

@@ -12,7 +12,7 @@ import logging
 import math
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol, cast
 
 from agents_api import (
     InvalidMessage,
@@ -106,47 +106,56 @@ def _normalize_tools(tools: object) -> dict[str, Any]:
     return normalized
 
 
-class RunEmitter:
-    """A run's events, to the payload's sink and the ``on_loop_event`` hook.
+class RunEmitter(Protocol):
+    """A run's ``emit(event, payload)``: to the payload's sink and the ``on_loop_event`` hook.
 
     ``active`` is False when neither exists: then nothing is built per event, and the loop is
     given no sink at all.
     """
 
-    __slots__ = ("_base", "_hook", "_sink", "active")
-
-    def __init__(self, host: Host, runtime: RuntimeOptions, base: dict[str, Any]) -> None:
-        sink = runtime.event_sink
-        if sink is not None and not callable(sink):
-            sink = sink.emit
-        hook = host.pm.hook.on_loop_event
-        self._sink = sink
-        self._hook = hook if hook.get_hookimpls() else None
-        self._base = base
-        self.active = sink is not None or self._hook is not None
+    active: bool
 
     def __call__(self, event: str, payload: dict[str, Any]) -> None:
-        if not self.active:
+        """Deliver one event (with the run's base log context) to every listener."""
+
+
+def run_emitter(host: Host, runtime: RuntimeOptions, base: dict[str, Any]) -> RunEmitter:
+    """The :class:`RunEmitter` of one run.
+
+    A closure rather than an object with ``__call__``: calling an instance looks ``__call__``
+    up and binds it on every call, and a run emits several events per turn.
+    """
+    sink = runtime.event_sink
+    if sink is not None and not callable(sink):
+        sink = sink.emit
+    caller = host.pm.hook.on_loop_event
+    hook = caller if caller.get_hookimpls() else None
+
+    def emit(event: str, payload: dict[str, Any]) -> None:
+        if sink is None and hook is None:
             return
-        data = {**self._base, **payload}
-        if self._sink is not None:
+        data = {**base, **payload}
+        if sink is not None:
             try:
-                self._sink(event, data)
+                sink(event, data)
             except Exception:
                 logger.warning("datamachine: event sink failed on %r", event, exc_info=True)
-        if self._hook is not None:
+        if hook is not None:
             try:
-                self._hook(event=event, payload=data)
+                hook(event=event, payload=data)
             except Exception:
                 logger.warning("datamachine: on_loop_event hook failed on %r", event,
                                exc_info=True)
+
+    emit.active = sink is not None or hook is not None  # type: ignore[attr-defined]
+    return cast(RunEmitter, emit)
 
 
 def emit_outside_run(host: Host, payload: Mapping[str, Any] | None, event: str,
                      data: dict[str, Any]) -> None:
     """Emit an event for a run that never reached the loop (the payload's sink and the hook)."""
     _, runtime = split_payload(payload)
-    RunEmitter(host, runtime, {})(event, data)
+    run_emitter(host, runtime, {})(event, data)
 
 
 def prepare_run(
@@ -208,7 +217,7 @@ def prepare_run(
 
     mode_label = ",".join(modes)
     base = base_log_context(mode_label, clean_payload)
-    emit = RunEmitter(host, runtime, base)
+    emit = run_emitter(host, runtime, base)
     timeouts = resolve_timeouts(host, mode_label, provider, model, clean_payload)
     runner = ProviderTurnRunner(
         host, provider=provider_obj, provider_name=provider, model=model, mode=mode_label,
