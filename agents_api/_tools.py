@@ -34,9 +34,7 @@ class Emit(Protocol):
 def normalize_tool_result(raw: Any) -> dict[str, Any]:
     """``{"success": bool, "result"| "error": ...}`` from whatever an executor returned."""
     if (type(raw) is dict or isinstance(raw, Mapping)) and type(raw.get("success")) is bool:
-        if raw["success"] and type(raw) is dict:
-            return raw  # nothing to fill in; nobody changes a result after this point
-        result = dict(raw)
+        result = dict(raw)  # the executor's dict stays its own
         if not result["success"]:
             error = result.get("error")
             result["error"] = str(error) if error not in (None, "") else "Tool execution failed."

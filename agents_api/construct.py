@@ -150,7 +150,7 @@ def assign(instance: BaseModel, /, **values: Any) -> None:
         return
     fields = cls.__pydantic_fields__
     for name in values:
-        if name not in fields:
-            raise AttributeError(f"{type(instance).__name__} has no field {name!r}")
+        if name not in fields:  # the error pydantic's own assignment raises
+            raise ValueError(f'"{cls.__name__}" object has no field "{name}"')
     instance.__dict__.update(values)
     instance.__pydantic_fields_set__.update(values)

@@ -123,8 +123,8 @@ class Message(BaseModel):
         })
 
     def to_json(self) -> str:
-        """The envelope as compact JSON: what the transcript store writes, and what a run's
-        ``prompt_sha256`` hashes. Values JSON cannot hold are written as their ``str()``."""
+        """The envelope as compact JSON: what the transcript store writes. Values JSON cannot
+        hold are written as their ``str()``."""
         return _envelope_json(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:

@@ -183,3 +183,25 @@ def test_json_encoder_without_default_refuses_unknown_objects() -> None:
 
     with pytest.raises(TypeError, match="not JSON serializable"):
         json_encoder(default=None)({"x": object()})
+
+
+def test_a_copied_tool_does_not_reuse_its_originals_provider_json() -> None:
+    import json
+
+    from datamachine.tools import Tool
+
+    tool = Tool(name="ping", description="Ping.", parameters={"type": "object"},
+                function=lambda: "pong")
+    assert json.loads(tool.provider_json())["description"] == "Ping."
+    copy = tool.model_copy(update={"description": "Changed."})
+    assert json.loads(copy.provider_json()) == copy.to_provider_dict()
+    assert json.loads(tool.provider_json())["description"] == "Ping."
+
+
+def test_a_successful_result_is_copied_so_the_executors_dict_stays_its_own() -> None:
+    from agents_api._tools import normalize_tool_result
+
+    constant = {"success": True, "result": "done"}
+    result = normalize_tool_result(constant)
+    result["seen"] = 1
+    assert constant == {"success": True, "result": "done"}

@@ -82,7 +82,7 @@ class ProviderTurnRunner:
         # Tokens spent by the final summary call, which is not a turn of the loop.
         self.summary_usage: dict[str, Any] = {}
         self.has_text_result_hook = bool(host.pm.hook.text_result.get_hookimpls())
-        self._tools_info = {"count": len(tools), "names": [t["name"] for t in tools]}
+        self._tool_names: list[str] = [t["name"] for t in tools]
         self._transport = {"request_timeout": timeouts.request,
                            "connect_timeout": timeouts.connect}
         # Built-in providers answer in normal form already (see providers.normalize).
@@ -121,10 +121,10 @@ class ProviderTurnRunner:
             "request_json_bytes": messages_bytes + self._tools_bytes + self._payload_bytes,
             "prompt_sha256": self.projector.prompt_sha256(),
             "tool_policy_sha256": self._tools_sha,
-            # The same (read-only) dicts every turn: they do not change within a run.
-            "tools": (self._tools_info if tools is self.tools
+            "tools": ({"count": len(self._tool_names), "names": list(self._tool_names)}
+                      if tools is self.tools
                       else {"count": len(tools), "names": [t["name"] for t in tools]}),
-            "transport": self._transport,
+            "transport": dict(self._transport),
         }
         return request
 

@@ -201,6 +201,7 @@ class TranscriptStore:
         info = dict(request or {})
         now = clock.now()
         with self._lock:
+            nested = self._db.conn.in_transaction
             with immediate(self._db, self._lock, self._label, "start a transcript") as conn:
                 row = conn.execute(
                     "SELECT message_count, cumulative_turn_count FROM transcripts WHERE id = ?",
@@ -208,6 +209,7 @@ class TranscriptStore:
                 ).fetchone()
                 if row is None:
                     # A new transcript: its row is written whole, in one statement.
+                    count = cumulative = 0
                     new = [_encode(m) for m in messages]
                     conn.execute(
                         "INSERT INTO transcripts (id, status, provider, model, mode, "
@@ -217,26 +219,35 @@ class TranscriptStore:
                          _request_field(info, "mode"), len(new), now, now],
                     )
                     self._insert(conn, sid, 0, 0, new, now)
-                    self._runs[sid] = _Run(base_count=0, base_cumulative=0,
-                                           initial_written=True, stored=(len(new), 0))
-                    return
-                count, cumulative = int(row[0]), int(row[1])
-                if len(messages) < count:
-                    logger.warning(
-                        "transcript %r holds %d messages but the run starts from %d; new "
-                        "messages are appended after the stored ones", sid, count, len(messages))
-                new = [_encode(m) for m in messages[count:]]
-                self._insert(conn, sid, count, 0, new, now)
-                conn.execute(
-                    "UPDATE transcripts SET status = 'running', provider = COALESCE(?, provider), "
-                    "model = COALESCE(?, model), mode = COALESCE(?, mode), message_count = ?, "
-                    "updated_at = ? WHERE id = ?",
-                    [_request_field(info, "provider"), _request_field(info, "model"),
-                     _request_field(info, "mode"), count + len(new), now, sid],
-                )
+                    added = len(new)
+                else:
+                    count, cumulative = int(row[0]), int(row[1])
+                    added = self._start_existing(conn, sid, messages, info, count, now)
+            # Recorded only once the write committed (and only when it was not part of a
+            # caller's transaction, which may still roll back): a failed begin leaves nothing
+            # that claims the messages are stored.
             self._runs[sid] = _Run(base_count=count, base_cumulative=cumulative,
                                    initial_written=True,
-                                   stored=(count + len(new), cumulative))
+                                   stored=None if nested else (count + added, cumulative))
+
+    def _start_existing(self, conn: Any, sid: str, messages: Sequence[MessageLike],
+                        info: Mapping[str, Any], count: int, now: float) -> int:
+        """``begin`` on a transcript that already has a row (a continued conversation): store
+        the messages beyond the stored ones; how many that was."""
+        if len(messages) < count:
+            logger.warning(
+                "transcript %r holds %d messages but the run starts from %d; new "
+                "messages are appended after the stored ones", sid, count, len(messages))
+        new = [_encode(m) for m in messages[count:]]
+        self._insert(conn, sid, count, 0, new, now)
+        conn.execute(
+            "UPDATE transcripts SET status = 'running', provider = COALESCE(?, provider), "
+            "model = COALESCE(?, model), mode = COALESCE(?, mode), message_count = ?, "
+            "updated_at = ? WHERE id = ?",
+            [_request_field(info, "provider"), _request_field(info, "model"),
+             _request_field(info, "mode"), count + len(new), now, sid],
+        )
+        return len(new)
 
     def append_turn(self, session_id: str, turn: int, messages: Sequence[MessageLike]) -> None:
         """Append one finished turn's messages in one transaction (creating the row if needed)."""
@@ -248,6 +259,7 @@ class TranscriptStore:
             if run is not None and turn == 1 and run.turns > 0:
                 run = None  # a new run on this session
             held = self._held.get(sid)
+            nested = self._db.conn.in_transaction  # a caller's transaction may still roll back
             with immediate(self._db, self._lock, self._label, "append a turn") as conn:
                 renewed: bool | None = None
                 extended = False
@@ -270,13 +282,13 @@ class TranscriptStore:
             # Updated only once the turn committed, so a failed write leaves the record as it was.
             if held is not None and renewed is not None:
                 self._renewed[sid] = (held[0], renewed)
-                if extended:
+                if extended and not nested:
                     self._renewed_at[sid] = now
             if run.first_appended is None and messages:
                 run.first_appended = messages[0]
             run.turns += 1
             run.appended += len(encoded)
-            run.stored = (count + len(encoded), cumulative + 1)
+            run.stored = None if nested else (count + len(encoded), cumulative + 1)
             self._runs[sid] = run
 
     def _fresh(self, sid: str, token: str, now: float) -> bool:

@@ -58,7 +58,9 @@ class Tool(BaseModel):
     _validator: ParameterValidator = PrivateAttr()
     _wants_context: bool = PrivateAttr(default=False)
     _is_async: bool = PrivateAttr(default=False)
-    _provider_json: str | None = PrivateAttr(default=None)
+    # (name, description, parameters, their JSON): the fields are checked by identity on use,
+    # so a model_copy with other values does not reuse its original's JSON.
+    _provider_json: tuple[str, str, dict[str, Any], str] | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -132,11 +134,14 @@ class Tool(BaseModel):
         # Read from the private dict directly: attribute access to a pydantic private attribute
         # goes through BaseModel.__getattr__, which costs more than the lookup.
         private = self.__pydantic_private__ or {}
-        text = private.get("_provider_json")
-        if text is None:
-            text = json.dumps(self.to_provider_dict(), sort_keys=True, default=str)
-            self._provider_json = text
-        return str(text)
+        cached = private.get("_provider_json")
+        name, description, parameters = self.name, self.description, self.parameters
+        if (cached is not None and cached[0] is name and cached[1] is description
+                and cached[2] is parameters):
+            return str(cached[3])
+        text = json.dumps(self.to_provider_dict(), sort_keys=True, default=str)
+        self._provider_json = (name, description, parameters, text)
+        return text
 
     @property
     def repeatable(self) -> bool:

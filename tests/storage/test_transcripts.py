@@ -348,3 +348,48 @@ def test_run_loop_on_a_locked_session_never_calls_the_runner(store: TranscriptSt
     assert result.status == "transcript_lock_contention"
     assert calls == []
     assert not store.exists("busy")
+
+
+def test_a_begin_whose_commit_fails_leaves_nothing_claiming_the_messages_are_stored(
+    store: TranscriptStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    real = store._db.conn
+
+    class FailingCommit:
+        armed = True
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def execute(self, sql: str, *args: Any) -> Any:
+            if sql == "COMMIT" and FailingCommit.armed:
+                FailingCommit.armed = False
+                raise sqlite3.OperationalError("disk I/O error (simulated)")
+            return real.execute(sql, *args)
+
+    messages = [Message.text("system", "sys"), Message.text("user", "hello")]
+    assert store.acquire("s", 60) is not None
+    monkeypatch.setattr(store._db, "conn", FailingCommit())
+    with pytest.raises(DatabaseError):
+        store.begin("s", messages, {"provider": "p"})
+    monkeypatch.setattr(store._db, "conn", real)
+    store.persist(messages, {"provider": "p"},
+                  LoopResult(messages=messages, transcript_session_id="s", status="error"))
+    assert store.get("s") == [m.to_dict() for m in messages]  # the final write stored them
+
+
+def test_writes_inside_a_callers_transaction_are_not_trusted_after_it(
+    store: TranscriptStore
+) -> None:
+    messages = [Message.text("user", "hello")]
+    assert store.acquire("s", 60) is not None
+    conn = store._db.conn
+    conn.execute("BEGIN")
+    store.begin("s", messages)
+    store.append_turn("s", 1, _turn(1))
+    conn.execute("ROLLBACK")  # the caller's transaction takes both writes back
+    store.persist([*messages, *_turn(1)], {},
+                  LoopResult(messages=[], transcript_session_id="s", turn_count=1))
+    assert store.get_transcript("s").message_count == 4
