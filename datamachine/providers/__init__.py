@@ -6,9 +6,9 @@ Only the protocol types are imported eagerly; the built-in providers load on fir
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from agents_api._lazy import lazy_exports
 from datamachine.providers.base import Provider, ProviderRequest, ProviderResponse
 
 if TYPE_CHECKING:
@@ -67,10 +67,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'datamachine.providers' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)

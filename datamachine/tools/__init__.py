@@ -13,8 +13,9 @@ and ``ToolContext``, not the executor and its runtime-rule models, which a run l
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agents_api._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from datamachine.tools.context import ToolContext
@@ -84,14 +85,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'datamachine.tools' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)
