@@ -114,9 +114,7 @@ class Message(BaseModel):
         content: str,
     ) -> Message:
         """The outcome of one tool call; ``content`` is what the model reads."""
-        payload = dict(result)
-        payload["tool_name"] = tool_name
-        payload["turn"] = turn
+        payload = {**result, "tool_name": tool_name, "turn": turn}
         return construct_all(cls, {
             "schema_": MESSAGE_SCHEMA, "version": 1, "type": "tool_result", "role": "tool",
             "content": content, "payload": payload, "metadata": {"tool_call_id": tool_call_id},
