@@ -176,12 +176,18 @@ def _add_usage(total: dict[str, Any], usage: Mapping[str, Any]) -> None:
 def _emitter(sink: EventSink | None) -> Emit:
     """The run's ``emit(event, payload)``; ``emit.active`` says whether anyone listens.
 
+    ``on_event`` is wrapped so that a sink that raises never changes the run's outcome, unless
+    it has ``never_raises = True`` and ``active = True`` (it catches its own errors).
+
     A closure rather than an object with ``__call__``: calling an instance looks ``__call__``
     up and binds it on every call, and a run emits several events per turn.
     """
     if sink is None:
         def emit(event: str, payload: dict[str, Any]) -> None:
             return None
+    elif getattr(sink, "never_raises", False) is True and getattr(sink, "active", False) is True:
+        # A sink that guards itself and says so (datamachine's run emitter does) is called as is.
+        return cast(Emit, sink)
     else:
         def emit(event: str, payload: dict[str, Any]) -> None:
             try:

@@ -148,6 +148,7 @@ def run_emitter(host: Host, runtime: RuntimeOptions, base: dict[str, Any]) -> Ru
                                exc_info=True)
 
     emit.active = sink is not None or hook is not None  # type: ignore[attr-defined]
+    emit.never_raises = True  # type: ignore[attr-defined]  # the loop calls it unguarded
     return cast(RunEmitter, emit)
 
 
