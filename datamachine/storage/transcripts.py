@@ -57,9 +57,10 @@ class TranscriptSummary(BaseModel):
     """A stored transcript's metadata, as ``list()`` returns it.
 
     ``status`` is the stored status, except that a ``running`` transcript with no live lock is
-    reported as ``interrupted`` (its process died). ``turn_count`` is the last run's finished
-    turns; ``cumulative_turn_count`` counts every run of the session. ``locked_until`` is the
-    expiry of a live lock, else None.
+    reported as ``interrupted`` (its process died). ``updated_at`` is the last write (while a
+    run is going it may lag its latest turn by up to a second). ``turn_count`` is the last run's
+    finished turns; ``cumulative_turn_count`` counts every run of the session. ``locked_until`` is
+    the expiry of a live lock, else None.
     """
 
     model_config = ConfigDict(defer_build=True, frozen=True)
@@ -100,6 +101,8 @@ class _Run:
     # (message_count, cumulative_turn_count) of the row after this run's last write: while the
     # run holds the session's lock nobody else writes it, so the next turn need not read them.
     stored: tuple[int, int] | None = None
+    # When this run last wrote the row's indexed ``updated_at`` (None: not yet).
+    touched: float | None = None
     turns: int = 0
     appended: int = 0
     first_appended: object = None
@@ -228,7 +231,8 @@ class TranscriptStore:
             # that claims the messages are stored.
             self._runs[sid] = _Run(base_count=count, base_cumulative=cumulative,
                                    initial_written=True,
-                                   stored=None if nested else (count + added, cumulative))
+                                   stored=None if nested else (count + added, cumulative),
+                                   touched=None if nested else now)
 
     def _start_existing(self, conn: Any, sid: str, messages: Sequence[MessageLike],
                         info: Mapping[str, Any], count: int, now: float) -> int:
@@ -274,11 +278,22 @@ class TranscriptStore:
                     run = _Run(base_count=count, base_cumulative=cumulative,
                                initial_written=False)
                 self._insert(conn, sid, count, turn, encoded, now)
-                conn.execute(
-                    "UPDATE transcripts SET status = 'running', turn_count = ?, "
-                    "cumulative_turn_count = ?, message_count = ?, updated_at = ? WHERE id = ?",
-                    [turn, cumulative + 1, count + len(encoded), now, sid],
-                )
+                # updated_at is indexed: rewriting it costs an index write, so a fast run moves
+                # it at most once a second (it is never more than a second behind).
+                touch = run.touched is None or not 0 <= now - run.touched < RENEW_INTERVAL
+                if touch:
+                    conn.execute(
+                        "UPDATE transcripts SET status = 'running', turn_count = ?, "
+                        "cumulative_turn_count = ?, message_count = ?, updated_at = ? "
+                        "WHERE id = ?",
+                        [turn, cumulative + 1, count + len(encoded), now, sid],
+                    )
+                else:
+                    conn.execute(
+                        "UPDATE transcripts SET status = 'running', turn_count = ?, "
+                        "cumulative_turn_count = ?, message_count = ? WHERE id = ?",
+                        [turn, cumulative + 1, count + len(encoded), sid],
+                    )
             # Updated only once the turn committed, so a failed write leaves the record as it was.
             if held is not None and renewed is not None:
                 self._renewed[sid] = (held[0], renewed)
@@ -289,6 +304,8 @@ class TranscriptStore:
             run.turns += 1
             run.appended += len(encoded)
             run.stored = None if nested else (count + len(encoded), cumulative + 1)
+            if touch and not nested:
+                run.touched = now
             self._runs[sid] = run
 
     def _fresh(self, sid: str, token: str, now: float) -> bool:

@@ -85,12 +85,15 @@ def test_turns_within_a_second_leave_the_fresh_lock_row_alone(
     assert len([s for s in statements if s.startswith("SELECT message_count")]) == 1
     assert store.get_transcript("s").locked_until == T0 + 60
     assert store.get_transcript("s").message_count == 9
+    # The indexed updated_at moves at most once a second during a run: set by the first turn.
+    assert store.get_transcript("s").updated_at == T0 + 0.25
 
     frozen.tick(1)  # a second after the last extension: the next turn extends the lock
     store.append_turn("s", 4, _turn(4))
     assert store.renew("s", token, 60) is True
     assert store.get_transcript("s").locked_until == T0 + 1.75 + 60
     assert store.get_transcript("s").message_count == 12
+    assert store.get_transcript("s").updated_at == T0 + 1.75
 
 
 def test_renew_after_append_turn_reports_the_renewal_of_the_turns_write(
