@@ -8,21 +8,10 @@ import pytest
 
 import bootstrap
 import datamachine
-from datamachine import ProviderRequest, SessionAborted, hookimpl, tool
+from datamachine import ProviderRequest, SessionAborted, hookimpl
 from datamachine.default_host import reset_default_host
 from datamachine.host import Host
-
-USER = [{"role": "user", "content": "work"}]
-
-
-@tool
-def step(n: int) -> int:
-    """One unit of work.
-
-    Args:
-        n: The step number.
-    """
-    return n
+from tests.conversation.work import USER, step
 
 
 class Worker:

@@ -8,21 +8,10 @@ from typing import Any
 import pytest
 
 import bootstrap
-from datamachine import ProviderRequest, hookimpl, tool
+from datamachine import ProviderRequest, hookimpl
 from datamachine.conversation.exhaustion import strip_thinking
 from datamachine.host import Host
-
-USER = [{"role": "user", "content": "work"}]
-
-
-@tool
-def step(n: int) -> int:
-    """One unit of work.
-
-    Args:
-        n: The step number.
-    """
-    return n
+from tests.conversation.work import USER, step
 
 
 class Model:

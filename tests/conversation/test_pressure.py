@@ -7,21 +7,10 @@ from typing import Any
 import pytest
 
 import bootstrap
-from datamachine import ProviderRequest, hookimpl, tool
+from datamachine import ProviderRequest, hookimpl
 from datamachine.conversation.pressure import default_tier
 from datamachine.host import Host
-
-USER = [{"role": "user", "content": "work"}]
-
-
-@tool
-def step(n: int) -> int:
-    """One unit of work.
-
-    Args:
-        n: The step number.
-    """
-    return n
+from tests.conversation.work import USER, step
 
 
 class Model:
