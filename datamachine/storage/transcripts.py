@@ -5,7 +5,8 @@ A transcript is one ``transcripts`` row per session plus its messages, in order,
 
 - ``begin(session_id, messages, request)`` (optional): the run's starting messages that are not
   stored yet (a new prompt, a new chat message) and status ``running``;
-- ``append_turn(session_id, turn, messages)`` after every turn: that turn's messages and counts;
+- ``append_turn(session_id, turn, messages)`` after every turn: that turn's messages (the
+  row's counts at most once a second; readers add the turns written since);
 - ``persist(messages, request, result)`` once at the end: anything not yet written, the final
   status, usage, budgets and a result summary.
 
@@ -59,8 +60,8 @@ class TranscriptSummary(BaseModel):
     ``status`` is the stored status, except that a ``running`` transcript with no live lock is
     reported as ``interrupted`` (its process died). ``updated_at`` is the last write (while a
     run is going it may lag its latest turn by up to a second). ``turn_count`` is the last run's
-    finished turns; ``cumulative_turn_count`` counts every run of the session. ``locked_until`` is
-    the expiry of a live lock, else None.
+    finished turns; ``cumulative_turn_count`` counts every run of the session (both exact, also
+    mid-run: see ``_reconcile``). ``locked_until`` is the expiry of a live lock, else None.
     """
 
     model_config = ConfigDict(defer_build=True, frozen=True)
@@ -207,8 +208,8 @@ class TranscriptStore:
             nested = self._db.conn.in_transaction
             with immediate(self._db, self._lock, self._label, "start a transcript") as conn:
                 row = conn.execute(
-                    "SELECT message_count, cumulative_turn_count FROM transcripts WHERE id = ?",
-                    [sid],
+                    "SELECT status, message_count, turn_count, cumulative_turn_count "
+                    "FROM transcripts WHERE id = ?", [sid],
                 ).fetchone()
                 if row is None:
                     # A new transcript: its row is written whole, in one statement.
@@ -224,7 +225,7 @@ class TranscriptStore:
                     self._insert(conn, sid, 0, 0, new, now)
                     added = len(new)
                 else:
-                    count, cumulative = int(row[0]), int(row[1])
+                    _, count, _, cumulative = _reconcile(conn, sid, *row)
                     added = self._start_existing(conn, sid, messages, info, count, now)
             # Recorded only once the write committed (and only when it was not part of a
             # caller's transaction, which may still roll back): a failed begin leaves nothing
@@ -247,7 +248,7 @@ class TranscriptStore:
         conn.execute(
             "UPDATE transcripts SET status = 'running', provider = COALESCE(?, provider), "
             "model = COALESCE(?, model), mode = COALESCE(?, mode), message_count = ?, "
-            "updated_at = ? WHERE id = ?",
+            "turn_count = 0, updated_at = ? WHERE id = ?",
             [_request_field(info, "provider"), _request_field(info, "model"),
              _request_field(info, "mode"), count + len(new), now, sid],
         )
@@ -269,8 +270,10 @@ class TranscriptStore:
                 extended = False
                 if held is not None:
                     renewed, extended = self._renew_in(conn, sid, held, now)
-                if run is not None and run.stored is not None and held is not None and renewed:
-                    count, cumulative = run.stored
+                stored = run.stored if run is not None and held is not None and renewed else None
+                cached = stored is not None
+                if stored is not None:
+                    count, cumulative = stored
                 else:
                     count, cumulative = self._ensure_row(conn, sid, now)
                 if run is None:
@@ -278,21 +281,18 @@ class TranscriptStore:
                     run = _Run(base_count=count, base_cumulative=cumulative,
                                initial_written=False)
                 self._insert(conn, sid, count, turn, encoded, now)
-                # updated_at is indexed: rewriting it costs an index write, so a fast run moves
-                # it at most once a second (it is never more than a second behind).
-                touch = run.touched is None or not 0 <= now - run.touched < RENEW_INTERVAL
+                # The row (counts and the indexed updated_at) is rewritten on a run's first
+                # turn, then at most once a second: each rewrite is one more page in the
+                # commit. In between, the counts the row lags behind are read off the newest
+                # message (see _ensure_row and _reconcile), so no reader ever sees them stale.
+                touch = (run.touched is None or not cached
+                         or not 0 <= now - run.touched < RENEW_INTERVAL)
                 if touch:
                     conn.execute(
                         "UPDATE transcripts SET status = 'running', turn_count = ?, "
                         "cumulative_turn_count = ?, message_count = ?, updated_at = ? "
                         "WHERE id = ?",
                         [turn, cumulative + 1, count + len(encoded), now, sid],
-                    )
-                else:
-                    conn.execute(
-                        "UPDATE transcripts SET status = 'running', turn_count = ?, "
-                        "cumulative_turn_count = ?, message_count = ? WHERE id = ?",
-                        [turn, cumulative + 1, count + len(encoded), sid],
                     )
             # Updated only once the turn committed, so a failed write leaves the record as it was.
             if held is not None and renewed is not None:
@@ -426,8 +426,9 @@ class TranscriptStore:
             ).fetchone()
             if row is None:
                 raise self._not_found(session_id)
+            fields = _summary_fields(conn, row)
             messages = self.get(session_id)
-        return Transcript(**_summary_fields(row), messages=messages)
+        return Transcript(**fields, messages=messages)
 
     def list(self, *, limit: int = 50,
              status: TranscriptStatus | None = None) -> builtins.list[TranscriptSummary]:
@@ -443,9 +444,9 @@ class TranscriptStore:
             params.append(status)
         sql += " ORDER BY t.updated_at DESC, t.id LIMIT ?"
         params.append(limit)
-        with self._lock:
-            rows = self._db.conn.execute(sql, params).fetchall()
-        return [TranscriptSummary(**_summary_fields(row)) for row in rows]
+        with snapshot(self._db, self._lock, self._label) as conn:
+            found = [_summary_fields(conn, row) for row in conn.execute(sql, params).fetchall()]
+        return [TranscriptSummary(**fields) for fields in found]
 
     # -- internals -------------------------------------------------------------------------
     def _not_found(self, session_id: str) -> TranscriptNotFound:
@@ -456,11 +457,14 @@ class TranscriptStore:
 
     @staticmethod
     def _ensure_row(conn: Any, sid: str, now: float) -> tuple[int, int]:
+        """The stored (message_count, cumulative_turn_count), creating the row if needed."""
         row = conn.execute(
-            "SELECT message_count, cumulative_turn_count FROM transcripts WHERE id = ?", [sid]
+            "SELECT status, message_count, turn_count, cumulative_turn_count "
+            "FROM transcripts WHERE id = ?", [sid]
         ).fetchone()
         if row is not None:
-            return int(row[0]), int(row[1])
+            _, count, _, cumulative = _reconcile(conn, sid, *row)
+            return count, cumulative
         conn.execute(
             "INSERT INTO transcripts (id, status, created_at, updated_at) "
             "VALUES (?, 'running', ?, ?)",
@@ -517,15 +521,40 @@ def _locate(messages: Sequence[MessageLike], target: object, start: int) -> int 
     return None
 
 
-def _summary_fields(row: Sequence[Any]) -> dict[str, Any]:
-    status = row[1]
+def _reconcile(conn: Any, sid: str, status: str, count: int, turns: int,
+               cumulative: int) -> tuple[str, int, int, int]:
+    """A row's (status, message_count, turn_count, cumulative_turn_count), brought up to date.
+
+    While a run is going, ``append_turn`` rewrites the row on the run's first turn and then at
+    most once a second, so a ``running`` row may lag its newest turns. Every run rewrites the
+    row before its turns (``begin``, or its first ``append_turn``), so the messages past the
+    row's ``message_count`` all belong to the run that wrote it last, and the newest of them
+    carries that run's turn number: one indexed lookup recovers the exact counts.
+    """
+    count, turns, cumulative = int(count), int(turns), int(cumulative)
+    if status != "running":
+        return status, count, turns, cumulative
+    newest = conn.execute(
+        "SELECT position, turn FROM transcript_messages WHERE session_id = ? "
+        "ORDER BY position DESC LIMIT 1", [sid],
+    ).fetchone()
+    if newest is not None and int(newest[0]) >= count:
+        count = int(newest[0]) + 1
+        if int(newest[1]) > turns:
+            cumulative += int(newest[1]) - turns
+            turns = int(newest[1])
+    return status, count, turns, cumulative
+
+
+def _summary_fields(conn: Any, row: Sequence[Any]) -> dict[str, Any]:
+    status, count, turns, cumulative = _reconcile(conn, row[0], row[1], row[9], row[7], row[8])
     locked_until = row[13]
     if status == "running" and locked_until is None:
         status = "interrupted"
     return {
         "id": row[0], "status": status, "provider": row[2], "model": row[3], "mode": row[4],
-        "created_at": row[5], "updated_at": row[6], "turn_count": row[7],
-        "cumulative_turn_count": row[8], "message_count": row[9], "usage": json.loads(row[10]),
+        "created_at": row[5], "updated_at": row[6], "turn_count": turns,
+        "cumulative_turn_count": cumulative, "message_count": count, "usage": json.loads(row[10]),
         "budgets": json.loads(row[11]), "result": json.loads(row[12]),
         "locked_until": locked_until,
     }

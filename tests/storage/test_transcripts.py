@@ -79,10 +79,11 @@ def test_turns_within_a_second_leave_the_fresh_lock_row_alone(
             assert store.renew("s", token, 60) is True
     finally:
         store._db.conn.set_trace_callback(None)
-    # Renewed at acquire (T0): every turn came less than a second later, so no lock write, and
-    # the transcript row was read once (the first turn), not once per turn.
+    # Renewed at acquire (T0): every turn came less than a second later, so no lock write; the
+    # transcript row was read once and rewritten once (the first turn), not once per turn.
     assert not [s for s in statements if "transcript_locks" in s]
-    assert len([s for s in statements if s.startswith("SELECT message_count")]) == 1
+    assert len([s for s in statements if s.startswith("SELECT status, message_count")]) == 1
+    assert len([s for s in statements if s.startswith("UPDATE transcripts")]) == 1
     assert store.get_transcript("s").locked_until == T0 + 60
     assert store.get_transcript("s").message_count == 9
     # The indexed updated_at moves at most once a second during a run: set by the first turn.
@@ -204,20 +205,20 @@ def test_persist_of_a_lock_contention_result_writes_nothing(store: TranscriptSto
 def test_a_failed_turn_write_leaves_nothing_of_that_turn(host: Host,
                                                          store: TranscriptStore) -> None:
     store.append_turn("s", 1, _turn(1))
-    # Occupy the position the turn's second message will need, so its INSERT fails midway.
-    host.db.conn.execute("BEGIN IMMEDIATE")
+    # Refuse the turn's second message, so its INSERT fails midway.
     host.db.conn.execute(
-        "INSERT INTO transcript_messages (session_id, position, turn, envelope, created_at) "
-        "VALUES ('s', 4, 9, '{}', 0)")
-    host.db.conn.execute("COMMIT")
+        "CREATE TEMP TRIGGER refuse_second AFTER INSERT ON transcript_messages "
+        "WHEN NEW.position = 4 BEGIN SELECT RAISE(ABORT, 'refused'); END")
     with pytest.raises(DatabaseError, match="append a turn"):
         store.append_turn("s", 2, _turn(2))
+    host.db.conn.execute("DROP TRIGGER refuse_second")
     assert not host.db.conn.in_transaction
     rows = host.db.conn.execute(
         "SELECT position FROM transcript_messages WHERE session_id = 's' ORDER BY position"
     ).fetchall()
-    assert rows == [(0,), (1,), (2,), (4,)]  # the turn's first message was rolled back too
-    assert store.get_transcript("s").turn_count == 1
+    assert rows == [(0,), (1,), (2,)]  # the turn's first message was rolled back too
+    record = store.get_transcript("s")
+    assert (record.turn_count, record.message_count) == (1, 3)
 
 
 def test_a_write_inside_the_callers_transaction_rolls_back_with_it(
@@ -310,7 +311,9 @@ def test_a_fast_run_reads_its_row_once_and_writes_the_lock_only_to_take_and_free
     assert result.status == "completed"
     lock_writes = [s.split()[0] for s in statements if "transcript_locks" in s]
     assert lock_writes == ["INSERT", "DELETE"]  # taken and freed; never rewritten mid-run
-    assert len([s for s in statements if s.startswith("SELECT message_count")]) == 1  # begin
+    assert len([s for s in statements if s.startswith("SELECT status, message_count")]) == 1
+    # The row is written by begin (INSERT) and by persist; the turns only add messages.
+    assert len([s for s in statements if s.startswith("UPDATE transcripts")]) == 1
     record = store.get_transcript("fast")
     assert record.messages == [m.to_dict() for m in result.messages]
     assert (record.turn_count, record.message_count) == (3, len(result.messages))
@@ -331,7 +334,7 @@ def test_a_run_whose_lock_expired_reads_the_row_before_its_final_write(
                       LoopResult(messages=[], transcript_session_id="late", turn_count=1))
     finally:
         store._db.conn.set_trace_callback(None)
-    assert any(s.startswith("SELECT message_count") for s in statements)
+    assert any(s.startswith("SELECT status, message_count") for s in statements)
     assert store.get_transcript("late").message_count == 4
 
 
@@ -396,3 +399,60 @@ def test_writes_inside_a_callers_transaction_are_not_trusted_after_it(
     store.persist([*messages, *_turn(1)], {},
                   LoopResult(messages=[], transcript_session_id="s", turn_count=1))
     assert store.get_transcript("s").message_count == 4
+
+
+def test_counts_a_fast_run_has_not_written_to_its_row_are_read_off_its_messages(
+    host: Host, store: TranscriptStore, frozen: FrozenDateTimeFactory
+) -> None:
+    # A finished run first, so the session has a cumulative count to continue from.
+    first = [Message.text("user", "hi"), *_turn(1), *_turn(2)]
+    store.persist(first, {}, _result("s", first))
+    token = store.acquire("s", 60)
+    assert token is not None
+    store.begin("s", [*first, Message.text("user", "again")])
+    for turn in (1, 2, 3):
+        frozen.tick(0.1)
+        store.append_turn("s", turn, _turn(turn))
+    # Within a second of begin, no turn rewrote the row: its counts are begin's.
+    row = host.db.conn.execute(
+        "SELECT message_count, turn_count, cumulative_turn_count FROM transcripts WHERE id = 's'"
+    ).fetchone()
+    assert row == (8, 0, 2)
+    # Readers (this process or another) still see the exact counts of the live run.
+    other = TranscriptStore(host.db)
+    for reader in (store, other):
+        record = reader.get_transcript("s")
+        assert record.status == "running"
+        assert (record.message_count, record.turn_count, record.cumulative_turn_count) == (
+            17, 3, 5)
+        assert record.message_count == len(record.messages)
+    [listed] = other.list()
+    assert (listed.message_count, listed.turn_count, listed.cumulative_turn_count) == (17, 3, 5)
+
+
+def test_a_run_killed_between_row_writes_loses_no_count_and_the_next_run_continues(
+    host: Host, store: TranscriptStore, frozen: FrozenDateTimeFactory
+) -> None:
+    token = store.acquire("s", 60)
+    assert token is not None
+    store.begin("s", [Message.text("user", "hi")])
+    for turn in (1, 2, 3, 4):
+        frozen.tick(0.1)
+        store.append_turn("s", turn, _turn(turn))
+    # The process dies here: no persist, no release. Its lock runs out.
+    frozen.tick(61)
+    record = TranscriptStore(host.db).get_transcript("s")
+    assert record.status == "interrupted"
+    assert (record.message_count, record.turn_count, record.cumulative_turn_count) == (13, 4, 4)
+
+    # The next process continues the session without begin(): its turns go after the stored
+    # messages, and the cumulative count goes on from the killed run's last turn.
+    successor = TranscriptStore(host.db)
+    token = successor.acquire("s", 60)
+    assert token is not None
+    successor.append_turn("s", 1, _turn(5))
+    record = successor.get_transcript("s")
+    assert (record.message_count, record.turn_count, record.cumulative_turn_count) == (16, 1, 5)
+    positions = [row[0] for row in host.db.conn.execute(
+        "SELECT position FROM transcript_messages WHERE session_id = 's' ORDER BY position")]
+    assert positions == list(range(16))
