@@ -15,14 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agents_api.construct import construct_all
 from agents_api.errors import InvalidMessage
-from agents_api.jsontext import json_encoder
+from agents_api.jsontext import compact_json
 
 __all__ = ["MESSAGE_SCHEMA", "MESSAGE_TYPES", "Message", "normalize_message", "normalize_messages"]
 
 MESSAGE_SCHEMA: Literal["agents-api.message"] = "agents-api.message"
 MESSAGE_TYPES = frozenset({"text", "tool_call", "tool_result", "final_result", "error"})
-
-_envelope_json = json_encoder(separators=(",", ":"), ensure_ascii=False, default=str)
 
 # Keys promoted from a plain message's metadata into the envelope payload, per type.
 _PAYLOAD_KEYS = {
@@ -122,8 +120,9 @@ class Message(BaseModel):
 
     def to_json(self) -> str:
         """The envelope as compact JSON: what the transcript store writes. Values JSON cannot
-        hold are written as their ``str()``."""
-        return _envelope_json(self.to_dict())
+        hold are written as pydantic writes them in JSON mode (datetimes in ISO 8601), else as
+        their ``str()``; see :func:`agents_api.jsontext.compact_json`."""
+        return compact_json(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON envelope, with ``schema`` spelled as on the wire."""

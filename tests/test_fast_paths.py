@@ -185,6 +185,62 @@ def test_json_encoder_without_default_refuses_unknown_objects() -> None:
         json_encoder(default=None)({"x": object()})
 
 
+_PLAIN_JSON: list[Any] = [
+    {"b": 1, "a": [1.5, None, True, "é \" \\ \n \u2028 \x00"], "c": {"z": float("nan"), "y": -0.0}},
+    "plain", 7, 2.5, 1e300, 123456789.123, 10**30, float("-inf"), None, False, [], {},
+    {1: "int key", "s": "str key", 2.5: "float key", False: "bool key"},
+    {"nested": [{"deep": [[], {}, [1, [2, [3]]]]}], "emoji": "\U0001f600"},
+]
+
+
+@pytest.mark.parametrize("value", _PLAIN_JSON)
+def test_compact_json_writes_what_json_dumps_writes_for_json_values(value: Any) -> None:
+    import json
+
+    from agents_api.jsontext import compact_json
+
+    assert compact_json(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_compact_json_writes_values_json_cannot_hold_as_documented() -> None:
+    import dataclasses
+    import datetime as dt
+    import enum
+    import json
+
+    from agents_api.jsontext import compact_json
+
+    class Colour(enum.Enum):
+        RED = "red"
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    class Opaque:
+        def __str__(self) -> str:
+            return "opaque!"
+
+    value = {"when": dt.datetime(2026, 1, 2, 3, 4, 5), "colour": Colour.RED, "tags": {"a"},
+             "point": Point(1), "other": Opaque(), "tiny": 1e-7}
+    assert json.loads(compact_json(value)) == {
+        "when": "2026-01-02T03:04:05", "colour": "red", "tags": ["a"], "point": {"x": 1},
+        "other": "opaque!", "tiny": 1e-7}
+
+
+def test_compact_json_hands_what_pydantic_refuses_to_the_standard_encoder() -> None:
+    import json
+
+    from agents_api.jsontext import compact_json
+
+    # Bytes that are not UTF-8: pydantic-core refuses them; the standard encoder writes str().
+    assert json.loads(compact_json({"raw": b"\xff"})) == {"raw": "b'\\xff'"}
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = cyclic
+    with pytest.raises(ValueError, match="Circular reference"):
+        compact_json(cyclic)
+
+
 def test_a_copied_tool_does_not_reuse_its_originals_provider_json() -> None:
     import json
 
