@@ -49,56 +49,88 @@ def db_label(db: Database) -> str:
     return "database"
 
 
+def _database_error(label: str, action: str, exc: sqlite3.Error) -> DatabaseError:
+    return DatabaseError(
+        f"Cannot {action} in the database {label}: {exc}. If another process holds the "
+        "database for longer than the busy timeout, retry; if the file is damaged, restore "
+        "it or point DATAMACHINE_DB elsewhere."
+    )
+
+
 @contextmanager
 def sqlite_errors(label: str, action: str) -> Iterator[None]:
     """Turn a raw ``sqlite3`` failure into a :class:`DatabaseError` naming the file."""
     try:
         yield
     except sqlite3.Error as exc:
-        raise DatabaseError(
-            f"Cannot {action} in the database {label}: {exc}. If another process holds the "
-            "database for longer than the busy timeout, retry; if the file is damaged, restore "
-            "it or point DATAMACHINE_DB elsewhere."
-        ) from exc
+        raise _database_error(label, action, exc) from exc
 
 
-@contextmanager
-def immediate(db: Database, lock: threading.RLock, label: str, action: str) -> Iterator[
-    sqlite3.Connection
-]:
+class immediate:
     """Run the block as one write transaction, holding ``lock``.
 
     Outside a transaction this is ``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on any error). If
     the caller already opened one (for example with ``db.atomic()``), the block becomes a savepoint
-    inside it, so the caller still decides whether everything commits together.
+    inside it, so the caller still decides whether everything commits together. A ``sqlite3``
+    failure anywhere in it surfaces as a :class:`DatabaseError` naming the file.
+
+    A class rather than a ``@contextmanager`` generator: every turn of a persisted run opens one,
+    and the generator machinery cost more than the rest of the bookkeeping around the SQL.
     """
-    with lock, sqlite_errors(label, action):
-        conn = db.conn
-        if conn.in_transaction:
-            savepoint = f"dm_{secrets.token_hex(8)}"
-            conn.execute(f"SAVEPOINT {savepoint}")
-            try:
-                yield conn
-            except BaseException:
-                if conn.in_transaction:
+
+    __slots__ = ("_action", "_conn", "_db", "_label", "_lock", "_savepoint")
+
+    def __init__(self, db: Database, lock: threading.RLock, label: str, action: str) -> None:
+        self._db = db
+        self._lock = lock
+        self._label = label
+        self._action = action
+        self._savepoint: str | None = None
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._lock.acquire()
+        try:
+            conn = self._conn = self._db.conn
+            if conn.in_transaction:
+                self._savepoint = f"dm_{secrets.token_hex(8)}"
+                conn.execute(f"SAVEPOINT {self._savepoint}")
+            else:
+                conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            self._lock.release()
+            raise _database_error(self._label, self._action, exc) from exc
+        except BaseException:
+            self._lock.release()
+            raise
+        return conn
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: object) -> None:
+        conn, savepoint = self._conn, self._savepoint
+        try:
+            if exc_type is None:
+                if savepoint is not None:
+                    conn.execute(f"RELEASE SAVEPOINT {savepoint}")
+                    return
+                try:
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                return
+            if conn.in_transaction:
+                if savepoint is None:
+                    conn.execute("ROLLBACK")
+                else:
                     conn.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
                     conn.execute(f"RELEASE SAVEPOINT {savepoint}")
-                raise
-            conn.execute(f"RELEASE SAVEPOINT {savepoint}")
-            return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        try:
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+        except sqlite3.Error as failure:
+            raise _database_error(self._label, self._action, failure) from failure
+        finally:
+            self._lock.release()
+        if isinstance(exc, sqlite3.Error):
+            raise _database_error(self._label, self._action, exc) from exc
 
 
 @contextmanager
