@@ -150,6 +150,8 @@ class TranscriptStore:
         self._held: dict[str, tuple[str, float]] = {}
         self._renewed: dict[str, tuple[str, bool]] = {}
         self._renewed_at: dict[str, float] = {}  # when each held lock was last extended
+        # Locks persist() freed in its commit: (token, whether it still held the lock).
+        self._released: dict[str, tuple[str, bool]] = {}
 
     # -- the lock protocol -----------------------------------------------------------------
     def acquire(self, session_id: str, ttl: float) -> str | None:
@@ -159,6 +161,7 @@ class TranscriptStore:
         if token is not None:
             with self._lock:
                 self._held[session_id] = (token, ttl)
+                self._released.pop(session_id, None)  # an earlier run's, never asked for
                 self._renewed_at[session_id] = now
         return token
 
@@ -183,8 +186,15 @@ class TranscriptStore:
         return ok
 
     def release(self, session_id: str, token: str) -> bool:
-        """Release the lock if ``token`` holds it; a stale token releases nothing."""
+        """Release the lock if ``token`` holds it; a stale token releases nothing.
+
+        After ``persist``, which frees the run's lock in its own commit, this only reports
+        whether that freed it.
+        """
         with self._lock:
+            done = self._released.pop(session_id, None)
+            if done is not None and done[0] == token:
+                return done[1]
             if self._held.get(session_id, ("",))[0] == token:
                 del self._held[session_id]
                 self._renewed_at.pop(session_id, None)
@@ -363,6 +373,9 @@ class TranscriptStore:
         now = clock.now()
         with self._lock:
             run = self._runs.pop(sid, None)
+            held = self._held.get(sid)
+            nested = self._db.conn.in_transaction  # a caller's transaction may still roll back
+            released: bool | None = None
             with immediate(self._db, self._lock, self._label, "store a transcript") as conn:
                 if run is not None and run.stored is not None and self._unexpired(sid, now):
                     count, cumulative = run.stored  # the run's own last write; nobody else's
@@ -384,6 +397,18 @@ class TranscriptStore:
                      count + len(new), _dump(getattr(result, "usage", {})),
                      _dump(getattr(result, "budgets", {})), _dump(summary), sid],
                 )
+                if held is not None and not nested:
+                    # The run's last write: its lock goes in the same commit (one commit fewer
+                    # per run); the loop's release() right after answers from memory.
+                    released = conn.execute(
+                        "DELETE FROM transcript_locks WHERE session_id = ? AND token = ?",
+                        [sid, held[0]],
+                    ).rowcount == 1
+            if held is not None and released is not None:  # committed
+                self._released[sid] = (held[0], released)
+                del self._held[sid]
+                self._renewed_at.pop(sid, None)
+                self._renewed.pop(sid, None)
         return sid
 
     # -- reading ---------------------------------------------------------------------------

@@ -456,3 +456,76 @@ def test_a_run_killed_between_row_writes_loses_no_count_and_the_next_run_continu
     positions = [row[0] for row in host.db.conn.execute(
         "SELECT position FROM transcript_messages WHERE session_id = 's' ORDER BY position")]
     assert positions == list(range(16))
+
+
+def test_persist_frees_the_runs_lock_in_its_own_commit(
+    store: TranscriptStore, frozen: FrozenDateTimeFactory
+) -> None:
+    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        return workers.scripted_turn("free", context["turn"], 2)
+
+    statements: list[str] = []
+    store._db.conn.set_trace_callback(statements.append)
+    try:
+        result = run_loop(
+            [{"role": "user", "content": "prompt for free"}], runner,
+            turn_budget=IterationBudget("conversation_turns", 5),
+            tool_executor=workers.echo_tool, transcript_persister=store, transcript_lock=store,
+            transcript_session_id="free", transcript_lock_ttl=60,
+        )
+    finally:
+        store._db.conn.set_trace_callback(None)
+    assert result.status == "completed"
+    # Take the lock, begin, one commit per turn, and the final write that also frees the lock.
+    assert statements.count("COMMIT") == 2 + result.turn_count + 1
+    final = statements[len(statements) - 1 - statements[::-1].index("BEGIN IMMEDIATE"):]
+    assert final[-1] == "COMMIT"
+    assert any(s.startswith("UPDATE transcripts SET status") for s in final)
+    assert any(s.startswith("DELETE FROM transcript_locks") for s in final)
+    assert store.locks.info("free") is None
+    assert store.acquire("free", 60) is not None  # free for the next run at once
+
+
+def test_a_lock_taken_over_before_persist_is_left_to_its_new_holder(
+    host: Host, store: TranscriptStore, frozen: FrozenDateTimeFactory
+) -> None:
+    token = store.acquire("s", 10)
+    assert token is not None
+    frozen.tick(11)  # expired: another process takes the session over
+    other = TranscriptStore(host.db)
+    theirs = other.acquire("s", 60)
+    assert theirs is not None
+    messages = [Message.text("user", "hi")]
+    store.persist(messages, {}, _result("s", messages))
+    assert store.release("s", token) is False  # it no longer held the lock
+    info = other.locks.info("s")
+    assert info is not None
+    assert other.release("s", theirs) is True
+
+
+def test_a_persist_that_fails_keeps_the_lock_for_release(
+    store: TranscriptStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    real = store._db.conn
+
+    class FailingCommit:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def execute(self, sql: str, *args: Any) -> Any:
+            if sql == "COMMIT":
+                raise sqlite3.OperationalError("disk I/O error (simulated)")
+            return real.execute(sql, *args)
+
+    token = store.acquire("s", 60)
+    assert token is not None
+    messages = [Message.text("user", "hi")]
+    monkeypatch.setattr(store._db, "conn", FailingCommit())
+    with pytest.raises(DatabaseError):
+        store.persist(messages, {}, _result("s", messages))
+    monkeypatch.setattr(store._db, "conn", real)
+    assert store.locks.info("s") is not None  # the rollback kept it
+    assert store.release("s", token) is True
+    assert store.locks.info("s") is None
