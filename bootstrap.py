@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from datamachine.budgets_builtin import BUILTIN_BUDGETS, BUILTIN_OWNER
-from datamachine.db import default_db_path, open_database
+from datamachine.db import default_db_path, open_handle
 from datamachine.errors import DuplicateBudgetError, InvalidBudgetSpec, PluginLoadError
 from datamachine.host import Host
 from datamachine.plugins import collect, make_plugin_manager
@@ -40,7 +40,7 @@ def boot(
     resolved_path = None if db_path is not None and str(db_path) == ":memory:" else (
         Path(db_path).expanduser() if db_path is not None else default_db_path()
     )
-    db = open_database(db_path)
+    db = open_handle(db_path)
     registry = IterationBudgetRegistry()
     def validate(key: str, value: object) -> None:
         registry.validate_setting(key, value)
@@ -54,7 +54,7 @@ def boot(
     transcripts = TranscriptStore(db)
     providers = ProviderRegistry.from_plugin_manager(pm)
     providers.bind_settings(settings.get)
-    host = Host(pm=pm, db=db, settings=settings, budgets=registry, db_path=resolved_path,
+    host = Host(pm=pm, handle=db, settings=settings, budgets=registry, db_path=resolved_path,
                 plugins=infos, providers=providers,
                 tools=ToolRegistry.from_plugin_manager(pm),
                 transcripts=transcripts, jobs=JobStore(db),

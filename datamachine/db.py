@@ -9,17 +9,63 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from pathlib import Path
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING
 
 from datamachine.errors import DatabaseError
-from datamachine.migrations import MIGRATIONS, migrate
+from datamachine.storage._tx import share_lock
 
-__all__ = ["BUSY_TIMEOUT_MS", "default_db_path", "open_database"]
+if TYPE_CHECKING:
+    from sqlite_utils import Database
+
+__all__ = ["BUSY_TIMEOUT_MS", "DatabaseHandle", "default_db_path", "open_database", "open_handle"]
 
 BUSY_TIMEOUT_MS = 30_000
 DB_ENV = "DATAMACHINE_DB"
+# The schema's migrations (datamachine.migrations) as sqlite-utils records them: read here
+# without importing sqlite-utils, so a boot on a current database does not load it at all.
+# tests/storage/test_database.py checks they match the migrations themselves.
+MIGRATIONS_TABLE = "_sqlite_migrations"
+MIGRATION_SET = "datamachine"
+MIGRATION_NAMES = ("m001_settings", "m002_transcripts", "m003_transcript_locks",
+                   "m004_chat_sessions", "m005_jobs", "m006_api_tokens")
+
+
+class DatabaseHandle:
+    """A host's open database: the ``sqlite3`` connection its stores share, and the
+    sqlite-utils ``Database`` over that connection, built when first asked for.
+
+    Why a handle and not the ``Database`` itself: the stores only need the connection, and
+    importing sqlite-utils is one of the largest parts of a boot (it loads click, dateutil and
+    scans the installed packages for its own plugins). A host booted on a database whose schema
+    is current never imports it, until ``host.db`` is read.
+    """
+
+    __slots__ = ("__weakref__", "_database", "_guard", "conn", "label")
+
+    def __init__(self, conn: sqlite3.Connection, label: str) -> None:
+        self.conn = conn
+        self.label = label
+        self._database: Database | None = None
+        self._guard = threading.Lock()
+
+    @property
+    def database(self) -> Database:
+        """The sqlite-utils ``Database`` on this connection (it shares the stores' lock)."""
+        with self._guard:
+            if self._database is None:
+                from sqlite_utils import Database
+
+                database = Database(self.conn)
+                share_lock(self, database)
+                self._database = database
+            return self._database
+
+    @property
+    def migrated(self) -> bool:
+        """Whether every migration of the schema is recorded as applied."""
+        return _schema_is_current(self.conn)
 
 
 def default_db_path() -> Path:
@@ -46,7 +92,8 @@ def _connect(path: Path | str) -> sqlite3.Connection:
 
 
 def open_database(path: str | Path | None = None, *, create_parent: bool | None = None) -> Database:
-    """Open (creating if needed) and migrate the database at ``path``.
+    """Open (creating if needed) and migrate the database at ``path``; its sqlite-utils
+    ``Database``.
 
     ``None`` means :func:`default_db_path` (whose directory is created); ``":memory:"`` gives a
     private in-memory database for tests. A missing directory given explicitly is an error, not
@@ -54,15 +101,22 @@ def open_database(path: str | Path | None = None, *, create_parent: bool | None 
     naming the path: a missing or unwritable directory, a file that is not SQLite, a SQLite file
     that belongs to another application, a migration that failed.
     """
+    return open_handle(path, create_parent=create_parent).database
+
+
+def open_handle(path: str | Path | None = None, *,
+                create_parent: bool | None = None) -> DatabaseHandle:
+    """Like :func:`open_database`, as a :class:`DatabaseHandle`: sqlite-utils is imported only
+    if a migration is pending (a new file) or the ``Database`` is asked for."""
     if path is None:
         target: Path | str = default_db_path()
         create_parent = True if create_parent is None else create_parent
     else:
         target = path if str(path) == ":memory:" else Path(path).expanduser()
     if target == ":memory:" or str(target) == ":memory:":
-        db = Database(_connect(":memory:"))
-        migrate(db, label=":memory:")
-        return db
+        handle = DatabaseHandle(_connect(":memory:"), ":memory:")
+        _migrate(handle)
+        return handle
     assert isinstance(target, Path)
     _check_location(target, create_parent=bool(create_parent))
     try:
@@ -71,12 +125,29 @@ def open_database(path: str | Path | None = None, *, create_parent: bool | None 
         raise DatabaseError(_explain(target, exc)) from None
     try:
         _prepare(conn, target)
-        db = Database(conn)
-        migrate(db, label=str(target))
+        handle = DatabaseHandle(conn, str(target))
+        if not handle.migrated:
+            _migrate(handle)
     except BaseException:
         conn.close()
         raise
-    return db
+    return handle
+
+
+def _migrate(handle: DatabaseHandle) -> None:
+    from datamachine.migrations import migrate
+
+    migrate(handle.database, label=handle.label)
+
+
+def _schema_is_current(conn: sqlite3.Connection) -> bool:
+    try:
+        rows = conn.execute(
+            f"SELECT name FROM [{MIGRATIONS_TABLE}] WHERE migration_set = ?", [MIGRATION_SET]
+        ).fetchall()
+    except sqlite3.OperationalError:  # no migrations table yet: a new database
+        return False
+    return set(MIGRATION_NAMES) <= {row[0] for row in rows}
 
 
 def _check_location(target: Path, *, create_parent: bool) -> None:
@@ -132,11 +203,11 @@ def _prepare(conn: sqlite3.Connection, target: Path) -> None:
 
 
 def _is_datamachine(conn: sqlite3.Connection, tables: list[str]) -> bool:
-    if MIGRATIONS.migrations_table not in tables:
+    if MIGRATIONS_TABLE not in tables:
         return False
     row = conn.execute(
-        f"SELECT 1 FROM [{MIGRATIONS.migrations_table}] WHERE migration_set = ? LIMIT 1",
-        [MIGRATIONS.name],
+        f"SELECT 1 FROM [{MIGRATIONS_TABLE}] WHERE migration_set = ? LIMIT 1",
+        [MIGRATION_SET],
     ).fetchone()
     return row is not None
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pluggy
-from sqlite_utils import Database
 
+from datamachine.db import DatabaseHandle
 from datamachine.plugins import PluginInfo, first_result, fold_value
 from datamachine.providers.registry import ProviderRegistry
 from datamachine.registry import IterationBudgetRegistry
@@ -22,6 +22,8 @@ from datamachine.storage import ChatSessionStore, JobStore, TokenStore, Transcri
 from datamachine.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
+    from sqlite_utils import Database
+
     from datamachine.conversation.result import ConversationResult
 
 __all__ = ["Host"]
@@ -32,7 +34,8 @@ class Host:
     """Everything one datamachine instance owns. Build it with ``bootstrap.boot()``."""
 
     pm: pluggy.PluginManager
-    db: Database
+    # The open database the stores share; ``db`` is sqlite-utils' view of it (see ``db``).
+    handle: DatabaseHandle
     settings: Settings
     budgets: IterationBudgetRegistry
     db_path: Path | None
@@ -46,6 +49,12 @@ class Host:
     jobs: JobStore = field(kw_only=True)
     chat_sessions: ChatSessionStore = field(kw_only=True)
     tokens: TokenStore = field(kw_only=True)
+
+    @property
+    def db(self) -> Database:
+        """The sqlite-utils ``Database`` on the host's connection. Built on first use, so a host
+        that never reads it never imports sqlite-utils (when its schema is current at boot)."""
+        return self.handle.database
 
     def fold(self, hook_name: str, value: Any, **kwargs: Any) -> Any:
         """Pass ``value`` through a value-filter hook (see ``plugins.fold_value``)."""
@@ -134,7 +143,7 @@ class Host:
 
     def close(self) -> None:
         """Close the database connection; the host is unusable afterwards."""
-        self.db.conn.close()
+        self.handle.conn.close()
 
     def __enter__(self) -> Host:
         return self

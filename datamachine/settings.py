@@ -11,12 +11,13 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Literal
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING, Any, Literal
 
 from agents_api import clock
 from datamachine.errors import InvalidSetting
+
+if TYPE_CHECKING:  # datamachine.storage imports this module
+    from datamachine.storage._tx import Connected
 
 __all__ = ["RESERVED_ENV", "Settings"]
 
@@ -65,7 +66,7 @@ class Settings:
 
     def __init__(
         self,
-        db: Database,
+        db: Connected,
         *,
         environ: Mapping[str, str] | None = None,
         validator: Callable[[str, Any], None] | None = None,
@@ -118,10 +119,10 @@ class Settings:
         with self._write_lock:
             if self._trusted and self._cache is not None:
                 return self._cache  # inside batch(): checked once already
-            version = self._db.execute("PRAGMA data_version").fetchone()[0]
+            version = self._db.conn.execute("PRAGMA data_version").fetchone()[0]
             if self._cache is None or version != self._version:
                 self._cache = dict(
-                    self._db.execute("SELECT key, value FROM settings").fetchall()
+                    self._db.conn.execute("SELECT key, value FROM settings").fetchall()
                 )
                 self._version = version
             return self._cache
@@ -167,8 +168,8 @@ class Settings:
             raise InvalidSetting(f"Setting {key!r} must be a JSON value: {exc}.") from None
         with self._write_lock:
             self._cache = None
-            with self._db.atomic():
-                self._db.execute(
+            with self._write(f"store the setting {key!r}") as conn:
+                conn.execute(
                     "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?) "
                     "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
                     "updated_at = excluded.updated_at",
@@ -179,9 +180,14 @@ class Settings:
         """Remove the stored value; True if there was one (environment overrides stay)."""
         with self._write_lock:
             self._cache = None
-            with self._db.atomic():
-                cursor = self._db.execute("DELETE FROM settings WHERE key = ?", [key])
+            with self._write(f"delete the setting {key!r}") as conn:
+                cursor = conn.execute("DELETE FROM settings WHERE key = ?", [key])
         return bool(cursor.rowcount)
+
+    def _write(self, action: str) -> Any:
+        from datamachine.storage._tx import db_label, immediate
+
+        return immediate(self._db, self._write_lock, db_label(self._db), action)
 
     def all(self) -> dict[str, Any]:
         """Every stored setting, with environment overrides applied on top."""

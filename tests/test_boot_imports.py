@@ -50,3 +50,16 @@ def test_lazy_packages_still_export_every_public_name(tmp_path: Path) -> None:
         "    for name in package.__all__:\n"
         "        getattr(package, name)\n", tmp_path)
     assert {"agents_api.loop", "datamachine.tools.executor"} <= loaded
+
+
+def test_boot_on_a_current_database_does_not_import_sqlite_utils(tmp_path: Path) -> None:
+    boot = ("import os, datamachine, bootstrap\n"
+            "host = bootstrap.boot(db_path=os.environ['BOOT_DB'])\n")
+    first = _modules_after(boot, tmp_path)  # a new file: the migrations need sqlite-utils
+    assert "sqlite_utils" in first
+    again = _modules_after(boot + "assert host.settings.get('site_id')\n", tmp_path)
+    assert not {"sqlite_utils", "click", "dateutil"} & {m.split(".")[0] for m in again}
+    # Reading host.db still gives sqlite-utils' Database, on the same connection.
+    used = _modules_after(boot + "assert host.db.conn is host.handle.conn\n"
+                          "assert 'settings' in host.db.table_names()\n", tmp_path)
+    assert "sqlite_utils" in used

@@ -63,7 +63,7 @@ def load_remote_sites(host: Host) -> dict[str, RemoteSite]:
 
     Raises :class:`InvalidSetting` naming the entry and field when it is malformed.
     """
-    with connection_lock(host.db):
+    with connection_lock(host.handle):
         raw = host.settings.get(REMOTE_SITES_SETTING, {})
     if not isinstance(raw, dict):
         raise InvalidSetting(
@@ -83,7 +83,7 @@ def load_remote_sites(host: Host) -> dict[str, RemoteSite]:
 
 
 def _timeout(host: Host) -> float:
-    with connection_lock(host.db):
+    with connection_lock(host.handle):
         value = host.settings.get(TIMEOUT_SETTING, DEFAULT_TIMEOUT_SECONDS)
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise InvalidSetting(

@@ -269,7 +269,7 @@ def admit(host: Host, inbound: InboundChain, site_id: str) -> CallerContext:
             "refusing the call to break the cycle. Answer from what you have instead.",
             chain_id=inbound.chain_id, site_id=site_id, chain_sites=passed)
     landing = inbound.landing_depth
-    with connection_lock(host.db):
+    with connection_lock(host.handle):
         budget = host.budgets.create(CHAIN_DEPTH_BUDGET, current=landing)
     if budget.exceeded():
         logger.warning("datamachine: refused chain %s at depth %d (ceiling %d)",

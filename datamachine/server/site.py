@@ -60,11 +60,11 @@ def ensure_site_id(host: Host) -> str:
     The read and the write are one ``BEGIN IMMEDIATE`` transaction, so two processes starting on
     one database agree on a single id instead of each storing their own.
     """
-    lock = connection_lock(host.db)
+    lock = connection_lock(host.handle)
     with lock:
         current = host.settings.get(SITE_ID_SETTING)
     if current is None:
-        with immediate(host.db, lock, db_label(host.db), "create the site id"):
+        with immediate(host.handle, lock, db_label(host.handle), "create the site id"):
             current = host.settings.get(SITE_ID_SETTING)
             if current is None:
                 current = uuid.uuid4().hex
@@ -74,7 +74,7 @@ def ensure_site_id(host: Host) -> str:
 
 def max_request_bytes(host: Host) -> int:
     """The largest ``/chat`` body accepted: the setting ``max_request_bytes``, default 1 MiB."""
-    with connection_lock(host.db):
+    with connection_lock(host.handle):
         value = host.settings.get(MAX_REQUEST_BYTES_SETTING, DEFAULT_MAX_REQUEST_BYTES)
     if (isinstance(value, bool) or not isinstance(value, int)
             or not 1 <= value <= _MAX_REQUEST_BYTES_CEILING):

@@ -18,18 +18,27 @@ import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-from sqlite_utils import Database
+from typing import Protocol
 
 from datamachine.errors import DatabaseError
 
-__all__ = ["connection_lock", "db_label", "immediate", "snapshot", "sqlite_errors"]
+__all__ = ["Connected", "connection_lock", "db_label", "immediate", "share_lock", "snapshot",
+           "sqlite_errors"]
 
-_LOCKS: weakref.WeakKeyDictionary[Database, threading.RLock] = weakref.WeakKeyDictionary()
+
+class Connected(Protocol):
+    """What a store needs of a database: its ``sqlite3`` connection. A sqlite-utils
+    ``Database`` has one, and so has the host's :class:`datamachine.db.DatabaseHandle`, which
+    lets a host boot without importing sqlite-utils."""
+
+    conn: sqlite3.Connection
+
+
+_LOCKS: weakref.WeakKeyDictionary[Connected, threading.RLock] = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
 
 
-def connection_lock(db: Database) -> threading.RLock:
+def connection_lock(db: Connected) -> threading.RLock:
     """The re-entrant lock every store takes before using ``db``'s connection."""
     with _LOCKS_GUARD:
         lock = _LOCKS.get(db)
@@ -38,7 +47,14 @@ def connection_lock(db: Database) -> threading.RLock:
         return lock
 
 
-def db_label(db: Database) -> str:
+def share_lock(source: Connected, other: Connected) -> None:
+    """Make ``other`` (another wrapper of the same connection) use ``source``'s lock."""
+    lock = connection_lock(source)
+    with _LOCKS_GUARD:
+        _LOCKS[other] = lock
+
+
+def db_label(db: Connected) -> str:
     """The file behind ``db`` (or ``:memory:``), for error messages that name the path."""
     try:
         for row in db.conn.execute("PRAGMA database_list").fetchall():
@@ -80,7 +96,7 @@ class immediate:
 
     __slots__ = ("_action", "_conn", "_db", "_label", "_lock", "_savepoint")
 
-    def __init__(self, db: Database, lock: threading.RLock, label: str, action: str) -> None:
+    def __init__(self, db: Connected, lock: threading.RLock, label: str, action: str) -> None:
         self._db = db
         self._lock = lock
         self._label = label
@@ -134,7 +150,7 @@ class immediate:
 
 
 @contextmanager
-def snapshot(db: Database, lock: threading.RLock, label: str) -> Iterator[sqlite3.Connection]:
+def snapshot(db: Connected, lock: threading.RLock, label: str) -> Iterator[sqlite3.Connection]:
     """Run several reads against one consistent snapshot (a read transaction), holding ``lock``.
 
     Without it, another process could commit between two SELECTs, and a transcript's row would

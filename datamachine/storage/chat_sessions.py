@@ -15,7 +15,6 @@ import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
-from sqlite_utils import Database
 
 from agents_api import clock
 from datamachine.errors import (
@@ -26,7 +25,7 @@ from datamachine.errors import (
     UsageError,
 )
 from datamachine.registry import validate_budget_value
-from datamachine.storage._tx import connection_lock, db_label, immediate
+from datamachine.storage._tx import Connected, connection_lock, db_label, immediate
 from datamachine.storage.locks import check_session_id
 
 if TYPE_CHECKING:
@@ -85,7 +84,7 @@ def _session(row: Any) -> ChatSession:
 class ChatSessionStore:
     """Create, read and update chat sessions; every change is one transaction."""
 
-    def __init__(self, db: Database, *, settings: Settings | None = None,
+    def __init__(self, db: Connected, *, settings: Settings | None = None,
                  transcripts: TranscriptStore | None = None) -> None:
         self._db = db
         self._lock = connection_lock(db)

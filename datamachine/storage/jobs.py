@@ -16,11 +16,10 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
-from sqlite_utils import Database
 
 from agents_api import clock
 from datamachine.errors import InvalidJobTransition, JobNotFound, UsageError
-from datamachine.storage._tx import connection_lock, db_label, immediate
+from datamachine.storage._tx import Connected, connection_lock, db_label, immediate
 
 __all__ = ["Job", "JobStatus", "JobStore"]
 
@@ -83,7 +82,7 @@ def _job(row: Any) -> Job:
 class JobStore:
     """Create, read, list and move jobs through their statuses."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Connected) -> None:
         self._db = db
         self._lock = connection_lock(db)
         self._label = db_label(db)

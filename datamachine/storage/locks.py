@@ -15,11 +15,10 @@ import socket
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlite_utils import Database
 
 from agents_api import clock
 from datamachine.errors import UsageError
-from datamachine.storage._tx import connection_lock, db_label, immediate
+from datamachine.storage._tx import Connected, connection_lock, db_label, immediate
 
 __all__ = ["LockInfo", "TranscriptLocks", "check_session_id"]
 
@@ -56,7 +55,7 @@ def _check_ttl(ttl: object) -> float:
 class TranscriptLocks:
     """``acquire`` / ``renew`` / ``release`` over the ``transcript_locks`` table."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Connected) -> None:
         self._db = db
         self._lock = connection_lock(db)
         self._label = db_label(db)

@@ -14,11 +14,10 @@ import re
 import secrets
 
 from pydantic import BaseModel, ConfigDict
-from sqlite_utils import Database
 
 from agents_api import clock
 from datamachine.errors import DuplicateTokenName, InvalidTokenName
-from datamachine.storage._tx import connection_lock, db_label, immediate
+from datamachine.storage._tx import Connected, connection_lock, db_label, immediate
 
 __all__ = ["TOKEN_PREFIX", "ApiToken", "TokenStore", "hash_token"]
 
@@ -58,7 +57,7 @@ def _check_name(name: object) -> str:
 class TokenStore:
     """Create, verify, revoke and list API tokens."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Connected) -> None:
         self._db = db
         self._lock = connection_lock(db)
         self._label = db_label(db)

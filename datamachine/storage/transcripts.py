@@ -28,13 +28,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
-from sqlite_utils import Database
 
 from agents_api import clock
 from agents_api.jsontext import json_encoder
 from agents_api.message import Message, normalize_message
 from datamachine.errors import TranscriptNotFound, UsageError
-from datamachine.storage._tx import connection_lock, db_label, immediate, snapshot
+from datamachine.storage._tx import Connected, connection_lock, db_label, immediate, snapshot
 from datamachine.storage.locks import TranscriptLocks, check_session_id
 
 __all__ = ["Transcript", "TranscriptStatus", "TranscriptStore", "TranscriptSummary"]
@@ -140,7 +139,7 @@ class TranscriptStore:
     runs off one session.
     """
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Connected) -> None:
         self._db = db
         self._lock = connection_lock(db)
         self._label = db_label(db)

@@ -155,3 +155,43 @@ def test_a_read_only_directory_is_a_clear_error(tmp_path: Path) -> None:
             open_database(locked / "dm.db")
     finally:
         locked.chmod(0o755)
+
+
+def test_the_schema_check_at_boot_knows_every_migration() -> None:
+    from datamachine import db as dbmodule
+
+    assert (MIGRATIONS.migrations_table, MIGRATIONS.name) == (
+        dbmodule.MIGRATIONS_TABLE, dbmodule.MIGRATION_SET)
+    assert tuple(m.name for m in MIGRATIONS._migrations) == dbmodule.MIGRATION_NAMES
+
+
+def test_a_database_missing_a_migration_is_migrated_when_opened(tmp_path: Path) -> None:
+    from datamachine.db import MIGRATION_NAMES, open_handle
+
+    path = tmp_path / "partial.db"
+    handle = open_handle(path)
+    assert handle.migrated
+    last = MIGRATION_NAMES[-1]
+    handle.conn.execute("DROP TABLE api_tokens")
+    handle.conn.execute("DELETE FROM _sqlite_migrations WHERE name = ?", [last])
+    handle.conn.commit()
+    assert not handle.migrated
+    handle.conn.close()
+    reopened = open_handle(path)
+    assert reopened.migrated
+    tables = {row[0] for row in reopened.conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "api_tokens" in tables
+    reopened.conn.close()
+
+
+def test_the_handles_database_shares_its_connection_and_lock(tmp_path: Path) -> None:
+    from datamachine.db import open_handle
+    from datamachine.storage._tx import connection_lock
+
+    handle = open_handle(tmp_path / "shared.db")
+    database = handle.database
+    assert database is handle.database  # built once
+    assert database.conn is handle.conn
+    assert connection_lock(database) is connection_lock(handle)
+    handle.conn.close()
