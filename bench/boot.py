@@ -17,8 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BOOT_STATEMENTS", "PEER_IMPORTS", "StartupFigures", "import_breakdown",
-           "measure_startup"]
+__all__ = ["BOOT_STATEMENTS", "ON_EXISTING_DATABASE", "PEER_IMPORTS", "StartupFigures",
+           "import_breakdown", "measure_startup"]
 
 # Memory comes from /proc/self/status: VmHWM is this process's own peak, whereas ru_maxrss
 # survives fork and exec and would report the (larger) parent's peak.
@@ -36,13 +36,16 @@ print(json.dumps({{"ms": elapsed * 1e3, "rss_kib": kib("VmHWM:") - before,
                   "peak_kib": kib("VmHWM:")}}))
 """
 
+_BOOT = ("import datamachine, bootstrap, os\n"
+         "host = bootstrap.boot(db_path=os.environ['BENCH_BOOT_DB'])")
 BOOT_STATEMENTS = {
     "import datamachine": "import datamachine",
-    "import datamachine + bootstrap.boot()": (
-        "import datamachine, bootstrap, os\n"
-        "host = bootstrap.boot(db_path=os.environ['BENCH_BOOT_DB'])"
-    ),
+    "import datamachine + bootstrap.boot()": _BOOT,
+    "import datamachine + bootstrap.boot(), existing database": _BOOT,
 }
+# Statements timed against one database file that the untimed warm-up process created (what
+# every start after an application's first one does); the others get a new file each time.
+ON_EXISTING_DATABASE = frozenset({"import datamachine + bootstrap.boot(), existing database"})
 PEER_IMPORTS = {
     "import pydantic_ai": "import pydantic_ai",
     "import agents (openai-agents)": "import agents",
@@ -64,11 +67,17 @@ class StartupFigures:
 
 def measure_startup(label: str, statement: str, runs: int,
                     python: str = sys.executable) -> StartupFigures:
-    """Run ``statement`` in ``runs`` fresh ``python`` processes (plus one untimed warm-up)."""
+    """Run ``statement`` in ``runs`` fresh ``python`` processes (plus one untimed warm-up).
+
+    ``$BENCH_BOOT_DB`` names a new file for each process, or for a label in
+    :data:`ON_EXISTING_DATABASE` the one file the warm-up created.
+    """
     samples: list[dict[str, float]] = []
+    existing = label in ON_EXISTING_DATABASE
     with tempfile.TemporaryDirectory() as directory:
         for index in range(runs + 1):
-            env = dict(os.environ, BENCH_BOOT_DB=str(Path(directory) / f"boot{index}.db"))
+            name = "boot.db" if existing else f"boot{index}.db"
+            env = dict(os.environ, BENCH_BOOT_DB=str(Path(directory) / name))
             out = subprocess.run([python, "-c", _CHILD.format(statement=statement)], env=env,
                                  cwd=directory, capture_output=True, text=True, check=True)
             if index:

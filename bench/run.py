@@ -201,8 +201,10 @@ def boot_section(quick: bool, peers: bool) -> list[str]:
         lines.append(f"| `{label}` | {f.median_ms:,.0f} ({f.low_ms:,.0f}-{f.high_ms:,.0f}) | "
                      f"{f.rss_mib:,.1f} MiB | {f.peak_mib:,.1f} MiB |")
     lines.append("")
-    lines.append(f"{runs} processes each (after one warm-up); `boot()` uses a new SQLite file "
-                 "and loads installed plugins.")
+    lines.append(f"{runs} processes each (after one warm-up); `boot()` loads installed plugins "
+                 "and uses a new SQLite file (so it imports sqlite-utils to create the schema), "
+                 "or, on an *existing database*, the file the warm-up created (a current "
+                 "schema: no sqlite-utils).")
     statement = BOOT_STATEMENTS["import datamachine + bootstrap.boot()"]
     breakdown = import_breakdown(statement, 1 if quick else 5)
     lines += ["", "What `import datamachine` + `bootstrap.boot()` imports, by top-level package "
