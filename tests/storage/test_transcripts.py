@@ -290,24 +290,33 @@ def test_run_loop_persists_renews_and_releases_through_the_store(
     assert record.turn_count == 3
 
 
-def test_a_fast_run_reads_its_row_once_and_writes_the_lock_only_to_take_and_free_it(
-    store: TranscriptStore, frozen: FrozenDateTimeFactory
-) -> None:
+def _traced_run(store: TranscriptStore, session_id: str, turns: int,
+                before_turn: Any = None, **options: Any) -> tuple[LoopResult, list[str]]:
+    """A scripted run of ``turns`` tool turns through the store; the SQL it sent, in order."""
     def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
-        frozen.tick(0.01)
-        return workers.scripted_turn("fast", context["turn"], 3)
+        if before_turn is not None:
+            before_turn()
+        return workers.scripted_turn(session_id, context["turn"], turns)
 
     statements: list[str] = []
     store._db.conn.set_trace_callback(statements.append)
     try:
         result = run_loop(
-            [{"role": "user", "content": "prompt for fast"}], runner,
+            [{"role": "user", "content": f"prompt for {session_id}"}], runner,
             turn_budget=IterationBudget("conversation_turns", 5),
             tool_executor=workers.echo_tool, transcript_persister=store, transcript_lock=store,
-            transcript_session_id="fast", transcript_lock_ttl=60, on_stop=lambda r, c: None,
+            transcript_session_id=session_id, transcript_lock_ttl=60, **options,
         )
     finally:
         store._db.conn.set_trace_callback(None)
+    return result, statements
+
+
+def test_a_fast_run_reads_its_row_once_and_writes_the_lock_only_to_take_and_free_it(
+    store: TranscriptStore, frozen: FrozenDateTimeFactory
+) -> None:
+    result, statements = _traced_run(store, "fast", 3, lambda: frozen.tick(0.01),
+                                     on_stop=lambda r, c: None)
     assert result.status == "completed"
     lock_writes = [s.split()[0] for s in statements if "transcript_locks" in s]
     assert lock_writes == ["INSERT", "DELETE"]  # taken and freed; never rewritten mid-run
@@ -461,20 +470,7 @@ def test_a_run_killed_between_row_writes_loses_no_count_and_the_next_run_continu
 def test_persist_frees_the_runs_lock_in_its_own_commit(
     store: TranscriptStore, frozen: FrozenDateTimeFactory
 ) -> None:
-    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
-        return workers.scripted_turn("free", context["turn"], 2)
-
-    statements: list[str] = []
-    store._db.conn.set_trace_callback(statements.append)
-    try:
-        result = run_loop(
-            [{"role": "user", "content": "prompt for free"}], runner,
-            turn_budget=IterationBudget("conversation_turns", 5),
-            tool_executor=workers.echo_tool, transcript_persister=store, transcript_lock=store,
-            transcript_session_id="free", transcript_lock_ttl=60,
-        )
-    finally:
-        store._db.conn.set_trace_callback(None)
+    result, statements = _traced_run(store, "free", 2)
     assert result.status == "completed"
     # Take the lock, begin, one commit per turn, and the final write that also frees the lock.
     assert statements.count("COMMIT") == 2 + result.turn_count + 1
