@@ -40,26 +40,26 @@ def boot(
     resolved_path = None if db_path is not None and str(db_path) == ":memory:" else (
         Path(db_path).expanduser() if db_path is not None else default_db_path()
     )
-    db = open_handle(db_path)
+    handle = open_handle(db_path)
     registry = IterationBudgetRegistry()
     def validate(key: str, value: object) -> None:
         registry.validate_setting(key, value)
         validate_known_setting(key, value)
 
-    settings = Settings(db, validator=validate)
+    settings = Settings(handle, validator=validate)
     registry.settings_lookup = settings.get
     for spec in BUILTIN_BUDGETS:
         registry.register(spec, owner=BUILTIN_OWNER)
     _register_plugin_budgets(pm, registry)
-    transcripts = TranscriptStore(db)
+    transcripts = TranscriptStore(handle)
     providers = ProviderRegistry.from_plugin_manager(pm)
     providers.bind_settings(settings.get)
-    host = Host(pm=pm, handle=db, settings=settings, budgets=registry, db_path=resolved_path,
+    host = Host(pm=pm, handle=handle, settings=settings, budgets=registry, db_path=resolved_path,
                 plugins=infos, providers=providers,
                 tools=ToolRegistry.from_plugin_manager(pm),
-                transcripts=transcripts, jobs=JobStore(db),
-                chat_sessions=ChatSessionStore(db, settings=settings, transcripts=transcripts),
-                tokens=TokenStore(db))
+                transcripts=transcripts, jobs=JobStore(handle),
+                chat_sessions=ChatSessionStore(handle, settings=settings, transcripts=transcripts),
+                tokens=TokenStore(handle))
     # Every host has a site id from its first boot (agent-to-agent chains use it).
     ensure_site_id(host)
     return host
