@@ -68,12 +68,14 @@ def compact_json(value: Any) -> str:
     compared: the transcript store's envelopes.
 
     pydantic-core's serializer writes such a value in well under half the instructions of the
-    standard library's C encoder. What it writes differs from ``json.dumps`` only where JSON
-    has no one answer: datetimes, dates and times in ISO 8601, enums as their value, sets as
-    lists, dataclasses and models as objects, a float's exponent without a leading zero
-    (``1e-7``); anything else JSON cannot hold as its ``str()``. Reading the text back gives
-    the same plain values either way. A value it refuses (bytes that are not UTF-8, a cycle)
-    goes to the standard encoder, which writes ``str()`` or raises its usual ``ValueError``.
+    standard library's C encoder. For plain JSON values (dicts with str, int, float or bool
+    keys, lists, strings, numbers, booleans, None) the text reads back to the same values as
+    ``json.dumps``'; a float's exponent may lose its leading zero (``1e-7``). Where JSON has no
+    one answer it follows pydantic's JSON mode: datetimes, dates and times in ISO 8601, enums
+    as their value, sets, frozensets, tuples and generators as lists, dataclasses and models as
+    objects, UTF-8 bytes as text, a ``None`` key as ``"None"``, other keys as their text;
+    anything else as its ``str()``. A value it refuses (bytes that are not UTF-8, a cycle) goes
+    to the standard encoder, which writes ``str()`` or raises its usual ``ValueError``.
     """
     try:
         return _to_json(value, fallback=str).decode()

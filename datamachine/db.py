@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datamachine.errors import DatabaseError
-from datamachine.storage._tx import share_lock
+from datamachine.storage._tx import connection_lock, share_lock
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
@@ -42,18 +41,19 @@ class DatabaseHandle:
     is current never imports it, until ``host.db`` is read.
     """
 
-    __slots__ = ("__weakref__", "_database", "_guard", "conn", "label")
+    __slots__ = ("__weakref__", "_database", "conn", "label")
 
     def __init__(self, conn: sqlite3.Connection, label: str) -> None:
         self.conn = conn
         self.label = label
         self._database: Database | None = None
-        self._guard = threading.Lock()
 
     @property
     def database(self) -> Database:
         """The sqlite-utils ``Database`` on this connection (it shares the stores' lock)."""
-        with self._guard:
+        # Under the connection's lock: building it runs statements on the shared connection,
+        # which must not land inside another thread's transaction.
+        with connection_lock(self):
             if self._database is None:
                 from sqlite_utils import Database
 
@@ -85,6 +85,9 @@ def _connect(path: Path | str) -> sqlite3.Connection:
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA foreign_keys = ON")
+        # What sqlite-utils' Database sets on a connection it wraps, set here from the start
+        # so the connection behaves the same before and after host.db is first read.
+        conn.execute("PRAGMA recursive_triggers = ON")
     except BaseException:
         conn.close()
         raise

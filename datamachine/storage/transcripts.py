@@ -235,7 +235,8 @@ class TranscriptStore:
                     added = len(new)
                 else:
                     _, count, _, cumulative = _reconcile(conn, sid, *row)
-                    added = self._start_existing(conn, sid, messages, info, count, now)
+                    added = self._start_existing(conn, sid, messages, info, count,
+                                                 cumulative, now)
             # Recorded only once the write committed (and only when it was not part of a
             # caller's transaction, which may still roll back): a failed begin leaves nothing
             # that claims the messages are stored.
@@ -245,9 +246,14 @@ class TranscriptStore:
                                    touched=None if nested else now)
 
     def _start_existing(self, conn: Any, sid: str, messages: Sequence[MessageLike],
-                        info: Mapping[str, Any], count: int, now: float) -> int:
+                        info: Mapping[str, Any], count: int, cumulative: int,
+                        now: float) -> int:
         """``begin`` on a transcript that already has a row (a continued conversation): store
-        the messages beyond the stored ones; how many that was."""
+        the messages beyond the stored ones; how many that was.
+
+        The row gets the reconciled counts (a previous run may have died before writing its
+        last turns to it) and ``turn_count`` 0: the counts of the run that starts now.
+        """
         if len(messages) < count:
             logger.warning(
                 "transcript %r holds %d messages but the run starts from %d; new "
@@ -257,9 +263,9 @@ class TranscriptStore:
         conn.execute(
             "UPDATE transcripts SET status = 'running', provider = COALESCE(?, provider), "
             "model = COALESCE(?, model), mode = COALESCE(?, mode), message_count = ?, "
-            "turn_count = 0, updated_at = ? WHERE id = ?",
+            "turn_count = 0, cumulative_turn_count = ?, updated_at = ? WHERE id = ?",
             [_request_field(info, "provider"), _request_field(info, "model"),
-             _request_field(info, "mode"), count + len(new), now, sid],
+             _request_field(info, "mode"), count + len(new), cumulative, now, sid],
         )
         return len(new)
 
@@ -294,7 +300,8 @@ class TranscriptStore:
                 # turn, then at most once a second: each rewrite is one more page in the
                 # commit. In between, the counts the row lags behind are read off the newest
                 # message (see _ensure_row and _reconcile), so no reader ever sees them stale.
-                touch = (run.touched is None or not cached
+                # A turn with no messages leaves nothing to count it by: it writes the row.
+                touch = (run.touched is None or not cached or not encoded
                          or not 0 <= now - run.touched < RENEW_INTERVAL)
                 if touch:
                     conn.execute(

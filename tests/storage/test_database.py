@@ -190,6 +190,9 @@ def test_the_handles_database_shares_its_connection_and_lock(tmp_path: Path) -> 
     from datamachine.storage._tx import connection_lock
 
     handle = open_handle(tmp_path / "shared.db")
+    # Set from the start, as sqlite-utils would set it: the connection behaves the same
+    # before and after the Database is built.
+    assert handle.conn.execute("PRAGMA recursive_triggers").fetchone() == (1,)
     database = handle.database
     assert database is handle.database  # built once
     assert database.conn is handle.conn

@@ -525,3 +525,41 @@ def test_a_persist_that_fails_keeps_the_lock_for_release(
     assert store.locks.info("s") is not None  # the rollback kept it
     assert store.release("s", token) is True
     assert store.locks.info("s") is None
+
+
+def test_begin_after_a_killed_run_writes_the_counts_it_reconciled(
+    host: Host, store: TranscriptStore, frozen: FrozenDateTimeFactory
+) -> None:
+    def killed_run(store: TranscriptStore, first: list[Message], turns: int) -> None:
+        token = store.acquire("s", 10)
+        assert token is not None
+        store.begin("s", first)
+        for turn in range(1, turns + 1):
+            frozen.tick(0.1)
+            store.append_turn("s", turn, _turn(turn))
+        frozen.tick(11)  # the process dies; its lock runs out
+
+    prompt = [Message.text("user", "hi")]
+    killed_run(store, prompt, 4)
+    stored = store.get("s")
+    again = [Message(**m) for m in stored] + [Message.text("user", "again")]
+    second = TranscriptStore(host.db)
+    killed_run(second, again, 1)  # dies too, before any row write of its own
+    record = TranscriptStore(host.db).get_transcript("s")
+    assert (record.turn_count, record.cumulative_turn_count) == (1, 5)
+    assert record.message_count == len(record.messages) == 13 + 1 + 3
+
+
+def test_a_turn_without_messages_still_counts(
+    store: TranscriptStore, frozen: FrozenDateTimeFactory
+) -> None:
+    token = store.acquire("s", 10)
+    assert token is not None
+    store.begin("s", [Message.text("user", "hi")])
+    store.append_turn("s", 1, _turn(1))
+    store.append_turn("s", 2, [])
+    store.append_turn("s", 3, [])
+    frozen.tick(11)  # killed
+    record = store.get_transcript("s")
+    assert (record.status, record.turn_count, record.cumulative_turn_count) == (
+        "interrupted", 3, 3)
