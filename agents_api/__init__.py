@@ -22,17 +22,22 @@ if TYPE_CHECKING:
         InvalidLoopArgument,
         InvalidMessage,
         InvalidTurnResult,
+        LockLost,
     )
     from agents_api.loop import (
-        TranscriptLock,
-        TranscriptPersister,
         arun_loop,
         normalize_tool_result,
         run_loop,
         tool_result_content,
     )
     from agents_api.message import Message, normalize_message, normalize_messages
-    from agents_api.results import Decision, LoopResult, TurnResult
+    from agents_api.results import Decision, LoopResult, RunStop, StopVerdict, TurnResult
+    from agents_api.transcript import (
+        HeldLock,
+        TranscriptLock,
+        TranscriptPersister,
+        TranscriptWriter,
+    )
 
 _EXPORTS: dict[str, str] = {
     "AgentsAPIError": "agents_api.errors",
@@ -40,9 +45,12 @@ _EXPORTS: dict[str, str] = {
     "InvalidLoopArgument": "agents_api.errors",
     "InvalidMessage": "agents_api.errors",
     "InvalidTurnResult": "agents_api.errors",
+    "LockLost": "agents_api.errors",
     "IterationBudget": "agents_api.budget",
-    "TranscriptLock": "agents_api.loop",
-    "TranscriptPersister": "agents_api.loop",
+    "HeldLock": "agents_api.transcript",
+    "TranscriptLock": "agents_api.transcript",
+    "TranscriptPersister": "agents_api.transcript",
+    "TranscriptWriter": "agents_api.transcript",
     "arun_loop": "agents_api.loop",
     "normalize_tool_result": "agents_api.loop",
     "run_loop": "agents_api.loop",
@@ -52,21 +60,28 @@ _EXPORTS: dict[str, str] = {
     "normalize_messages": "agents_api.message",
     "Decision": "agents_api.results",
     "LoopResult": "agents_api.results",
+    "RunStop": "agents_api.results",
+    "StopVerdict": "agents_api.results",
     "TurnResult": "agents_api.results",
 }
 
 __all__ = [
     "AgentsAPIError",
     "Decision",
+    "HeldLock",
     "InvalidBudget",
     "InvalidLoopArgument",
     "InvalidMessage",
     "InvalidTurnResult",
     "IterationBudget",
+    "LockLost",
     "LoopResult",
     "Message",
+    "RunStop",
+    "StopVerdict",
     "TranscriptLock",
     "TranscriptPersister",
+    "TranscriptWriter",
     "TurnResult",
     "arun_loop",
     "normalize_message",

@@ -1,4 +1,4 @@
-"""Tool calls inside the loop: normalizing calls and results, and running one call.
+"""Tool calls inside the loop: normalizing results, and running one call.
 
 The loop, not the turn runner, runs tools: it appends the ``tool_call`` envelope, hands the call
 to the executor (under the run's deadline when it has one), and appends the ``tool_result``
@@ -8,32 +8,25 @@ envelope the model will read. A failing tool never ends a run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Generator, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from agents_api._drive import DeadlineReached, ThreadCall, awaitable
-from agents_api.jsontext import json_encoder
+from agents_api.drive import DeadlineReached, Steps, ThreadCall, awaitable
+from agents_api.jsontext import readable_json
 from agents_api.message import Message
+from agents_api.records import ToolCall, ToolOutcome
 
-__all__ = ["normalize_tool_call", "normalize_tool_result", "run_tool", "tool_result_content"]
+__all__ = ["Emit", "normalize_tool_result", "run_tool", "tool_result_content"]
 
 logger = logging.getLogger("agents_api.loop")
 
-_result_json = json_encoder(ensure_ascii=False, default=str)
-
 ToolExecutor = Callable[[dict[str, Any], dict[str, Any]], Any]
-class Emit(Protocol):
-    """The loop's event emitter: callable, and ``active`` when anyone listens."""
-
-    active: bool
-
-    def __call__(self, event: str, payload: dict[str, Any]) -> None:
-        """Send one event."""
+Emit = Callable[[str, dict[str, Any]], None]
 
 
 def normalize_tool_result(raw: Any) -> dict[str, Any]:
     """``{"success": bool, "result"| "error": ...}`` from whatever an executor returned."""
-    if (type(raw) is dict or isinstance(raw, Mapping)) and type(raw.get("success")) is bool:
+    if isinstance(raw, Mapping) and type(raw.get("success")) is bool:
         result = dict(raw)  # the executor's dict stays its own
         if not result["success"]:
             error = result.get("error")
@@ -50,73 +43,53 @@ def tool_result_content(result: Mapping[str, Any]) -> str:
     if isinstance(value, str):
         return value
     try:
-        return _result_json(value)
+        return readable_json(value)
     except (TypeError, ValueError):
         return str(value)
 
 
-def normalize_tool_call(call: Any, turn: int, index: int) -> dict[str, Any] | None:
-    """``{"id", "name", "parameters"}`` from a model's call, or None when it has no name."""
-    if type(call) is not dict and not isinstance(call, Mapping):
-        return None
-    name = call.get("name") or call.get("tool_name")
-    if not isinstance(name, str) or not name.strip():
-        return None
-    params = call.get("parameters")
-    if params is None:
-        params = call.get("arguments", {})
-    call_id = call.get("id") or call.get("tool_call_id") or f"call_{turn}_{index}"
-    return {"id": str(call_id), "name": name.strip(), "parameters": params}
+def _failure(error: str, error_type: str) -> dict[str, Any]:
+    return {"success": False, "error": error, "error_type": error_type}
 
 
-def run_tool(
-    call: dict[str, Any],
-    turn: int,
-    turn_context: dict[str, Any],
-    executor: ToolExecutor | None,
-    msgs: list[Message],
-    tool_results: list[dict[str, Any]],
-    emit: Emit,
-    deadline: float | None = None,
-) -> Generator[Awaitable[Any], Any, dict[str, Any]]:
-    """Run one call through the executor and record it; returns the normalized result."""
-    name, call_id, params = call["name"], call["id"], call["parameters"]
-    msgs.append(Message.tool_call(name, params, turn, call_id))
-    if emit.active:
-        emit("tool_call", {"turn": turn, "tool_name": name, "tool_call_id": call_id,
-                           "parameters": params})
+def run_tool(call: ToolCall, turn: int, turn_context: dict[str, Any],
+             executor: ToolExecutor | None, messages: list[Message], emit: Emit,
+             listening: bool, deadline: float | None = None) -> Steps[ToolOutcome]:
+    """Run one call through the executor and append its two envelopes to ``messages``.
+
+    Every way the call can fail (no executor, an exception, the run's time limit) becomes a
+    failed result the model reads; it never ends the run.
+    """
+    messages.append(Message.tool_call(call.name, call.parameters, turn, call.id))
+    if listening:
+        emit("tool_call", {"turn": turn, "tool_name": call.name, "tool_call_id": call.id,
+                           "parameters": call.parameters})
+    result: dict[str, Any]
     if executor is None:
-        result: dict[str, Any] = {
-            "success": False,
-            "error": f"Tool '{name}' cannot run: no tool executor is configured for this loop.",
-            "error_type": "executor_unavailable",
-        }
+        result = _failure(f"Tool '{call.name}' cannot run: no tool executor is configured for "
+                          "this loop.", "executor_unavailable")
     else:
-        context = {**turn_context, "messages": msgs, "tool_call_id": call_id}
+        context = {**turn_context, "messages": messages, "tool_call_id": call.id}
         try:
             if deadline is None:
-                raw = executor(call, context)
+                raw = executor(call.mapping, context)
                 if awaitable(raw):
                     raw = yield raw
             else:
                 # Under a wall-clock rail a tool runs where the run can stop waiting for it: a
                 # sync tool in a daemon thread, an async one under a timeout.
-                raw = yield ThreadCall(executor, (call, context), deadline)
+                raw = yield ThreadCall(executor, (call.mapping, context), deadline)
             result = normalize_tool_result(raw)
         except DeadlineReached:
-            logger.warning("agents_api: tool %r outlived the run's time limit; its late result "
-                           "will be discarded", name)
-            result = {"success": False,
-                      "error": f"Tool '{name}' did not finish before the run's time limit.",
-                      "error_type": "deadline_exceeded"}
+            logger.warning("agents_api: tool %r outlived the run's time limit; its late "
+                           "result will be discarded", call.name)
+            result = _failure(f"Tool '{call.name}' did not finish before the run's time limit.",
+                              "deadline_exceeded")
         except Exception as exc:
-            # One tool failing never ends the run: the model reads the error and may recover.
-            result = {"success": False, "error": f"Tool '{name}' raised: {exc}",
-                      "error_type": "executor_exception"}
-    msgs.append(Message.tool_result(name, result, turn, call_id, tool_result_content(result)))
-    if emit.active:
-        emit("tool_result", {"turn": turn, "tool_name": name, "tool_call_id": call_id,
+            result = _failure(f"Tool '{call.name}' raised: {exc}", "executor_exception")
+    messages.append(Message.tool_result(call.name, result, turn, call.id,
+                                        tool_result_content(result)))
+    if listening:
+        emit("tool_result", {"turn": turn, "tool_name": call.name, "tool_call_id": call.id,
                              "success": result["success"]})
-    tool_results.append({"tool_name": name, "tool_call_id": call_id, "parameters": params,
-                               "success": result["success"], "result": result, "turn": turn})
-    return result
+    return ToolOutcome(call, turn, result)

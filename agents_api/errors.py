@@ -13,6 +13,7 @@ __all__ = [
     "InvalidLoopArgument",
     "InvalidMessage",
     "InvalidTurnResult",
+    "LockLost",
 ]
 
 
@@ -38,3 +39,16 @@ class InvalidTurnResult(AgentsAPIError, TypeError):
 
 class InvalidLoopArgument(AgentsAPIError, ValueError):
     """``run_loop`` was called with arguments it cannot use (for example no turn runner)."""
+
+
+class LockLost(AgentsAPIError, RuntimeError):
+    """The run's transcript lock expired and another run took the session over.
+
+    Raised by a transcript writer (or a lock's ``renew``) when a turn is about to be written
+    without the lock; nothing of that turn is stored. The loop never lets it escape: the run
+    stops with ``status="error"`` and ``error_code="transcript_lock_lost"`` and writes nothing
+    more, so two runs never interleave one session. Raise a longer ``transcript_lock_ttl`` if
+    single turns can outlast it.
+    """
+
+    code = "transcript_lock_lost"

@@ -9,18 +9,18 @@ completion assertions read a transcript reliably.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents_api.construct import construct_all
 from agents_api.errors import InvalidMessage
 from agents_api.jsontext import compact_json
 
 __all__ = ["MESSAGE_SCHEMA", "MESSAGE_TYPES", "Message", "normalize_message", "normalize_messages"]
 
 MESSAGE_SCHEMA: Literal["agents-api.message"] = "agents-api.message"
-MESSAGE_TYPES = frozenset({"text", "tool_call", "tool_result", "final_result", "error"})
+MessageType = Literal["text", "tool_call", "tool_result", "final_result", "error"]
+MESSAGE_TYPES: frozenset[str] = frozenset(get_args(MessageType))
 
 # Keys promoted from a plain message's metadata into the envelope payload, per type.
 _PAYLOAD_KEYS = {
@@ -44,8 +44,9 @@ class Message(BaseModel):
 
     schema_: Literal["agents-api.message"] = Field(default=MESSAGE_SCHEMA, alias="schema")
     version: Literal[1] = 1
-    type: str = "text"
-    role: str
+    type: MessageType = "text"
+    # At least one character that is not whitespace (checked by pydantic-core, not in Python).
+    role: str = Field(pattern=r"\S")
     content: str | list[Any] = ""
     payload: dict[str, Any] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -69,42 +70,21 @@ class Message(BaseModel):
                     raise inner from None
             raise InvalidMessage(_explain(exc)) from None
 
-    @field_validator("type")
-    @classmethod
-    def _known_type(cls, value: str) -> str:
-        if value not in MESSAGE_TYPES:
-            allowed = ", ".join(sorted(MESSAGE_TYPES))
-            raise ValueError(f"unsupported message type {value!r}; use one of: {allowed}")
-        return value
-
-    @field_validator("role")
-    @classmethod
-    def _non_empty_role(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("role must be a non-empty string")
-        return value
-
-    # -- builders used by the loop (trusted input: no validation, no per-call field walk) --
+    # -- builders used by the loop --------------------------------------------------------
     @classmethod
     def text(cls, role: str, content: str, metadata: dict[str, Any] | None = None) -> Message:
         """A plain text message."""
-        return construct_all(cls, {
-            "schema_": MESSAGE_SCHEMA, "version": 1, "type": "text", "role": role,
-            "content": content, "payload": {},
-            "metadata": metadata if metadata is not None else {},
-        })
+        return cls(role=role, content=content,
+                   metadata=metadata if metadata is not None else {})
 
     @classmethod
     def tool_call(
-        cls, tool_name: str, parameters: dict[str, Any], turn: int, tool_call_id: str
+        cls, tool_name: str, parameters: Any, turn: int, tool_call_id: str
     ) -> Message:
         """The assistant's request to run one tool."""
-        return construct_all(cls, {
-            "schema_": MESSAGE_SCHEMA, "version": 1, "type": "tool_call", "role": "assistant",
-            "content": "",
-            "payload": {"tool_name": tool_name, "parameters": parameters, "turn": turn},
-            "metadata": {"tool_call_id": tool_call_id},
-        })
+        return cls(type="tool_call", role="assistant",
+                   payload={"tool_name": tool_name, "parameters": parameters, "turn": turn},
+                   metadata={"tool_call_id": tool_call_id})
 
     @classmethod
     def tool_result(
@@ -112,16 +92,13 @@ class Message(BaseModel):
         content: str,
     ) -> Message:
         """The outcome of one tool call; ``content`` is what the model reads."""
-        payload = {**result, "tool_name": tool_name, "turn": turn}
-        return construct_all(cls, {
-            "schema_": MESSAGE_SCHEMA, "version": 1, "type": "tool_result", "role": "tool",
-            "content": content, "payload": payload, "metadata": {"tool_call_id": tool_call_id},
-        })
+        return cls(type="tool_result", role="tool", content=content,
+                   payload={**result, "tool_name": tool_name, "turn": turn},
+                   metadata={"tool_call_id": tool_call_id})
 
     def to_json(self) -> str:
         """The envelope as compact JSON: what the transcript store writes. Values JSON cannot
-        hold are written as pydantic writes them in JSON mode (datetimes in ISO 8601), else as
-        their ``str()``; see :func:`agents_api.jsontext.compact_json`."""
+        hold (datetimes, paths) are written as their ``str()``."""
         return compact_json(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
@@ -141,8 +118,19 @@ def _explain(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors():
         where = ".".join(str(p) for p in error["loc"]) or "message"
-        parts.append(f"{where}: {str(error['msg']).removeprefix('Value error, ')}")
+        parts.append(f"{where}: {_friendly(error)}")
     return "Invalid message: " + "; ".join(parts)
+
+
+def _friendly(error: Any) -> str:
+    """pydantic's message, or ours where it reads like the schema and not like the fix."""
+    loc = tuple(error["loc"])
+    if loc == ("type",) and error["type"] == "literal_error":
+        allowed = ", ".join(sorted(MESSAGE_TYPES))
+        return f"unsupported message type {error['input']!r}; use one of: {allowed}"
+    if loc == ("role",) and error["type"] == "string_pattern_mismatch":
+        return "role must be a non-empty string"
+    return str(error["msg"]).removeprefix("Value error, ")
 
 
 def _is_envelope(data: Mapping[str, Any]) -> bool:

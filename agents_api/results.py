@@ -1,24 +1,29 @@
-"""What a turn runner returns (:class:`TurnResult`) and what the loop returns (:class:`LoopResult`).
+"""What a turn runner returns (:class:`TurnResult`), what a run's stop handler sees and answers
+(:class:`RunStop`, :class:`StopVerdict`), and what the loop returns (:class:`LoopResult`).
 
-Both are pydantic models because they cross the boundary between user code and the loop: a
-runner returning the wrong shape gets a clear error instead of a ``KeyError`` three turns later.
+The models cross the boundary between user code and the loop: a runner or a stop handler
+returning the wrong shape gets a clear error instead of a ``KeyError`` three turns later.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents_api.errors import InvalidTurnResult
 from agents_api.message import Message
+from agents_api.records import LoopStatus
 
-__all__ = ["Decision", "LoopResult", "LoopStatus", "TurnResult", "coerce_turn_result"]
+__all__ = ["Decision", "LoopResult", "LoopStatus", "RunStop", "StopVerdict", "TurnResult",
+           "coerce_turn_result", "empty_usage"]
 
-LoopStatus = Literal[
-    "completed", "incomplete", "budget_exceeded", "aborted", "error", "transcript_lock_contention"
-]
+
+def empty_usage() -> dict[str, Any]:
+    """The usage of a run that made no provider call."""
+    return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
 
 
 class TurnResult(BaseModel):
@@ -69,14 +74,64 @@ class Decision(BaseModel):
     context: dict[str, Any] = Field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RunStop:
+    """What a run's stop handler (``on_stop``) sees: the run as the loop stopped it.
+
+    ``status``, ``budget``, ``error`` and ``error_code`` are the loop's verdict; ``messages`` the
+    transcript so far (read it, do not change it: a handler adds messages through its
+    :class:`StopVerdict`); ``budgets`` a snapshot per budget.
+    """
+
+    status: LoopStatus
+    budget: str | None
+    error: str | None
+    error_code: str | None
+    messages: list[Message]
+    final_content: str
+    turn_count: int
+    usage: dict[str, Any]
+    budgets: dict[str, dict[str, Any]]
+    last_tool_calls: list[dict[str, Any]]
+    tool_execution_results: list[dict[str, Any]]
+    session_id: str | None
+    flags: list[str] = field(default_factory=list)
+    warning: str | None = None
+
+
+class StopVerdict(BaseModel):
+    """A stop handler's answer, applied to the result once, before it is stored or reported.
+
+    Fields it sets replace the loop's (``status``, ``budget``, ``flags``, ``warning``,
+    ``error``, ``error_code``, ``final_content``); fields it leaves out keep the loop's.
+    ``messages`` are appended to the transcript (a final summary), ``usage`` is added to the
+    run's usage (a call made after the last turn), ``warnings`` are appended and ``metadata``
+    (product diagnostics that persisters store) is merged.
+    """
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    status: LoopStatus | None = None
+    budget: str | None = None
+    flags: list[str] = Field(default_factory=list)
+    warning: str | None = None
+    error: str | None = None
+    error_code: str | None = None
+    final_content: str = ""
+    messages: list[Message] = Field(default_factory=list)
+    usage: dict[str, Any] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
 class LoopResult(BaseModel):
-    """The normalized outcome of one run of the generic loop.
+    """The normalized outcome of one run of the generic loop; built once, never changed.
 
     ``status`` says why the run stopped; ``budget`` names the budget that stopped it (with its
     ``max_<name>_reached`` flag in ``flags``); ``budgets`` snapshots every budget of the run.
     """
 
-    model_config = ConfigDict(defer_build=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     messages: list[Message]
     final_content: str = ""
@@ -88,9 +143,7 @@ class LoopResult(BaseModel):
     warning: str | None = None
     error: str | None = None
     error_code: str | None = None
-    usage: dict[str, Any] = Field(
-        default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-    )
+    usage: dict[str, Any] = Field(default_factory=empty_usage)
     tool_execution_results: list[dict[str, Any]] = Field(default_factory=list)
     last_tool_calls: list[dict[str, Any]] = Field(default_factory=list)
     request_metadata: dict[str, Any] = Field(default_factory=dict)

@@ -2,67 +2,24 @@
 
 Two hosts in one process share nothing, which is what lets tests (and multi-tenant apps) run
 side by side. ``bootstrap.boot()`` builds hosts; the module-level functions use a default host
-booted on first use.
+booted on first use. The run methods load the conversation machinery on first use, so a host
+that only boots (registers budgets, opens storage) never pays for it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pluggy
-
-from datamachine.db import DatabaseHandle
-from datamachine.plugins import PluginInfo, first_result, fold_value
-from datamachine.providers.registry import ProviderRegistry
-from datamachine.registry import IterationBudgetRegistry
-from datamachine.settings import Settings
-from datamachine.storage import ChatSessionStore, JobStore, TokenStore, TranscriptStore
-from datamachine.tools.registry import ToolRegistry
+from datamachine.services import Services
 
 if TYPE_CHECKING:
-    from sqlite_utils import Database
-
     from datamachine.conversation.result import ConversationResult
 
 __all__ = ["Host"]
 
 
-@dataclass(eq=False)
-class Host:
-    """Everything one datamachine instance owns. Build it with ``bootstrap.boot()``."""
-
-    pm: pluggy.PluginManager
-    # The open database the stores share; ``db`` is sqlite-utils' view of it (see ``db``).
-    handle: DatabaseHandle
-    settings: Settings
-    budgets: IterationBudgetRegistry
-    db_path: Path | None
-    plugins: dict[str, PluginInfo] = field(default_factory=dict)
-    # Providers and tools contributed by plugins (built-ins come from default plugins).
-    providers: ProviderRegistry = field(kw_only=True, default_factory=ProviderRegistry)
-    tools: ToolRegistry = field(kw_only=True, default_factory=ToolRegistry)
-    # Storage (docs/storage.md): the default transcript persister and lock, jobs, chat sessions
-    # and API tokens, all on ``db``.
-    transcripts: TranscriptStore = field(kw_only=True)
-    jobs: JobStore = field(kw_only=True)
-    chat_sessions: ChatSessionStore = field(kw_only=True)
-    tokens: TokenStore = field(kw_only=True)
-
-    @property
-    def db(self) -> Database:
-        """The sqlite-utils ``Database`` on the host's connection. Built on first use, so a host
-        that never reads it never imports sqlite-utils (when its schema is current at boot)."""
-        return self.handle.database
-
-    def fold(self, hook_name: str, value: Any, **kwargs: Any) -> Any:
-        """Pass ``value`` through a value-filter hook (see ``plugins.fold_value``)."""
-        return fold_value(self.pm, hook_name, value, **kwargs)
-
-    def first(self, hook_name: str, **kwargs: Any) -> Any:
-        """The first non-None answer of a firstresult hook."""
-        return first_result(self.pm, hook_name, **kwargs)
+class Host(Services):
+    """Everything one datamachine instance owns, and the calls that run conversations on it."""
 
     def run_conversation(
         self,
@@ -76,10 +33,11 @@ class Host:
         single_turn: bool = False,
     ) -> ConversationResult:
         """Run one bounded conversation on this host (see ``datamachine.run_conversation``)."""
-        from datamachine.conversation.run import run_conversation_on
+        from datamachine.conversation.run import ConversationRun
 
-        return run_conversation_on(self, messages, tools, self._provider(provider),
-                                   self._model(model), mode, payload, max_turns, single_turn)
+        return ConversationRun.create(self, messages, tools, self.default_provider(provider),
+                                      self.default_model(model), mode, payload, max_turns,
+                                      single_turn).run()
 
     async def arun_conversation(
         self,
@@ -93,11 +51,12 @@ class Host:
         single_turn: bool = False,
     ) -> ConversationResult:
         """Async twin of :meth:`run_conversation`."""
-        from datamachine.conversation.run import arun_conversation_on
+        from datamachine.conversation.run import ConversationRun
 
-        return await arun_conversation_on(self, messages, tools, self._provider(provider),
-                                          self._model(model), mode, payload, max_turns,
-                                          single_turn)
+        run = ConversationRun.create(self, messages, tools, self.default_provider(provider),
+                                     self.default_model(model), mode, payload, max_turns,
+                                     single_turn)
+        return await run.arun()
 
     def continue_conversation(
         self,
@@ -127,19 +86,9 @@ class Host:
         ``payload`` adds context and runtime options (an ``event_sink``, a ``script``) to the
         run; the session id is always the transcript id.
         """
-        from datamachine.conversation.continuation import chat_on
+        from datamachine.conversation.chat import chat_on
 
         return chat_on(self, session_id, message, tools, provider, model, payload)
-
-    def _provider(self, provider: str | None) -> Any:
-        if provider is not None:
-            return provider
-        return self.settings.get("default_provider", "scripted")
-
-    def _model(self, model: str | None) -> Any:
-        if model is not None:
-            return model
-        return self.settings.get("default_model", "")
 
     def close(self) -> None:
         """Close the database connection; the host is unusable afterwards."""

@@ -1,16 +1,39 @@
-"""The payload keys that carry runtime objects or loop configuration (DESIGN.md 5.2).
+"""The payload keys that carry runtime objects or loop configuration (DESIGN.md 5.2): the one
+home of their names and defaults.
 
-One list, read by the adapter (which takes them out of the payload) and by the tool executor
-(which never shows them to a tool, even when it is used without the adapter).
+:class:`RuntimeOptions` is the run's view of them; its fields *are* the keys, so the adapter
+(which takes them out of the payload) and the tool executor (which never shows them to a tool,
+even when it is used without the adapter) cannot disagree about the list.
 """
 
 from __future__ import annotations
 
-__all__ = ["RUNTIME_KEYS"]
+from dataclasses import dataclass, field, fields
+from typing import Any
 
-RUNTIME_KEYS = frozenset({
-    "event_sink", "transcript_persister", "transcript_lock", "transcript_session_id",
-    "transcript_lock_ttl", "completion_assertions", "completion_policy", "tool_runtime_rules",
-    "budget_pressure", "final_summary", "persist_transcript", "script", "max_seconds",
-    "extend_by",
-})
+__all__ = ["DEFAULT_LOCK_TTL", "RUNTIME_KEYS", "RuntimeOptions"]
+
+DEFAULT_LOCK_TTL = 300
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """The runtime objects of one run, taken out of its payload (validated)."""
+
+    event_sink: Any = None
+    transcript_persister: Any = None
+    transcript_lock: Any = None
+    transcript_session_id: str | None = None
+    transcript_lock_ttl: int = DEFAULT_LOCK_TTL
+    completion_assertions: dict[str, Any] = field(default_factory=dict)
+    completion_policy: Any = None
+    tool_runtime_rules: list[Any] = field(default_factory=list)
+    budget_pressure: Any = None
+    final_summary: bool = True
+    persist_transcript: bool = True
+    script: Any = None
+    max_seconds: float | None = None
+    extend_by: int | None = None
+
+
+RUNTIME_KEYS = frozenset(option.name for option in fields(RuntimeOptions))

@@ -31,27 +31,6 @@ def _env_name(key: str) -> str:
     return f"DATAMACHINE_{key.upper()}"
 
 
-_encoded_names: dict[str, Any] = {}
-
-
-def _environ_get(name: str) -> str | None:
-    """``os.environ.get(name)``, without the KeyError a missing name costs inside it.
-
-    ``os.environ`` keeps its values in ``_data`` keyed by ``encodekey(name)``; a run reads half
-    a dozen settings, mostly unset, so the lookup goes there directly when it can.
-    """
-    environ = os.environ
-    data = getattr(environ, "_data", None)
-    encodekey = getattr(environ, "encodekey", None)
-    if type(data) is not dict or encodekey is None:
-        return environ.get(name)
-    key = _encoded_names.get(name)
-    if key is None:
-        key = _encoded_names[name] = encodekey(name)
-    raw = data.get(key)
-    return None if raw is None else str(environ.decodevalue(raw))
-
-
 def _parse_env(raw: str) -> Any:
     # Env values are text; numbers, booleans and JSON objects are read as JSON so
     # DATAMACHINE_MAX_TURNS=30 means the integer 30, while plain words stay strings.
@@ -83,6 +62,8 @@ class Settings:
         self._cache: dict[str, str] | None = None
         self._version: int | None = None
         self._trusted = False
+        # Inside batch(): the DATAMACHINE_* variables, read once for the whole batch.
+        self._env_snapshot: dict[str, str] | None = None
 
     @property
     def _env(self) -> Mapping[str, str]:
@@ -102,8 +83,8 @@ class Settings:
         """The environment override, else the stored value, else ``default``."""
         env_name = _env_name(key)
         if env_name not in RESERVED_ENV:
-            raw = _environ_get(env_name) if self._environ is None else self._environ.get(
-                env_name)
+            env = self._env_snapshot if self._env_snapshot is not None else self._env
+            raw = env.get(env_name)
             if raw is not None:
                 return _parse_env(raw)
         encoded = self._rows().get(key)
@@ -139,11 +120,15 @@ class Settings:
                 yield
                 return
             self._rows()
+            # One pass over the environment instead of a failed lookup per unset setting.
+            self._env_snapshot = {name: value for name, value in self._env.items()
+                                  if name.startswith("DATAMACHINE_")}
             self._trusted = True
             try:
                 yield
             finally:
                 self._trusted = False
+                self._env_snapshot = None
 
     def source(self, key: str) -> Literal["env", "db"] | None:
         """Where ``get(key)`` reads from: ``"env"``, ``"db"`` or None (unset)."""

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from freezegun import freeze_time
+from pydantic import ValidationError
 
 from agents_api import (
     Decision,
@@ -16,6 +17,8 @@ from agents_api import (
     IterationBudget,
     LoopResult,
     Message,
+    RunStop,
+    StopVerdict,
     TurnResult,
     arun_loop,
     run_loop,
@@ -572,17 +575,41 @@ def test_hung_sync_tool_is_abandoned_at_the_wall_clock() -> None:
     assert failed["error_type"] == "deadline_exceeded"
 
 
-def test_on_stop_may_append_a_message_before_persistence() -> None:
-    persister = Persister()
+def test_on_stop_verdict_is_applied_once_before_persistence() -> None:
+    persister, events = Persister(), Events()
+    seen: list[RunStop] = []
 
-    def on_stop(result: LoopResult, context: dict[str, Any]) -> None:
-        result.messages.append(Message.text("assistant", "summary"))
-        result.final_content = "summary"
+    def on_stop(stop: RunStop, context: dict[str, Any]) -> StopVerdict:
+        seen.append(stop)
+        return StopVerdict(messages=[Message.text("assistant", "summary")],
+                           final_content="summary", status="incomplete",
+                           warning="not done", usage={"total_tokens": 5},
+                           metadata={"why": "tested"})
 
     result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 2),
-                      tool_executor=double, on_stop=on_stop, transcript_persister=persister)
-    assert result.final_content == "summary"
-    assert persister.persisted[0].messages[-1].content == "summary"
+                      tool_executor=double, on_stop=on_stop, transcript_persister=persister,
+                      on_event=events)
+    [stop] = seen
+    assert (stop.status, stop.budget, stop.turn_count) == ("budget_exceeded", "t", 2)
+    assert (result.status, result.completed, result.final_content, result.warning) == (
+        "incomplete", False, "summary", "not done")
+    # Fields the verdict left out keep the loop's.
+    assert (result.budget, result.flags) == ("t", ["max_t_reached"])
+    assert result.usage["total_tokens"] == 3 * 2 + 5
+    assert result.metadata == {"why": "tested"}
+    stored = persister.persisted[0]
+    assert stored.messages[-1].content == "summary"
+    assert (stored.status, stored.final_content) == ("incomplete", "summary")
+    assert events.seen[-1][1]["status"] == "incomplete"
+    with pytest.raises(ValidationError):
+        result.status = "completed"  # type: ignore[misc]  # built once, never changed
+
+
+def test_a_stop_handler_returning_something_else_is_reported_and_ignored() -> None:
+    result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 2),
+                      tool_executor=double, on_stop=lambda stop, context: "done")  # type: ignore[arg-type,return-value]
+    assert result.status == "budget_exceeded"
+    assert result.warnings == ["The run's stop handler returned str, not a StopVerdict; ignored."]
 
 
 def test_tool_result_hook_that_raises_ends_the_run_as_an_error_keeping_the_turn() -> None:
@@ -629,7 +656,7 @@ def test_stop_handler_and_persister_run_under_the_lock() -> None:
             seen.append(("persist", lock.acquire("s", 1) is None))
             return super().persist(messages, request, result)
 
-    def on_stop(result: LoopResult, context: dict[str, Any]) -> None:
+    def on_stop(stop: RunStop, context: dict[str, Any]) -> None:
         seen.append(("on_stop", lock.acquire("s", 1) is None))
 
     run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 2), tool_executor=double,

@@ -101,19 +101,3 @@ def test_batch_reads_a_consistent_snapshot_and_sees_own_writes(tmp_path: Path) -
             assert first.settings.get("max_turns") == 7
         second.settings.set("max_turns", 9)
         assert first.settings.get("max_turns") == 9  # outside the batch: checked again
-
-
-def test_environment_lookup_matches_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
-    from datamachine.settings import _environ_get
-
-    monkeypatch.setenv("DATAMACHINE_PROBE_A", "30")
-    monkeypatch.setenv("DATAMACHINE_PROBE_B", "naïve ✓")
-    monkeypatch.delenv("DATAMACHINE_PROBE_C", raising=False)
-    for name in ("DATAMACHINE_PROBE_A", "DATAMACHINE_PROBE_B", "DATAMACHINE_PROBE_C", "PATH"):
-        assert _environ_get(name) == os.environ.get(name)
-    monkeypatch.setenv("DATAMACHINE_PROBE_A", "31")  # a changed value is seen at once
-    assert _environ_get("DATAMACHINE_PROBE_A") == "31"
-    monkeypatch.delenv("DATAMACHINE_PROBE_A")
-    assert _environ_get("DATAMACHINE_PROBE_A") is None

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from datamachine.budgets_builtin import CONVERSATION_TURNS
 from datamachine.conversation.result import ConversationResult
 
 __all__ = ["explain_stop", "print_run_summary", "tool_lines"]
@@ -53,7 +54,7 @@ def tool_lines(result: ConversationResult) -> list[str]:
 
 def print_run_summary(title: str, result: ConversationResult, host: Any = None) -> None:
     """A short report: status, why it stopped, turns, tools, budgets, usage, transcript."""
-    turns = result.budgets.get("conversation_turns", {})
+    turns = result.budgets.get(CONVERSATION_TURNS, {})
     click.echo(click.style(title, bold=True))
     click.echo(f"  status:      {result.status} (completed={result.completed})")
     click.echo(f"  stopped:     {explain_stop(result)}")

@@ -34,7 +34,6 @@ from pydantic import (
     field_validator,
 )
 
-from agents_api.construct import construct
 from datamachine.errors import InvalidCompletionAssertions
 
 __all__ = [
@@ -279,8 +278,7 @@ def parse_assertions(
             f"completion_assertions must be a dict, got {type(raw).__name__}."
         )
     if not raw:
-        # Most runs assert nothing: the defaults need no validation.
-        empty = construct(CompletionAssertions)
+        empty = CompletionAssertions()
         return empty, empty.warnings()
     try:
         parsed = CompletionAssertions.model_validate(dict(raw))

@@ -1,28 +1,25 @@
-"""One run's completion machinery, wired into ``run_conversation`` at four seams.
+"""One run's completion machinery: :class:`CompletionRun`, built whole before the run starts.
 
-:class:`CompletionRun` owns everything the completion rules need for one run: the parsed
-assertions, the policy (built-in or the payload's ``completion_policy``), the nudge count, the
-blocker, the pipeline job. The adapter calls it at clear points and nowhere else:
-
-1. ``CompletionRun.prepare(...)`` while the run is validated (bad config fails before anything
-   runs; the ``report_blocker`` tool joins the tool set here);
-2. :meth:`CompletionRun.start` just before the loop: preflight and job start, or an error
-   result without a provider call;
-3. :meth:`CompletionRun.attach` while building the loop's arguments: it returns the loop's
-   ``on_tool_result`` hook and gives the turn runner its natural-completion callback;
-4. :meth:`CompletionRun.finish` on the mapped result: diagnostics, status, job.
+It owns everything the completion rules need for one run: the parsed assertions, the policy
+(built-in or the payload's ``completion_policy``), the nudge count, the blocker, the pipeline
+job. The conversation run builds it first (bad config fails before anything runs; the
+``report_blocker`` tool joins the tool set here), hands its two hooks to the loop and the turn
+runner as constructor arguments, and asks it once, when the run stops, for its judgement and
+diagnostics (:meth:`CompletionRun.judge`, :meth:`CompletionRun.diagnostics`).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from agents_api import Decision, Message
-from agents_api.construct import assign
+from agents_api.records import LoopStatus
+from datamachine.budgets_builtin import CONVERSATION_TURNS
 from datamachine.completion.assertions import (
     AssertionTracker,
     CompletionAssertions,
@@ -35,33 +32,37 @@ from datamachine.completion.blocker import (
     blocker_reason,
     is_blocker_tool,
 )
-from datamachine.completion.jobs import PipelineJob, failure_reason
+from datamachine.completion.jobs import PipelineJob, failure_reason, job_diagnostics
 from datamachine.completion.nudges import build_nudge, describes_tool_action, diagnostic_copy
 from datamachine.completion.policies import (
     DefaultCompletionPolicy,
     PipelineCompletionPolicy,
     normalize_slugs,
 )
+from datamachine.completion.preflight import ERROR_CODE as PREFLIGHT_ERROR_CODE
 from datamachine.completion.preflight import (
-    ERROR_CODE,
     unavailable_message,
     unavailable_required_tool_names,
 )
 from datamachine.errors import InvalidCompletionPolicy, UsageError
 
 if TYPE_CHECKING:
-    from datamachine.conversation.result import ConversationResult
-    from datamachine.host import Host
+    from datamachine.payload_keys import RuntimeOptions
+    from datamachine.services import Services
     from datamachine.tools import Tool
 
-__all__ = ["TURN_BUDGET", "CompletionRun"]
+__all__ = ["CompletionRun", "Judgement"]
 
-TURN_BUDGET = "conversation_turns"
 NUDGE_METADATA_TYPE = "completion_nudge"
+Emit = Callable[[str, dict[str, Any]], None]
 
 
-def _no_event(event: str, payload: dict[str, Any]) -> None:
-    return None
+@dataclass(frozen=True)
+class Judgement:
+    """The completion rules' word on a stopped run: its status and warning."""
+
+    status: LoopStatus
+    warning: str | None
 
 
 class CompletionRun:
@@ -77,6 +78,9 @@ class CompletionRun:
         modes: list[str],
         payload: dict[str, Any],
         warnings: list[str],
+        emit: Emit,
+        engine_data: dict[str, Any],
+        single_turn: bool = False,
         job: PipelineJob | None = None,
     ) -> None:
         self.assertions = assertions
@@ -92,58 +96,32 @@ class CompletionRun:
         self.payload = payload
         self.warnings = warnings
         self.job = job
-        self.emit: Any = _no_event
-        self.engine_data: dict[str, Any] = {}
-        self.single_turn = False
+        self.emit = emit
+        # The run's engine data: the tool executor's dict, which tools write through.
+        self.engine_data = engine_data
+        self.single_turn = single_turn
         self.nudge_count = 0
         self.last_nudge: str | None = None
         self.blocker: str | None = None
         # True while the policy's latest word on a final answer was "not yet".
         self.pending = False
-        self._attached = False
         # Nothing to assert and no handler list: only terminal tools, handler tools and
         # narrated tool actions can change the outcome, so everything else skips the policy.
         self.trivial = (self.builtin and not assertions.configured
                         and not getattr(policy, "configured_handlers", None))
         self.policy_error: InvalidCompletionPolicy | None = None
 
-    # -- seam 1: validation ---------------------------------------------------------------
+    # -- building it -----------------------------------------------------------------------
     @classmethod
-    def prepare(cls, host: Host, modes: list[str], payload: dict[str, Any], runtime: Any,
-                tools: dict[str, Tool]) -> CompletionRun:
+    def prepare(cls, services: Services, modes: list[str], payload: dict[str, Any],
+                runtime: RuntimeOptions, tools: dict[str, Tool], *, emit: Emit,
+                engine_data: dict[str, Any], single_turn: bool = False) -> CompletionRun:
         """Parse the run's completion config; raise a UsageError before anything runs."""
         assertions, warnings = parse_assertions(runtime.completion_assertions)
         custom = runtime.completion_policy
         if custom is not None:
-            methods = [m for m in ("record_tool_result", "record_natural_completion")
-                       if callable(getattr(custom, m, None))]
-            for name in methods:
-                if inspect.iscoroutinefunction(getattr(custom, name)):
-                    raise InvalidCompletionPolicy(
-                        f"payload['completion_policy'].{name} is async; completion policies "
-                        "are called synchronously between turns, so define it with def.")
-            if not methods:
-                warnings.append(
-                    f"payload['completion_policy'] ({type(custom).__name__}) has neither "
-                    "record_tool_result nor record_natural_completion; it has no effect.")
-        raw_slugs = payload.get("configured_handler_slugs")
-        if raw_slugs is not None and not (
-            isinstance(raw_slugs, str)
-            or (isinstance(raw_slugs, list | tuple) and all(isinstance(s, str) for s in raw_slugs))
-        ):
-            raise UsageError("payload['configured_handler_slugs'] must be a list of handler "
-                             f"slugs (strings), got {raw_slugs!r}.")
-        slugs = normalize_slugs(raw_slugs)
-        handled = {t.handler for t in tools.values() if t.handler}
-        ignored = [s for s in slugs if s not in handled]
-        if ignored:
-            # A handler no tool stands for can never fire: waiting for it would nudge the model
-            # until the turns run out.
-            warnings.append(
-                f"configured_handler_slugs {', '.join(ignored)} have no handler tool in this "
-                "run and are ignored.")
-            slugs = [s for s in slugs if s in handled]
-
+            _check_custom_policy(custom, warnings)
+        slugs = _handler_slugs(payload, tools, warnings)
         policy: Any
         if custom is not None:
             policy = custom
@@ -151,31 +129,28 @@ class CompletionRun:
             policy = PipelineCompletionPolicy(assertions, slugs)
         else:
             policy = DefaultCompletionPolicy(assertions)
-
-        offered = sorted(tools)
         run_tools = dict(tools)
         if assertions.configured and BLOCKER_TOOL_NAME not in run_tools:
             run_tools[BLOCKER_TOOL_NAME] = BLOCKER_TOOL
-        job = PipelineJob.resolve(host.jobs, modes, payload, warnings)
+        job = PipelineJob.resolve(services.jobs, modes, payload, warnings)
         return cls(assertions=assertions, policy=policy, tools=run_tools,
-                   offered_tool_names=offered, modes=modes, payload=payload, warnings=warnings,
-                   job=job)
+                   offered_tool_names=sorted(tools), modes=modes, payload=payload,
+                   warnings=warnings, emit=emit, engine_data=engine_data,
+                   single_turn=single_turn, job=job)
 
-    # -- seam 2: before the loop ----------------------------------------------------------
-    def start(self, run: Any) -> ConversationResult | None:
-        """Preflight and job start; an error result (no provider call) when a required tool is
-        missing, else None and the run goes ahead."""
-        self.attach(run)
-        unavailable = unavailable_required_tool_names(self.assertions, self.offered_tool_names)
-        if not unavailable:
-            if self.job is not None:
-                self.job.start()
-            return None
-        return self._preflight_error(run, unavailable)
+    # -- before the loop ---------------------------------------------------------------------
+    def unavailable_tools(self) -> list[str]:
+        """Tools the assertions require that the run does not offer (preflight)."""
+        return unavailable_required_tool_names(self.assertions, self.offered_tool_names)
 
-    def _preflight_error(self, run: Any, unavailable: list[str]) -> ConversationResult:
-        from datamachine.conversation.result import ConversationResult, empty_usage
+    def start_job(self) -> None:
+        """The pipeline job moves to ``running`` as the run starts."""
+        if self.job is not None:
+            self.job.start()
 
+    def preflight_failure(self, unavailable: list[str], budgets: dict[str, Any],
+                          message_count: int) -> dict[str, Any]:
+        """Report a run refused before any provider call (events, job); its result fields."""
         message = unavailable_message(unavailable)
         evaluation = self.evaluate()
         self.emit("completion_assertions_unavailable", {
@@ -184,46 +159,24 @@ class CompletionRun:
             "available_tool_names": self.offered_tool_names,
             "error_message": message,
         })
-        budgets = {b.name(): b.snapshot() for b in [run.turn_budget, *run.budgets]}
-        result = ConversationResult.model_construct(
-            messages=list(run.messages), status="error", completed=False, error=message,
-            error_code=ERROR_CODE, usage=empty_usage(), budgets=budgets,
-            unavailable_required_tool_names=unavailable,
-            available_tool_names=self.offered_tool_names,
-            completion_assertions_required=evaluation.required,
-            completion_assertions_missing=evaluation.missing,
-            completion_assertions_satisfied=evaluation.satisfied,
-            completion_assertions_complete=False,
-            warnings=[*run.warnings, *self.warnings],
-            mode=run.mode, provider=run.provider_name, model=run.model,
-        )
-        if self.job is not None:
-            self.job.settle({}, self._job_diagnostics(result), ERROR_CODE, result.warnings)
+        fields: dict[str, Any] = {
+            "status": "error", "completed": False, "error": message,
+            "error_code": PREFLIGHT_ERROR_CODE, "unavailable_required_tool_names": unavailable,
+            "available_tool_names": self.offered_tool_names,
+            "completion_assertions_required": evaluation.required,
+            "completion_assertions_missing": evaluation.missing,
+            "completion_assertions_satisfied": evaluation.satisfied,
+            "completion_assertions_complete": False,
+        }
+        self.settle_job({**fields, "turn_count": 0}, PREFLIGHT_ERROR_CODE)
         self.emit("failed", {
-            "status": "error", "turn": 0, "turn_count": 0,
-            "message_count": len(result.messages), "tool_results": 0, "budget": None,
-            "budgets": budgets, "error": message, "error_code": ERROR_CODE,
+            "status": "error", "turn": 0, "turn_count": 0, "message_count": message_count,
+            "tool_results": 0, "budget": None, "budgets": budgets, "error": message,
+            "error_code": PREFLIGHT_ERROR_CODE,
         })
-        return result
+        return fields
 
-    # -- seam 3: the loop's hooks ---------------------------------------------------------
-    def attach(self, run: Any) -> Any:
-        """Bind to the prepared run; return the loop's ``on_tool_result`` hook.
-
-        Also hands the turn runner its natural-completion callback. Safe to call again.
-        """
-        if not self._attached:
-            self.emit = run.emit
-            self.single_turn = bool(run.single_turn)
-            executor = run.executor
-            if executor is not None:
-                self.engine_data = executor.engine_data
-            else:
-                found = run.payload.get("engine_data")
-                self.engine_data = found if isinstance(found, dict) else {}
-            run.runner.on_natural_completion = self.on_natural_completion
-            self._attached = True
-        return self.on_tool_result
+    # -- the hooks the loop and the turn runner call ----------------------------------------
 
     def _context(self, loop_context: Mapping[str, Any]) -> dict[str, Any]:
         return {"mode": self.mode, "modes": list(self.modes), "turn": loop_context.get("turn"),
@@ -334,7 +287,8 @@ class CompletionRun:
             return self._coerce(value, method)
         except InvalidCompletionPolicy as exc:
             # Raised inside the turn runner, the loop would turn it into an error result;
-            # finish() raises it instead, so a broken policy fails the same way on every path.
+            # raise_policy_error() raises it after the run, so a broken policy fails the same
+            # way on every path.
             self.policy_error = exc
             raise
 
@@ -363,7 +317,7 @@ class CompletionRun:
             f"{where} returned {type(value).__name__}; return an agents_api.Decision "
             "(datamachine.Decision), a dict of its fields, or None for no opinion.")
 
-    # -- seam 4: the result ---------------------------------------------------------------
+    # -- when the run stops ------------------------------------------------------------------
     def evaluate(self) -> Evaluation:
         """The assertions against this run's successful tool results and engine data."""
         return self.tracker.evaluate(self.engine_data)
@@ -375,85 +329,104 @@ class CompletionRun:
             return self.policy.remaining_handlers
         return []
 
-    def finish(self, result: ConversationResult, run: Any) -> ConversationResult:
-        """Add the completion diagnostics to ``result``, correct its status, settle the job.
-
-        Raises the :class:`InvalidCompletionPolicy` a custom policy caused during the run.
-        """
-        if self.policy_error is not None:
-            if self.job is not None:
-                # Never leave the job running: it failed with the policy.
-                self.job.settle(self.engine_data, {"completed": False,
-                                                   "error": str(self.policy_error)},
-                                "invalid_completion_policy", [])
-                self.job = None
-            raise self.policy_error
+    def judge(self, status: LoopStatus, budget: str | None, warning: str | None,
+              turn_ceiling: int) -> Judgement:
+        """The run's status and warning once the completion rules are applied: an answer that
+        leaves assertions unmet, handlers unfired or a blocker reported is ``incomplete``."""
         evaluation = self.evaluate()
         remaining = self.remaining_handlers
-        if evaluation.configured:
-            assign(result, completion_assertions_required=evaluation.required,
-                   completion_assertions_missing=evaluation.missing,
-                   completion_assertions_satisfied=evaluation.satisfied,
-                   completion_assertions_complete=evaluation.complete)
-        assign(result, completion_nudge_count=self.nudge_count,
-               completion_nudge=(diagnostic_copy(self.last_nudge)
-                                 if self.last_nudge is not None else None),
-               blocker=self.blocker, remaining_handlers=remaining,
-               warnings=[*result.warnings, *self.warnings])
         unmet = not evaluation.complete or bool(remaining)
-        if result.status == "completed":
+        if status == "completed":
             if self.blocker is not None:
-                result.status, result.completed = "incomplete", False
-                result.warning = f"The model reported a blocker: {self.blocker}"
-            elif unmet or self.pending:
-                result.status, result.completed = "incomplete", False
-                result.warning = self._unmet_warning(evaluation, remaining)
-        elif (result.status == "budget_exceeded" and result.budget == TURN_BUDGET
-              and (unmet or self.pending)):
-            result.max_turns_reached, result.completed = True, False
-            result.warning = (f"Maximum conversation turns ({run.turn_budget.ceiling()}) "
-                              "reached before completion policy was satisfied.")
+                return Judgement("incomplete", f"The model reported a blocker: {self.blocker}")
+            if unmet or self.pending:
+                return Judgement("incomplete", _unmet_warning(evaluation, remaining))
+        elif status == "budget_exceeded" and budget == CONVERSATION_TURNS and (
+                unmet or self.pending):
+            return Judgement(status, f"Maximum conversation turns ({turn_ceiling}) reached "
+                                     "before completion policy was satisfied.")
+        return Judgement(status, warning)
+
+    def diagnostics(self) -> dict[str, Any]:
+        """The completion fields of the run's result (DESIGN.md 5.4)."""
+        evaluation = self.evaluate()
+        fields: dict[str, Any] = {
+            "completion_nudge_count": self.nudge_count,
+            "completion_nudge": (diagnostic_copy(self.last_nudge)
+                                 if self.last_nudge is not None else None),
+            "blocker": self.blocker, "remaining_handlers": self.remaining_handlers}
+        if evaluation.configured:
+            fields.update({
+                "completion_assertions_required": evaluation.required,
+                "completion_assertions_missing": evaluation.missing,
+                "completion_assertions_satisfied": evaluation.satisfied,
+                "completion_assertions_complete": evaluation.complete})
+        return fields
+
+    def settle_job(self, result: Mapping[str, Any], reason: str | None = None) -> None:
+        """Write the run's engine data and diagnostics to its pipeline job, then complete or
+        fail it. ``result``: the result's fields; ``reason`` overrides the failure reason."""
+        if self.job is None:
+            return
+        if reason is None:
+            reason = failure_reason(result, remaining_handlers=self.remaining_handlers)
+        self.job.settle(self.engine_data, job_diagnostics(result), reason, self.warnings)
+        self.job = None  # settled once
+
+    def raise_policy_error(self) -> None:
+        """Raise the :class:`InvalidCompletionPolicy` a custom policy caused during the run
+        (after failing its job: a job never stays running)."""
+        if self.policy_error is None:
+            return
         if self.job is not None:
-            reason = failure_reason(result, remaining_handlers=remaining)
-            self.job.settle(self.engine_data, self._job_diagnostics(result), reason,
-                            result.warnings)
-        return result
+            self.job.settle(self.engine_data, {"completed": False,
+                                               "error": str(self.policy_error)},
+                            "invalid_completion_policy", [])
+            self.job = None
+        raise self.policy_error
 
-    @staticmethod
-    def _unmet_warning(evaluation: Evaluation, remaining: list[str]) -> str:
-        parts = [f"{group}: {', '.join(str(item) for item in items)}"
-                 for group, items in evaluation.missing.items()]
-        if remaining:
-            parts.append(f"handlers: {', '.join(remaining)}")
-        if not parts:
-            return "The run ended before its completion policy was satisfied."
-        return ("The run ended before its completion policy was satisfied (missing "
-                + "; ".join(parts) + ").")
 
-    def _job_diagnostics(self, result: ConversationResult) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "conversation_status": result.status,
-            "completed": result.completed,
-            "turn_count": result.turn_count,
-            "usage": result.usage,
-            "transcript_session_id": result.transcript_session_id,
-            "warning": result.warning,
-            "error": result.error,
-            "error_code": result.error_code,
-            "completion_nudge_count": result.completion_nudge_count,
-            "completion_nudge": result.completion_nudge,
-            "blocker": result.blocker,
-        }
-        if result.completion_assertions_complete is not None:
-            data.update({
-                "completion_assertions_required": result.completion_assertions_required,
-                "completion_assertions_missing": result.completion_assertions_missing,
-                "completion_assertions_satisfied": result.completion_assertions_satisfied,
-                "completion_assertions_complete": result.completion_assertions_complete,
-            })
-        if result.unavailable_required_tool_names:
-            data["unavailable_required_tool_names"] = result.unavailable_required_tool_names
-            data["available_tool_names"] = result.available_tool_names
-        if result.remaining_handlers:
-            data["remaining_handlers"] = result.remaining_handlers
-        return {key: value for key, value in data.items() if value is not None}
+def _check_custom_policy(custom: Any, warnings: list[str]) -> None:
+    methods = [m for m in ("record_tool_result", "record_natural_completion")
+               if callable(getattr(custom, m, None))]
+    for name in methods:
+        if inspect.iscoroutinefunction(getattr(custom, name)):
+            raise InvalidCompletionPolicy(
+                f"payload['completion_policy'].{name} is async; completion policies "
+                "are called synchronously between turns, so define it with def.")
+    if not methods:
+        warnings.append(
+            f"payload['completion_policy'] ({type(custom).__name__}) has neither "
+            "record_tool_result nor record_natural_completion; it has no effect.")
+
+
+def _handler_slugs(payload: Mapping[str, Any], tools: Mapping[str, Tool],
+                   warnings: list[str]) -> list[str]:
+    raw_slugs = payload.get("configured_handler_slugs")
+    if raw_slugs is not None and not (
+        isinstance(raw_slugs, str)
+        or (isinstance(raw_slugs, list | tuple) and all(isinstance(s, str) for s in raw_slugs))
+    ):
+        raise UsageError("payload['configured_handler_slugs'] must be a list of handler "
+                         f"slugs (strings), got {raw_slugs!r}.")
+    slugs = normalize_slugs(raw_slugs)
+    handled = {t.handler for t in tools.values() if t.handler}
+    ignored = [s for s in slugs if s not in handled]
+    if ignored:
+        # A handler no tool stands for can never fire: waiting for it would nudge the model
+        # until the turns run out.
+        warnings.append(
+            f"configured_handler_slugs {', '.join(ignored)} have no handler tool in this "
+            "run and are ignored.")
+    return [s for s in slugs if s in handled]
+
+
+def _unmet_warning(evaluation: Evaluation, remaining: list[str]) -> str:
+    parts = [f"{group}: {', '.join(str(item) for item in items)}"
+             for group, items in evaluation.missing.items()]
+    if remaining:
+        parts.append(f"handlers: {', '.join(remaining)}")
+    if not parts:
+        return "The run ended before its completion policy was satisfied."
+    return ("The run ended before its completion policy was satisfied (missing "
+            + "; ".join(parts) + ").")

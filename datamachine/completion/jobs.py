@@ -12,15 +12,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from datamachine.errors import DataMachineError, InvalidJobTransition, JobNotFound
 from datamachine.storage.jobs import JobStore
 
-if TYPE_CHECKING:
-    from datamachine.conversation.result import ConversationResult
-
-__all__ = ["PipelineJob", "failure_reason"]
+__all__ = ["PipelineJob", "failure_reason", "job_diagnostics"]
 
 logger = logging.getLogger("datamachine.completion")
 
@@ -44,20 +41,42 @@ def _json_ready(data: Mapping[str, Any]) -> dict[str, Any]:
     return dict(json.loads(json.dumps(dict(data), default=str)))
 
 
-def failure_reason(result: ConversationResult, *, remaining_handlers: Sequence[str] = ()
+def failure_reason(result: Mapping[str, Any], *, remaining_handlers: Sequence[str] = ()
                    ) -> str | None:
-    """Why the job of this run failed, or None when it completed."""
-    if result.status == "error":
-        return result.error_code or "conversation_error"
-    if result.status in ("transcript_lock_contention", "aborted"):
-        return result.status
-    if result.completion_assertions_complete is False:
+    """Why the job of this run failed, or None when it completed (``result``: its fields)."""
+    status = result.get("status")
+    if status == "error":
+        return str(result.get("error_code") or "conversation_error")
+    if status in ("transcript_lock_contention", "aborted"):
+        return str(status)
+    if result.get("completion_assertions_complete") is False:
         return ASSERTIONS_MISSING
     if remaining_handlers:
         return HANDLERS_MISSING
-    if result.blocker is not None:
+    if result.get("blocker") is not None:
         return BLOCKER_REPORTED
     return None
+
+
+_DIAGNOSTIC_KEYS = ("completed", "turn_count", "usage", "transcript_session_id", "warning",
+                    "error", "error_code", "completion_nudge_count", "completion_nudge",
+                    "blocker")
+_ASSERTION_KEYS = ("completion_assertions_required", "completion_assertions_missing",
+                   "completion_assertions_satisfied", "completion_assertions_complete")
+
+
+def job_diagnostics(result: Mapping[str, Any]) -> dict[str, Any]:
+    """What a job's engine data keeps of its run (``result``: the result's fields)."""
+    data: dict[str, Any] = {"conversation_status": result.get("status")}
+    data.update({key: result.get(key) for key in _DIAGNOSTIC_KEYS})
+    if result.get("completion_assertions_complete") is not None:
+        data.update({key: result.get(key) for key in _ASSERTION_KEYS})
+    if result.get("unavailable_required_tool_names"):
+        data["unavailable_required_tool_names"] = result["unavailable_required_tool_names"]
+        data["available_tool_names"] = result.get("available_tool_names")
+    if result.get("remaining_handlers"):
+        data["remaining_handlers"] = result["remaining_handlers"]
+    return {key: value for key, value in data.items() if value is not None}
 
 
 class PipelineJob:

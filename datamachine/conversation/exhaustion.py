@@ -10,23 +10,25 @@ does not change, and the status still says ``budget_exceeded``.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import re
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from agents_api import LoopResult, Message
-from agents_api._drive import resume_async
+from agents_api import RunStop
+from agents_api.drive import Steps, awaitable
 
-__all__ = ["fallback_summary", "make_final_summary", "strip_thinking", "summary_prompt"]
+__all__ = ["FinalSummary", "Summary", "fallback_summary", "strip_thinking", "summary_prompt"]
 
 logger = logging.getLogger("datamachine.exhaustion")
 
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
 SUMMARY_GRACE_SECONDS = 30.0
 
-Summarize = Callable[[list[Message], str], Any]
+# (messages, prompt) -> the summary text, or an awaitable of it.
+Summarize = Callable[[list[Any], str], Any]
+Emit = Callable[[str, dict[str, Any]], None]
 
 
 def strip_thinking(text: str) -> str:
@@ -57,84 +59,64 @@ def fallback_summary(budget: str, current: int, ceiling: int, tool_calls: int) -
     )
 
 
-def make_final_summary(
-    summarize: Summarize,
-    emit: Callable[[str, dict[str, Any]], None],
-    *,
-    enabled: bool = True,
-    grace_seconds: float = SUMMARY_GRACE_SECONDS,
-) -> Callable[[LoopResult, dict[str, Any]], Awaitable[None] | None]:
-    """An ``on_stop`` hook for the loop that adds the summary to a budget-stopped run."""
+@dataclass(frozen=True)
+class Summary:
+    """The final summary of a budget-stopped run: its text and where it came from."""
 
-    def on_stop(result: LoopResult, context: dict[str, Any]) -> Awaitable[None] | None:
-        if not enabled or result.status != "budget_exceeded" or result.budget is None:
+    text: str
+    source: str  # "model" or "fallback"
+
+
+class FinalSummary:
+    """The summary step of one run (``enabled=False``: ``final_summary=False`` in the payload).
+
+    ``summarize(messages, prompt)`` makes the tool-less call (the turn runner's); the
+    ``final_summary`` event reports how it went.
+    """
+
+    def __init__(self, summarize: Summarize, emit: Emit, *, enabled: bool = True,
+                 grace_seconds: float = SUMMARY_GRACE_SECONDS) -> None:
+        self.summarize = summarize
+        self.emit = emit
+        self.enabled = enabled
+        self.grace_seconds = grace_seconds
+
+    def wanted(self, stop: RunStop) -> bool:
+        """A budget stopped a model that had not answered yet."""
+        if not self.enabled or stop.status != "budget_exceeded" or stop.budget is None:
+            return False
+        return bool(stop.last_tool_calls) or not stop.final_content
+
+    def steps(self, stop: RunStop, deadline: float | None) -> Steps[Summary | None]:
+        """The summary (yielding the provider call to await when it is async), or None."""
+        if not self.wanted(stop):
             return None
-        if not result.last_tool_calls and result.final_content:
-            return None  # the model already gave its final answer
-        snapshot = result.budgets.get(result.budget, {})
+        assert stop.budget is not None
+        snapshot = stop.budgets.get(stop.budget, {})
         current, ceiling = int(snapshot.get("current", 0)), int(snapshot.get("ceiling", 0))
-        calls = sum(1 for m in result.messages if m.type == "tool_call")
-        prompt = summary_prompt(result.budget, current, ceiling, calls)
-        deadline = context.get("deadline")
-        grace = grace_seconds if deadline is None else min(grace_seconds, max(deadline, 0) + 5)
-        return _summarize(result, summarize, prompt, emit, grace,
-                          fallback_summary(result.budget, current, ceiling, calls), calls)
-
-    return on_stop
-
-
-class _Attempts:
-    """How many summary calls were made and the last failure, for the event."""
-
-    def __init__(self) -> None:
-        self.attempts = 0
-        self.error: str | None = None
-
-
-def _attempts(summarize: Summarize, result: LoopResult, prompt: str, grace: float,
-              state: _Attempts) -> Generator[Awaitable[Any], Any, str | None]:
-    """At most two summary calls; yields the call to await when the provider is async."""
-    while state.attempts < 2:
-        state.attempts += 1
-        try:
-            answer = summarize(result.messages, prompt)
-            if inspect.isawaitable(answer):
-                answer = yield asyncio.wait_for(answer, timeout=grace)
-        except Exception as exc:  # any failure of the summary call falls back
-            state.error = str(exc) or type(exc).__name__
-            logger.warning("datamachine: final summary call failed: %s", state.error)
-            return None
-        text = strip_thinking(str(answer or ""))
-        if text:
-            return text
-    return None
-
-
-def _summarize(result: LoopResult, summarize: Summarize, prompt: str,
-               emit: Callable[[str, dict[str, Any]], None], grace: float, fallback: str,
-               calls: int) -> Awaitable[None] | None:
-    """Run the attempts; a sync provider finishes here, an async one in the returned coroutine."""
-    state = _Attempts()
-
-    def conclude(text: str | None) -> None:
-        source = "model" if text else "fallback"
-        text = text or fallback
-        result.messages.append(Message.text("assistant", text, {"type": "final_summary"}))
-        result.final_content = text
-        payload: dict[str, Any] = {"budget": result.budget, "tool_calls": calls,
-                                   "source": source, "attempts": state.attempts}
-        if state.error:
-            payload["error"] = state.error
-        emit("final_summary", payload)
-
-    steps = _attempts(summarize, result, prompt, grace, state)
-    try:
-        pending = next(steps)
-    except StopIteration as stop:
-        conclude(stop.value)
-        return None
-
-    async def finish() -> None:
-        conclude(await resume_async(steps, pending))
-
-    return finish()
+        # Calls that ran: a rejected duplicate or a refused rule did not run.
+        calls = sum(1 for r in stop.tool_execution_results if not r["result"].get("rejected"))
+        prompt = summary_prompt(stop.budget, current, ceiling, calls)
+        grace = (self.grace_seconds if deadline is None
+                 else min(self.grace_seconds, max(deadline, 0) + 5))
+        attempts, error, text = 0, None, None
+        while attempts < 2 and not text:
+            attempts += 1
+            try:
+                answer = self.summarize(stop.messages, prompt)
+                if awaitable(answer):
+                    answer = yield asyncio.wait_for(answer, timeout=grace)
+            except Exception as exc:  # any failure of the summary call falls back
+                error = str(exc) or type(exc).__name__
+                logger.warning("datamachine: final summary call failed: %s", error)
+                break
+            text = strip_thinking(str(answer or ""))
+        summary = (Summary(text, "model") if text
+                   else Summary(fallback_summary(stop.budget, current, ceiling, calls),
+                                "fallback"))
+        payload: dict[str, Any] = {"budget": stop.budget, "tool_calls": calls,
+                                   "source": summary.source, "attempts": attempts}
+        if error:
+            payload["error"] = error
+        self.emit("final_summary", payload)
+        return summary

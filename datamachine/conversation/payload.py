@@ -1,42 +1,111 @@
 """Splitting a run's payload into what tools and requests may see and the runtime objects.
 
 Runtime objects (event sinks, persisters, locks, policies, scripts) are taken out before anything
-reaches a tool or a provider request: they are not JSON, and a model must never see them.
+reaches a tool or a provider request: they are not JSON, and a model must never see them. Each
+runtime key has one check; a bad value is a UsageError naming the key and the fix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from datamachine.errors import UsageError
-from datamachine.payload_keys import RUNTIME_KEYS
+from datamachine.payload_keys import RUNTIME_KEYS, RuntimeOptions
 from datamachine.registry import validate_budget_value
+from datamachine.storage.locks import MAX_TTL
 
 __all__ = ["RUNTIME_KEYS", "RuntimeOptions", "base_log_context", "split_payload"]
 
 _LOG_KEYS = ("job_id", "flow_step_id", "agent_slug")
 
 
-@dataclass
-class RuntimeOptions:
-    """The runtime objects of one run, taken out of its payload."""
+def _session_id(value: Any) -> Any:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise UsageError("payload['transcript_session_id'] must be a non-empty string.")
+    return value
 
-    event_sink: Any = None
-    transcript_persister: Any = None
-    transcript_lock: Any = None
-    transcript_session_id: str | None = None
-    transcript_lock_ttl: int = 300
-    completion_assertions: dict[str, Any] = field(default_factory=dict)
-    completion_policy: Any = None
-    tool_runtime_rules: list[Any] = field(default_factory=list)
-    budget_pressure: Any = None
-    final_summary: bool = True
-    persist_transcript: bool = True
-    script: Any = None
-    max_seconds: float | None = None
-    extend_by: int | None = None
+
+def _lock_ttl(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TTL:
+        raise UsageError(f"payload['transcript_lock_ttl'] must be an integer number of seconds "
+                         f"from 1 to {MAX_TTL}, got {value!r}.")
+    return value
+
+
+def _assertions(value: Any) -> Any:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise UsageError("payload['completion_assertions'] must be a dict.")
+    return value
+
+
+def _rules(value: Any) -> Any:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise UsageError("payload['tool_runtime_rules'] must be a list of rule dicts.")
+    return value
+
+
+def _seconds(value: Any) -> Any:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                              or not math.isfinite(value) or value <= 0):
+        raise UsageError("payload['max_seconds'] must be a positive number of seconds.")
+    return value
+
+
+def _sink(value: Any) -> Any:
+    if value is not None and not (callable(value) or callable(getattr(value, "emit", None))):
+        raise UsageError("payload['event_sink'] must be a callable or have emit(event, payload).")
+    return value
+
+
+def _extend_by(value: Any) -> Any:
+    if value is not None:
+        validate_budget_value("payload['extend_by']", value)
+    return value
+
+
+def _flag(key: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if not isinstance(value, bool):
+            raise UsageError(f"payload[{key!r}] must be True or False, got {value!r}.")
+        return value
+
+    return check
+
+
+def _lock(value: Any) -> Any:
+    if value is not None and not (callable(getattr(value, "acquire", None))
+                                  and callable(getattr(value, "release", None))):
+        raise UsageError("payload['transcript_lock'] must have acquire(session_id, ttl) and "
+                         "release(session_id, token) methods.")
+    return value
+
+
+def _persister(value: Any) -> Any:
+    if value is not None and not callable(getattr(value, "persist", None)):
+        raise UsageError("payload['transcript_persister'] must have a "
+                         "persist(messages, request, result) method.")
+    return value
+
+
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "transcript_session_id": _session_id,
+    "transcript_lock_ttl": _lock_ttl,
+    "completion_assertions": _assertions,
+    "tool_runtime_rules": _rules,
+    "max_seconds": _seconds,
+    "event_sink": _sink,
+    "extend_by": _extend_by,
+    "final_summary": _flag("final_summary"),
+    "persist_transcript": _flag("persist_transcript"),
+    "transcript_lock": _lock,
+    "transcript_persister": _persister,
+}
 
 
 def split_payload(payload: Mapping[str, Any] | None) -> tuple[dict[str, Any], RuntimeOptions]:
@@ -46,47 +115,11 @@ def split_payload(payload: Mapping[str, Any] | None) -> tuple[dict[str, Any], Ru
     if not isinstance(payload, Mapping):
         raise UsageError(f"payload must be a dict, got {type(payload).__name__}.")
     clean = {k: v for k, v in payload.items() if k not in RUNTIME_KEYS}
-    options = RuntimeOptions()
-    for key in RUNTIME_KEYS & payload.keys():
-        setattr(options, key, payload[key])
-    session_id = options.transcript_session_id
-    if session_id is not None and (not isinstance(session_id, str) or not session_id.strip()):
-        raise UsageError("payload['transcript_session_id'] must be a non-empty string.")
-    ttl = options.transcript_lock_ttl
-    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
-        raise UsageError("payload['transcript_lock_ttl'] must be a positive number of seconds.")
-    if options.completion_assertions is None:
-        options.completion_assertions = {}
-    if not isinstance(options.completion_assertions, Mapping):
-        raise UsageError("payload['completion_assertions'] must be a dict.")
-    if options.tool_runtime_rules is None:
-        options.tool_runtime_rules = []
-    if not isinstance(options.tool_runtime_rules, list):
-        raise UsageError("payload['tool_runtime_rules'] must be a list of rule dicts.")
-    seconds = options.max_seconds
-    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)
-                                or seconds <= 0):
-        raise UsageError("payload['max_seconds'] must be a positive number of seconds.")
-    if options.event_sink is not None and not (
-        callable(options.event_sink) or callable(getattr(options.event_sink, "emit", None))
-    ):
-        raise UsageError("payload['event_sink'] must be a callable or have emit(event, payload).")
-    if options.extend_by is not None:
-        validate_budget_value("payload['extend_by']", options.extend_by)
-    for flag in ("final_summary", "persist_transcript"):
-        if not isinstance(getattr(options, flag), bool):
-            raise UsageError(f"payload[{flag!r}] must be True or False, "
-                             f"got {getattr(options, flag)!r}.")
-    lock = options.transcript_lock
-    if lock is not None and not (callable(getattr(lock, "acquire", None))
-                                 and callable(getattr(lock, "release", None))):
-        raise UsageError("payload['transcript_lock'] must have acquire(session_id, ttl) and "
-                         "release(session_id, token) methods.")
-    persister = options.transcript_persister
-    if persister is not None and not callable(getattr(persister, "persist", None)):
-        raise UsageError("payload['transcript_persister'] must have a "
-                         "persist(messages, request, result) method.")
-    return clean, options
+    given = {key: payload[key] for key in RUNTIME_KEYS & payload.keys()}
+    for key, check in _CHECKS.items():
+        if key in given:
+            given[key] = check(given[key])
+    return clean, RuntimeOptions(**given)
 
 
 def base_log_context(mode: str, payload: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents_api import IterationBudget
+from datamachine.budgets_builtin import CONVERSATION_TURNS, TOOL_CALLS, WALL_CLOCK
 from datamachine.errors import UsageError
 
 __all__ = ["BudgetPressure", "PressureTracker", "default_tier", "parse_budget_pressure"]
@@ -26,8 +27,8 @@ CAUTION = "caution"
 WARNING = "warning"
 ESCALATION = "final_warning"
 
-_UNITS = {"conversation_turns": "turn", "turns": "turn", "tool_calls": "tool call",
-          "wall_clock_seconds": "second"}
+_UNITS = {CONVERSATION_TURNS: "turn", "turns": "turn", TOOL_CALLS: "tool call",
+          WALL_CLOCK: "second"}
 _CAUTION_TEXT = ("[BUDGET: {unit} {current}/{ceiling}. {remaining} left. Start consolidating "
                  "your work.]")
 _WARNING_TEXT = ("[BUDGET WARNING: {unit} {current}/{ceiling}. {remaining} left. Give your final "

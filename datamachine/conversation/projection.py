@@ -19,17 +19,13 @@ Alongside the chat list it keeps two running figures about what the model is sen
 from __future__ import annotations
 
 import hashlib
-import json
-from json.encoder import encode_basestring as _quote
 from typing import Any
 
 from agents_api import Message
-from agents_api.jsontext import json_encoder
+from agents_api.jsontext import canonical_json, compact_json, readable_json
 
 __all__ = ["ChatProjector"]
 
-_compact = json_encoder(separators=(",", ":"), ensure_ascii=False, default=str)
-_canonical = json_encoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 _TOOL_CALLS_OPEN = '{"role":"assistant","content":"","tool_calls":['
 # Added to an assistant text message when it adopts its first tool call: ,"tool_calls":[]
 _ADOPT_BYTES = len(',"tool_calls":[]')
@@ -72,18 +68,19 @@ class ChatProjector:
         if kind == "tool_call":
             self._add_call(message)
         elif kind == "tool_result":
-            content = message.content if isinstance(message.content, str) else json.dumps(
-                message.content)
+            content = (message.content if isinstance(message.content, str)
+                       else readable_json(message.content))
             call_id = str(message.metadata.get("tool_call_id", ""))
             self._entry({"role": "tool", "tool_call_id": call_id, "content": content},
-                        '{"role":"tool","tool_call_id":' + _quote(call_id) + ',"content":'
-                        + _quote(content) + "}")
+                        '{"role":"tool","tool_call_id":' + compact_json(call_id)
+                        + ',"content":' + compact_json(content) + "}")
             self._adopt = False
         else:
             role, text = message.role, message.content
-            entry = {"role": role, "content": text}
-            self._entry(entry, '{"role":' + _quote(role) + ',"content":' + (
-                _quote(text) if isinstance(text, str) else _compact(text)) + "}")
+            entry: dict[str, Any] = {"role": role, "content": text}
+            # The entry's compact JSON, piece by piece: a string takes the encoder's fast path.
+            self._entry(entry, '{"role":' + compact_json(role) + ',"content":'
+                        + compact_json(text) + "}")
             if role == "assistant":
                 self._current, self._current_turn, self._adopt = entry, None, True
             else:
@@ -97,8 +94,8 @@ class ChatProjector:
         parameters = payload.get("parameters") or {}
         call = {"id": call_id, "name": name, "parameters": parameters}
         # The call as the provider receives it, except that parameters' keys are sorted here.
-        text = ('{"id":' + _quote(call_id) + ',"name":' + _quote(name) + ',"parameters":'
-                + _canonical(parameters) + "}").encode()
+        text = ('{"id":' + compact_json(call_id) + ',"name":' + compact_json(name)
+                + ',"parameters":' + canonical_json(parameters) + "}").encode()
         current = self._current
         if current is not None and (self._adopt or self._current_turn == turn):
             calls = current.get("tool_calls")

@@ -1,9 +1,12 @@
-"""``run_conversation``: the product adapter over the generic loop (DESIGN.md section 5).
+"""``run_conversation``: one :class:`ConversationRun`, the product adapter over the generic loop
+(DESIGN.md sections 5 and 11).
 
-It validates every argument before anything runs, takes the runtime objects out of the payload,
-resolves budgets through the registry (reporting clamps), builds the turn runner and the tool
-executor, runs ``agents_api``'s loop, and maps the loop's outcome onto one
-:class:`ConversationResult`. The loop owns mechanics; this module owns policy.
+A run is built whole before anything runs: its arguments checked (:class:`RunSpec`), its budgets
+resolved through the registry (clamps reported), its completion state, turn runner, tool
+executor and transcript wired together through their constructors. Then ``agents_api``'s loop
+runs it; when the loop stops, the run decides its verdict once (:mod:`.verdict`) and the result
+is built once from the loop's result and that verdict. The loop owns mechanics; this module owns
+policy.
 """
 
 from __future__ import annotations
@@ -11,99 +14,28 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol, cast
 
-from agents_api import (
-    InvalidMessage,
-    IterationBudget,
-    LoopResult,
-    Message,
-    TurnResult,
-    normalize_messages,
-)
-from agents_api.construct import assign, construct
+from agents_api import IterationBudget, LoopResult, RunStop, StopVerdict, TranscriptWriter
+from agents_api.drive import Steps, run_steps
 from agents_api.loop import arun_loop, run_loop
+from datamachine.budgets_builtin import CONVERSATION_TURNS, TOOL_CALLS, WALL_CLOCK
 from datamachine.completion.controller import CompletionRun
-from datamachine.conversation.exhaustion import make_final_summary
-from datamachine.conversation.modes import normalize_modes
-from datamachine.conversation.payload import RuntimeOptions, base_log_context, split_payload
+from datamachine.conversation.exhaustion import FinalSummary
+from datamachine.conversation.payload import base_log_context, split_payload
 from datamachine.conversation.pressure import PressureTracker, parse_budget_pressure
-from datamachine.conversation.result import ConversationResult
+from datamachine.conversation.result import ConversationResult, empty_usage
+from datamachine.conversation.spec import RunSpec
 from datamachine.conversation.timeouts import resolve_timeouts
-from datamachine.conversation.turns import ProviderTurnRunner
+from datamachine.conversation.turns import ProviderTurnRunner, TurnGate
+from datamachine.conversation.verdict import ProductVerdict, decide
 from datamachine.errors import UsageError
-from datamachine.host import Host
-from datamachine.registry import validate_budget_value
+from datamachine.services import Services
 
-__all__ = ["PreparedRun", "arun_conversation_on", "prepare_run", "run_conversation_on"]
+__all__ = ["ConversationRun", "RunEmitter", "emit_outside_run", "run_emitter"]
 
 logger = logging.getLogger("datamachine.conversation")
-
-TURN_BUDGET = "conversation_turns"
-TOOL_BUDGET = "tool_calls"
-
-
-class PreparedRun:
-    """Everything one run needs, validated and resolved before the first provider call."""
-
-    def __init__(self, **fields: Any) -> None:
-        self.__dict__.update(fields)
-
-    host: Host
-    messages: list[Message]
-    tools: dict[str, Any]
-    provider_name: str
-    model: str
-    mode: str
-    modes: list[str]
-    payload: dict[str, Any]
-    runtime: RuntimeOptions
-    turn_budget: IterationBudget
-    budgets: list[IterationBudget]
-    warnings: list[str]
-    runner: ProviderTurnRunner
-    executor: Any
-    emit: RunEmitter
-    session_id: str | None
-    persister: Any
-    lock: Any
-    single_turn: bool
-    settle: Callable[[ConversationResult], None] | None = None
-    final: ConversationResult | None = None
-    completion: CompletionRun
-
-
-def _normalize_tools(tools: object) -> dict[str, Any]:
-    from datamachine.tools import Tool
-
-    if tools is None:
-        return {}
-    items: list[tuple[str | None, object]]
-    if isinstance(tools, Mapping):
-        items = list(tools.items())
-    elif isinstance(tools, list | tuple):
-        items = [(None, t) for t in tools]
-    else:
-        raise UsageError(
-            f"tools must be a dict of name -> Tool or a list of Tool, got {type(tools).__name__}."
-        )
-    normalized: dict[str, Any] = {}
-    for key, candidate in items:
-        if not isinstance(candidate, Tool):
-            where = f"tools[{key!r}]" if key is not None else "tools"
-            raise UsageError(
-                f"{where} must be a datamachine.Tool (build one with Tool(...) or "
-                f"@datamachine.tool), got {type(candidate).__name__}."
-            )
-        if key is not None and key != candidate.name:
-            raise UsageError(
-                f"tools[{key!r}] is a Tool named {candidate.name!r}; use the same name."
-            )
-        if candidate.name in normalized:
-            raise UsageError(f"tools lists {candidate.name!r} twice.")
-        normalized[candidate.name] = candidate
-    return normalized
 
 
 class RunEmitter(Protocol):
@@ -119,16 +51,15 @@ class RunEmitter(Protocol):
         """Deliver one event (with the run's base log context) to every listener."""
 
 
-def run_emitter(host: Host, runtime: RuntimeOptions, base: dict[str, Any]) -> RunEmitter:
-    """The :class:`RunEmitter` of one run.
+def run_emitter(services: Services, sink: Any, base: dict[str, Any]) -> RunEmitter:
+    """The :class:`RunEmitter` of one run (``sink``: the payload's ``event_sink``).
 
     A closure rather than an object with ``__call__``: calling an instance looks ``__call__``
     up and binds it on every call, and a run emits several events per turn.
     """
-    sink = runtime.event_sink
     if sink is not None and not callable(sink):
         sink = sink.emit
-    caller = host.pm.hook.on_loop_event
+    caller = services.pm.hook.on_loop_event
     hook = caller if caller.get_hookimpls() else None
 
     def emit(event: str, payload: dict[str, Any]) -> None:
@@ -152,275 +83,275 @@ def run_emitter(host: Host, runtime: RuntimeOptions, base: dict[str, Any]) -> Ru
     return cast(RunEmitter, emit)
 
 
-def emit_outside_run(host: Host, payload: Mapping[str, Any] | None, event: str,
+def emit_outside_run(services: Services, payload: Mapping[str, Any] | None, event: str,
                      data: dict[str, Any]) -> None:
     """Emit an event for a run that never reached the loop (the payload's sink and the hook)."""
     _, runtime = split_payload(payload)
-    run_emitter(host, runtime, {})(event, data)
+    run_emitter(services, runtime.event_sink, {})(event, data)
 
 
-def prepare_run(
-    host: Host,
-    messages: Any,
-    tools: Any,
-    provider: Any,
-    model: Any,
-    mode: Any = "pipeline",
-    payload: Any = None,
-    max_turns: Any = None,
-    single_turn: Any = False,
-) -> PreparedRun:
-    """Validate and resolve a run; every bad argument raises a UsageError naming it."""
-    try:
-        normalized = normalize_messages(messages)
-    except InvalidMessage as exc:
-        raise UsageError(f"messages: {exc}") from None
-    if not isinstance(provider, str) or not provider.strip():
-        raise UsageError(f"provider must be a provider name such as 'scripted', got {provider!r}.")
-    if model is None:
-        model = ""
-    if not isinstance(model, str):
-        raise UsageError(f"model must be a string (the provider's model id), got {model!r}.")
-    if not isinstance(single_turn, bool):
-        raise UsageError(f"single_turn must be True or False, got {single_turn!r}.")
-    if max_turns is not None:
-        validate_budget_value("max_turns", max_turns)
-    modes = normalize_modes(mode)
-    clean_payload, runtime = split_payload(payload)
-    tool_map = _normalize_tools(tools)
-    completion = CompletionRun.prepare(host, modes, clean_payload, runtime, tool_map)
-    tool_map = completion.tools  # plus report_blocker when assertions are configured
-    provider_obj: Any = host.providers.get(provider)
-    start_run = getattr(provider_obj, "start_run", None)
-    if callable(start_run):
-        provider_obj = start_run(runtime.script) if runtime.script is not None else start_run()
-    elif runtime.script is not None:
-        raise UsageError(
-            f"payload['script'] only applies to the scripted provider, not {provider!r}."
-        )
+class ConversationRun:
+    """One ``run_conversation`` call (see the module docstring).
 
-    warnings: list[str] = []
-    turn_budget = host.budgets.create(TURN_BUDGET, ceiling_override=max_turns, warnings=warnings)
-    budgets = [host.budgets.create(TOOL_BUDGET, warnings=warnings)]
-    max_seconds = runtime.max_seconds
-    if max_seconds is None:
-        setting = host.settings.get("max_run_seconds")
-        if setting is not None:
-            if isinstance(setting, bool) or not isinstance(setting, int | float) or setting <= 0:
-                raise UsageError("setting 'max_run_seconds' must be a positive number of seconds.")
-            max_seconds = setting
-    if max_seconds is not None:
-        # The wall clock is a hard rail: its hard ceiling equals its ceiling, so it is never
-        # offered for extension, and its time rail keeps fractions of a second.
-        seconds = max(1, math.ceil(max_seconds))
-        budgets.append(IterationBudget("wall_clock_seconds", seconds, hard_ceiling=seconds,
-                                       max_seconds=float(max_seconds)))
+    ``writer``: the transcript writer of a session whose lock the caller already holds (chat and
+    continuation read the stored history under it); ``turn_gate``: asked after every provider
+    turn (a chat session's limit); ``cumulative_base``: the session's turns before this run.
+    """
 
-    mode_label = ",".join(modes)
-    base = base_log_context(mode_label, clean_payload)
-    emit = run_emitter(host, runtime, base)
-    timeouts = resolve_timeouts(host, mode_label, provider, model, clean_payload)
-    runner = ProviderTurnRunner(
-        host, provider=provider_obj, provider_name=provider, model=model, mode=mode_label,
-        tools=[t.to_provider_dict() for t in tool_map.values()], payload=clean_payload,
-        timeouts=timeouts, emit=emit, single_turn=single_turn,
-        pressure=_pressure(host, runtime, emit),
-        tools_json="[" + ", ".join(t.provider_json() for t in tool_map.values()) + "]",
-    )
-    from datamachine.tools import ToolExecutor
+    def __init__(self, services: Services, spec: RunSpec, *,
+                 writer: TranscriptWriter | None = None, turn_gate: TurnGate | None = None,
+                 cumulative_base: int = 0) -> None:
+        self.services = services
+        self.spec = spec
+        self.writer = writer
+        self.turn_gate = turn_gate
+        self.cumulative_base = cumulative_base
+        self.warnings: list[str] = []
+        runtime = spec.runtime
+        self.emit = run_emitter(services, runtime.event_sink,
+                                base_log_context(spec.mode, spec.payload))
+        found = spec.payload.get("engine_data")
+        self.engine_data: dict[str, Any] = found if isinstance(found, dict) else {}
+        self.completion = CompletionRun.prepare(
+            services, spec.modes, spec.payload, runtime, spec.tools, emit=self.emit,
+            engine_data=self.engine_data, single_turn=spec.single_turn)
+        self.provider = self._provider()
+        self.turn_budget = services.budgets.create(
+            CONVERSATION_TURNS, ceiling_override=spec.max_turns, warnings=self.warnings)
+        self.budgets = self._other_budgets()
+        # What a confirmed extension adds by default: the budget's ceiling at the start.
+        self.ceilings = {b.name(): b.ceiling() for b in (self.turn_budget, *self.budgets)}
+        self.runner = self._turn_runner()
+        self.executor = self._executor()
+        self.summary = FinalSummary(self.runner.summarize, self.emit,
+                                    enabled=runtime.final_summary)
+        self.persister, self.lock, self.session_id = self._transcript()
+        # Decided once, by the stop handler (or after the loop for a run that never ran).
+        self.verdict: ProductVerdict | None = None
 
-    # Built even without tools: a model that calls a tool anyway reads "not found", and bad
-    # tool_runtime_rules are refused before the run starts.
-    executor = ToolExecutor(
-        tool_map, mode=mode_label, payload=clean_payload,
-        engine_data=clean_payload.get("engine_data"), registry=host.budgets,
-        runtime_rules=runtime.tool_runtime_rules, warnings=warnings, host=host,
-    )
+    @classmethod
+    def create(cls, services: Services, messages: Any, tools: Any, provider: Any, model: Any,
+               mode: Any = "pipeline", payload: Any = None, max_turns: Any = None,
+               single_turn: Any = False, **options: Any) -> ConversationRun:
+        """Check the arguments and build the run (``options``: see the class)."""
+        with services.settings.batch():  # one consistent read of the settings set-up uses
+            spec = RunSpec.build(messages, tools, provider, model, mode, payload, max_turns,
+                                 single_turn)
+            return cls(services, spec, **options)
 
-    persister = runtime.transcript_persister
-    lock = runtime.transcript_lock
-    if persister is None and runtime.persist_transcript:
-        persister = host.transcripts
-        if lock is None:
-            lock = host.transcripts
-    session_id = runtime.transcript_session_id
-    if session_id is None and persister is not None:
-        session_id = uuid.uuid4().hex
-    return PreparedRun(
-        host=host, messages=normalized, tools=tool_map, provider_name=provider, model=model,
-        mode=mode_label, modes=modes, payload=clean_payload, runtime=runtime,
-        turn_budget=turn_budget, budgets=budgets, warnings=warnings, runner=runner,
-        executor=executor, emit=emit, session_id=session_id, persister=persister, lock=lock,
-        single_turn=single_turn, completion=completion,
-    )
+    # -- set-up -----------------------------------------------------------------------------
+    def _provider(self) -> Any:
+        spec = self.spec
+        provider: Any = self.services.providers.get(spec.provider)
+        start_run = getattr(provider, "start_run", None)
+        script = spec.runtime.script
+        if callable(start_run):
+            return start_run(script) if script is not None else start_run()
+        if script is not None:
+            raise UsageError(
+                f"payload['script'] only applies to the scripted provider, not {spec.provider!r}.")
+        return provider
 
+    def _other_budgets(self) -> list[IterationBudget]:
+        budgets = [self.services.budgets.create(TOOL_CALLS, warnings=self.warnings)]
+        max_seconds = self.spec.runtime.max_seconds
+        if max_seconds is None:
+            setting = self.services.settings.get("max_run_seconds")
+            if setting is not None:
+                if (isinstance(setting, bool) or not isinstance(setting, int | float)
+                        or not math.isfinite(setting) or setting <= 0):
+                    raise UsageError(
+                        "setting 'max_run_seconds' must be a positive number of seconds.")
+                max_seconds = setting
+        if max_seconds is not None:
+            # The wall clock is a hard rail: its hard ceiling equals its ceiling, so it is never
+            # offered for extension, and its time rail keeps fractions of a second.
+            seconds = max(1, math.ceil(max_seconds))
+            budgets.append(IterationBudget(WALL_CLOCK, seconds, hard_ceiling=seconds,
+                                           max_seconds=float(max_seconds)))
+        return budgets
 
-def _pressure(host: Host, runtime: RuntimeOptions, emit: Any) -> PressureTracker | None:
-    rules = parse_budget_pressure(runtime.budget_pressure, host.settings.get("budget_pressure"))
-    return None if rules is False else PressureTracker(rules, emit)
+    def _turn_runner(self) -> ProviderTurnRunner:
+        spec, tools = self.spec, self.completion.tools
+        rules = parse_budget_pressure(spec.runtime.budget_pressure,
+                                      self.services.settings.get("budget_pressure"))
+        return ProviderTurnRunner(
+            self.services, provider=self.provider, provider_name=spec.provider,
+            model=spec.model, mode=spec.mode,
+            tools=[t.to_provider_dict() for t in tools.values()], payload=spec.payload,
+            timeouts=resolve_timeouts(self.services, spec.mode, spec.provider, spec.model,
+                                      spec.payload),
+            emit=self.emit, single_turn=spec.single_turn,
+            pressure=None if rules is False else PressureTracker(rules, self.emit),
+            tools_json="[" + ", ".join(t.provider_json() for t in tools.values()) + "]",
+            on_natural_completion=self.completion.on_natural_completion,
+            turn_gate=self.turn_gate)
 
+    def _executor(self) -> Any:
+        from datamachine.tools import ToolExecutor
 
-def _confirm_extension(run: PreparedRun) -> Any:
-    """``on_budget_exhausted``: ask ``confirm_continuation``; extend by the original ceiling."""
-    original = {b.name(): b.ceiling() for b in (run.turn_budget, *run.budgets)}
+        spec = self.spec
+        # Built even without tools: a model that calls a tool anyway reads "not found", and bad
+        # tool_runtime_rules are refused before the run starts.
+        return ToolExecutor(
+            self.completion.tools, mode=spec.mode, payload=spec.payload,
+            engine_data=self.engine_data, registry=self.services.budgets,
+            runtime_rules=spec.runtime.tool_runtime_rules, warnings=self.warnings,
+            host=self.services)
 
-    def on_exhausted(budget: IterationBudget, context: dict[str, Any]) -> bool:
-        answer = run.host.first("confirm_continuation", budget=budget, context={
-            **context, "kind": "budget_exhausted", "mode": run.mode,
-            "session_id": run.session_id, "provider": run.provider_name, "model": run.model,
+    def _transcript(self) -> tuple[Any, Any, str | None]:
+        """(persister, lock, session id): the payload's, else the host's store."""
+        if self.writer is not None:
+            return None, None, self.writer.session_id
+        runtime = self.spec.runtime
+        persister, lock = runtime.transcript_persister, runtime.transcript_lock
+        if persister is None and runtime.persist_transcript:
+            persister = self.services.transcripts
+            lock = lock if lock is not None else self.services.transcripts
+        session_id = runtime.transcript_session_id
+        if session_id is None and persister is not None:
+            session_id = uuid.uuid4().hex
+        return persister, lock, session_id
+
+    # -- running ----------------------------------------------------------------------------
+    def run(self) -> ConversationResult:
+        """Run synchronously (async providers and tools are awaited on a private loop)."""
+        refused = self._preflight()
+        if refused is not None:
+            return refused
+        return self._result(run_loop(self.spec.messages, self.runner, **self._loop_arguments()))
+
+    async def arun(self) -> ConversationResult:
+        """Run inside the caller's event loop."""
+        refused = self._preflight()
+        if refused is not None:
+            return refused
+        outcome = await arun_loop(self.spec.messages, self.runner, **self._loop_arguments())
+        return self._result(outcome)
+
+    def _preflight(self) -> ConversationResult | None:
+        """A run whose required tools are missing is refused before any provider call."""
+        unavailable = self.completion.unavailable_tools()
+        if not unavailable:
+            self.completion.start_job()
+            return None
+        budgets = {b.name(): b.snapshot() for b in [self.turn_budget, *self.budgets]}
+        fields = self.completion.preflight_failure(unavailable, budgets,
+                                                   len(self.spec.messages))
+        return ConversationResult(
+            messages=list(self.spec.messages), usage=empty_usage(), budgets=budgets,
+            warnings=[*self.warnings, *self.completion.warnings], mode=self.spec.mode,
+            provider=self.spec.provider, model=self.spec.model, **fields)
+
+    def _loop_arguments(self) -> dict[str, Any]:
+        spec = self.spec
+        arguments: dict[str, Any] = {
+            "turn_budget": self.turn_budget,
+            "budgets": self.budgets,
+            "tool_executor": self.executor,
+            "on_event": self.emit if self.emit.active else None,
+            "context": {"mode": spec.mode, "payload": spec.payload},
+            "request": {"provider": spec.provider, "model": spec.model, "mode": spec.mode},
+            "on_budget_exhausted": self._confirm_extension,
+            "on_tool_result": self.completion.on_tool_result,
+            "on_stop": self._on_stop,
+        }
+        if self.writer is not None:
+            arguments["transcript_writer"] = self.writer
+        else:
+            arguments.update(transcript_persister=self.persister, transcript_lock=self.lock,
+                             transcript_session_id=self.session_id,
+                             transcript_lock_ttl=spec.runtime.transcript_lock_ttl)
+        return arguments
+
+    def _confirm_extension(self, budget: IterationBudget, context: dict[str, Any]) -> bool:
+        """Ask ``confirm_continuation``; extend by ``extend_by``, else the original ceiling."""
+        spec = self.spec
+        answer = self.services.first("confirm_continuation", budget=budget, context={
+            **context, "kind": "budget_exhausted", "mode": spec.mode,
+            "session_id": self.session_id, "provider": spec.provider, "model": spec.model,
         })
         if answer is not True:
             return False
-        extend_by = run.runtime.extend_by or original.get(budget.name(), budget.ceiling())
-        budget.extend(extend_by)
+        budget.extend(spec.runtime.extend_by or self.ceilings.get(budget.name(),
+                                                                   budget.ceiling()))
         return True
 
-    return on_exhausted
+    # -- stopping ---------------------------------------------------------------------------
+    def _on_stop(self, stop: RunStop, context: dict[str, Any]) -> Any:
+        """The loop's stop handler: the final summary, then the verdict, still under the lock
+        and before anything is stored, so storage, job, events and result agree."""
+        return run_steps(self._stop_steps(stop, context))
+
+    def _stop_steps(self, stop: RunStop, context: dict[str, Any]) -> Steps[StopVerdict]:
+        summary = yield from self.summary.steps(stop, context.get("deadline"))
+        verdict = self._decide(stop, summary, dict(self.runner.summary_usage))
+        answer = verdict.for_the_loop([*self.warnings, *self.completion.warnings])
+        self.verdict = verdict  # applied by the loop: its result carries our warnings
+        return answer
+
+    def _decide(self, stop: RunStop, summary: Any = None,
+                summary_usage: dict[str, Any] | None = None) -> ProductVerdict:
+        verdict = decide(stop, turn_ceiling=self.turn_budget.ceiling(),
+                         completion=self.completion, summary=summary,
+                         summary_usage=summary_usage, chat_abort=self._abort())
+        usage = dict(stop.usage)
+        for key, value in (summary_usage or {}).items():
+            usage[key] = usage.get(key, 0) + value
+        self.completion.settle_job({**verdict.result_fields(), "turn_count": stop.turn_count,
+                                    "usage": usage, "error": stop.error,
+                                    "error_code": stop.error_code,
+                                    "transcript_session_id": stop.session_id})
+        return verdict
+
+    def _abort(self) -> str | None:
+        gate = self.turn_gate
+        return gate.notice if gate is not None and gate.aborted else None
+
+    def _result(self, loop: LoopResult) -> ConversationResult:
+        """The run's one result: the loop's, with the product's verdict and diagnostics."""
+        self.completion.raise_policy_error()
+        verdict, warnings = self.verdict, loop.warnings
+        if verdict is None:  # the stop handler never ran (lock contention) or failed
+            verdict = self.verdict = self._decide(_stop_of(loop))
+            warnings = [*self.warnings, *self.completion.warnings, *loop.warnings]
+        spec = self.spec
+        return ConversationResult.model_construct(
+            messages=loop.messages, final_content=loop.final_content,
+            turn_count=loop.turn_count,
+            cumulative_turn_count=self.cumulative_base + loop.turn_count,
+            completed=loop.completed, status=loop.status, budget=loop.budget,
+            flags=list(loop.flags), max_turns_reached=verdict.max_turns_reached,
+            warning=loop.warning, error=loop.error, error_code=loop.error_code,
+            usage=loop.usage,
+            tool_execution_results=[r for r in loop.tool_execution_results
+                                    if not r["result"].get("rejected")],
+            last_tool_calls=loop.last_tool_calls,
+            request_metadata=loop.request_metadata or self.runner.last_request_metadata,
+            transcript_session_id=loop.transcript_session_id, budgets=loop.budgets,
+            warnings=list(warnings),
+            unavailable_required_tool_names=[], available_tool_names=[],
+            mode=spec.mode, provider=spec.provider, model=spec.model,
+            **_result_diagnostics(verdict.diagnostics))
 
 
-def _loop_kwargs(run: PreparedRun) -> dict[str, Any]:
-    return {
-        "turn_budget": run.turn_budget,
-        "budgets": run.budgets,
-        "tool_executor": run.executor,
-        "on_event": run.emit if run.emit.active else None,
-        "transcript_persister": run.persister,
-        "transcript_lock": run.lock,
-        "transcript_session_id": run.session_id,
-        "transcript_lock_ttl": run.runtime.transcript_lock_ttl,
-        "context": {"mode": run.mode, "payload": run.payload},
-        "request": {"provider": run.provider_name, "model": run.model, "mode": run.mode},
-        "on_budget_exhausted": _confirm_extension(run),
-        "on_tool_result": run.completion.attach(run),
-        "on_stop": _on_stop(run),
-    }
+def _stop_of(loop: LoopResult) -> RunStop:
+    return RunStop(
+        status=loop.status, budget=loop.budget, error=loop.error, error_code=loop.error_code,
+        messages=loop.messages, final_content=loop.final_content, turn_count=loop.turn_count,
+        usage=dict(loop.usage), budgets=loop.budgets, last_tool_calls=loop.last_tool_calls,
+        tool_execution_results=loop.tool_execution_results,
+        session_id=loop.transcript_session_id, flags=list(loop.flags), warning=loop.warning)
 
 
-def _on_stop(run: PreparedRun) -> Any:
-    """The loop's stop handler: the final summary, then the verdict, before anything is stored.
-
-    Settling here, under the transcript lock and before the terminal event, is what makes the
-    stored transcript, the job, the terminal event and the returned result agree.
-    """
-    summary = make_final_summary(run.runner.summarize, run.emit,
-                                 enabled=run.runtime.final_summary)
-
-    def on_stop(outcome: LoopResult, context: dict[str, Any]) -> Any:
-        pending = summary(outcome, context)
-        if pending is None:
-            _settle(run, outcome)
-            return None
-
-        async def then() -> None:
-            await pending
-            _settle(run, outcome)
-
-        return then()
-
-    return on_stop
+_DIAGNOSTIC_DEFAULTS: dict[str, Any] = {
+    "completion_nudge_count": 0, "completion_nudge": None, "blocker": None,
+    "remaining_handlers": [], "completion_assertions_required": {},
+    "completion_assertions_missing": {}, "completion_assertions_satisfied": {},
+    "completion_assertions_complete": None,
+}
 
 
-def _settle(run: PreparedRun, outcome: LoopResult) -> None:
-    final = finish(run, outcome)
-    if run.settle is not None:
-        run.settle(final)
-    run.final = final
-    # Write the verdict back into the loop's result: the persister and the terminal event read it.
-    assign(outcome, status=final.status, completed=final.completed, warning=final.warning,
-           flags=list(final.flags), error=final.error, error_code=final.error_code,
-           final_content=final.final_content, usage=dict(final.usage),
-           warnings=list(final.warnings))
-    outcome.metadata.update({
-        key: getattr(final, key) for key in (
-            "blocker", "max_turns_reached", "completion_nudge_count",
-            "completion_assertions_complete", "completion_assertions_missing",
-            "remaining_handlers",
-        ) if getattr(final, key, None) not in (None, [], {}, 0, False)
-    })
+def _result_diagnostics(diagnostics: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: diagnostics.get(key, default) for key, default in _DIAGNOSTIC_DEFAULTS.items()}
 
-
-def _conclude(run: PreparedRun, outcome: LoopResult) -> ConversationResult:
-    """The returned result: settled during the run, or now (a run that never started)."""
-    final = run.final if run.final is not None else finish(run, outcome)
-    assign(final, transcript_session_id=outcome.transcript_session_id,
-           warnings=list(outcome.warnings) if run.final is not None else final.warnings)
-    return final
-
-
-def finish(run: PreparedRun, outcome: LoopResult) -> ConversationResult:
-    """Map the loop's outcome onto the product result (DESIGN.md 5.4)."""
-    status = outcome.status
-    warning = outcome.warning
-    max_turns_reached = False
-    if status == "budget_exceeded" and outcome.budget == TURN_BUDGET:
-        max_turns_reached = True
-        warning = (f"Maximum conversation turns ({run.turn_budget.ceiling()}) reached. "
-                   "Response may be incomplete.")
-    results = [r for r in outcome.tool_execution_results if not r["result"].get("rejected")]
-    usage = dict(outcome.usage)
-    for key, value in run.runner.summary_usage.items():
-        usage[key] = usage.get(key, 0) + value
-    result = construct(
-        ConversationResult,
-        messages=outcome.messages,
-        final_content=outcome.final_content,
-        turn_count=outcome.turn_count,
-        cumulative_turn_count=outcome.turn_count,
-        completed=status == "completed",
-        status=status,
-        budget=outcome.budget,
-        flags=list(outcome.flags),
-        max_turns_reached=max_turns_reached,
-        warning=warning,
-        error=outcome.error,
-        error_code=outcome.error_code,
-        usage=usage,
-        tool_execution_results=results,
-        last_tool_calls=outcome.last_tool_calls,
-        request_metadata=outcome.request_metadata or run.runner.last_request_metadata,
-        transcript_session_id=outcome.transcript_session_id,
-        budgets=outcome.budgets,
-        warnings=[*run.warnings, *outcome.warnings],
-        mode=run.mode,
-        provider=run.provider_name,
-        model=run.model,
-    )
-    return run.completion.finish(result, run)
-
-
-def run_conversation_on(host: Host, messages: Any, tools: Any, provider: Any, model: Any,
-                        mode: Any = "pipeline", payload: Any = None, max_turns: Any = None,
-                        single_turn: Any = False, *,
-                        after_turn: Callable[[TurnResult], None] | None = None,
-                        settle: Callable[[ConversationResult], None] | None = None,
-                        ) -> ConversationResult:
-    """Synchronous run on ``host`` (see ``datamachine.run_conversation``).
-
-    ``after_turn`` is called with each provider turn's result (chat session turn counting);
-    ``settle`` may adjust the verdict before it is stored and reported (a chat abort).
-    """
-    with host.settings.batch():  # one consistent read of the settings the set-up uses
-        run = prepare_run(host, messages, tools, provider, model, mode, payload, max_turns,
-                          single_turn)
-    early = run.completion.start(run)  # preflight: may refuse before any provider call
-    if early is not None:
-        return early
-    run.runner.after_turn = after_turn
-    run.settle = settle
-    outcome = run_loop(run.messages, run.runner, **_loop_kwargs(run))
-    return _conclude(run, outcome)
-
-
-async def arun_conversation_on(host: Host, messages: Any, tools: Any, provider: Any, model: Any,
-                               mode: Any = "pipeline", payload: Any = None,
-                               max_turns: Any = None,
-                               single_turn: Any = False) -> ConversationResult:
-    """Asynchronous run on ``host`` (see ``datamachine.arun_conversation``)."""
-    with host.settings.batch():  # one consistent read of the settings the set-up uses
-        run = prepare_run(host, messages, tools, provider, model, mode, payload, max_turns,
-                          single_turn)
-    early = run.completion.start(run)  # preflight: may refuse before any provider call
-    if early is not None:
-        return early
-    outcome = await arun_loop(run.messages, run.runner, **_loop_kwargs(run))
-    return _conclude(run, outcome)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from datamachine.host import Host
+from datamachine.services import Services
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_REQUEST_TIMEOUT", "Timeouts", "resolve_timeouts"]
 
@@ -35,7 +35,7 @@ def _number(value: object, fallback: float) -> float:
 
 
 def resolve_timeouts(
-    host: Host, mode: str, provider: str, model: str, payload: Mapping[str, Any]
+    host: Services, mode: str, provider: str, model: str, payload: Mapping[str, Any]
 ) -> Timeouts:
     """Settings ``request_timeout`` / ``connect_timeout``, clamped, then the filter hooks."""
     hooks = host.pm.hook

@@ -14,18 +14,17 @@ import hashlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from agents_api import IterationBudget, Message, TurnResult
-from agents_api._drive import awaitable
-from agents_api.construct import construct_all
+from agents_api.drive import awaitable
 from datamachine.conversation.pressure import PressureTracker
 from datamachine.conversation.projection import ChatProjector
 from datamachine.conversation.timeouts import Timeouts
 from datamachine.errors import ProviderError
-from datamachine.host import Host
 from datamachine.providers.base import ProviderRequest, ProviderResponse
-from datamachine.providers.normalize import already_normal, normalize_response
+from datamachine.providers.normalize import normalize_response
+from datamachine.services import Services
 
 __all__ = ["ProviderTurnRunner"]
 
@@ -34,12 +33,23 @@ Emit = Callable[[str, dict[str, Any]], None]
 NaturalCompletion = Callable[[list[Message], str, dict[str, Any]], list[Message]]
 
 
+class TurnGate(Protocol):
+    """Asked after every provider answer (a chat session's turn limit): False declines the
+    turn's tool calls and ends the run after it; ``aborted`` then says so, ``notice`` why."""
+
+    aborted: bool
+    notice: str
+
+    def __call__(self, turn: int) -> bool:
+        """Count turn ``turn``; whether the run may go on."""
+
+
 class ProviderTurnRunner:
     """Callable turn runner bound to one run (provider, model, mode, tools, payload)."""
 
     def __init__(
         self,
-        host: Host,
+        host: Services,
         *,
         provider: Any,
         provider_name: str,
@@ -52,6 +62,8 @@ class ProviderTurnRunner:
         single_turn: bool = False,
         pressure: PressureTracker | None = None,
         tools_json: str | None = None,
+        on_natural_completion: NaturalCompletion | None = None,
+        turn_gate: TurnGate | None = None,
     ) -> None:
         self.host = host
         self.provider = provider
@@ -66,9 +78,9 @@ class ProviderTurnRunner:
         self._emit_active = bool(getattr(emit, "active", True))
         self.single_turn = single_turn
         self.pressure = pressure
-        self.after_turn: Callable[[TurnResult], None] | None = None
         # Asked when the model answers without tool calls (completion policy, nudges).
-        self.on_natural_completion: NaturalCompletion | None = None
+        self.on_natural_completion = on_natural_completion
+        self.turn_gate = turn_gate
         self._turn_input: tuple[list[Message], dict[str, Any]] = ([], {})
         self.projector = ChatProjector()
         # ``tools_json``: the JSON of ``tools`` when the caller has it (Tools keep theirs).
@@ -104,11 +116,11 @@ class ProviderTurnRunner:
             sent, tools = self.pressure.apply(sent, tools, budgets)
         if extra:
             sent.extend(extra)
-        request = construct_all(ProviderRequest, {
-            "messages": sent, "tools": tools, "provider": self.provider_name,
-            "model": self.model, "mode": self.mode, "payload": self.payload, "turn": turn,
-            "request_timeout": self.timeouts.request, "connect_timeout": self.timeouts.connect,
-        })
+        # Built without validation: every value is the run's own, checked at set-up.
+        request = ProviderRequest.model_construct(
+            messages=sent, tools=tools, provider=self.provider_name, model=self.model,
+            mode=self.mode, payload=self.payload, turn=turn,
+            request_timeout=self.timeouts.request, connect_timeout=self.timeouts.connect)
         messages_bytes = self.projector.bytes
         self.last_request_metadata = {
             "provider": self.provider_name,
@@ -192,19 +204,15 @@ class ProviderTurnRunner:
 
     def _finish(self, answer: Any, turn: int) -> TurnResult:
         try:
-            if type(answer) is not ProviderResponse and not isinstance(
-                    answer, ProviderResponse | Mapping):
+            if not isinstance(answer, ProviderResponse | Mapping):
                 raise ProviderError(
                     f"Provider {self.provider_name!r} returned {type(answer).__name__}, "
                     "not a ProviderResponse.",
                     code="provider_bad_response", provider=self.provider_name,
                 )
-            if isinstance(answer, ProviderResponse):
-                response = answer if self._answer_trusted else already_normal(answer)
-            else:
-                response = None
-            if response is None:
-                response = normalize_response(answer, provider=self.provider_name, turn=turn)
+            # A provider that normalizes its own answers (the built-in ones) says so.
+            response = (answer if self._answer_trusted and isinstance(answer, ProviderResponse)
+                        else normalize_response(answer, provider=self.provider_name, turn=turn))
         except Exception as exc:
             self._report(turn, success=False, error=exc)
             raise
@@ -212,19 +220,16 @@ class ProviderTurnRunner:
         self._report(turn, success=True)
         if self.pressure is not None:
             self.pressure.observe(response.content, response.tool_calls)
-        outcome = construct_all(TurnResult, {
-            "content": response.content, "tool_calls": response.tool_calls,
-            "usage": response.usage, "request_metadata": self.last_request_metadata,
-            "complete": self.single_turn, "continuation_messages": [],
-        })
-        if self.on_natural_completion is not None and not response.tool_calls:
+        calls, complete, continuation = response.tool_calls, self.single_turn, []
+        if self.turn_gate is not None and not self.turn_gate(turn):
+            # Declined at a chat session's limit: this turn's calls do not run, the run ends.
+            calls, complete = [], True
+        elif self.on_natural_completion is not None and not calls:
             messages, context = self._turn_input
-            outcome.continuation_messages = self.on_natural_completion(
-                messages, response.content, context)
-        if self.after_turn is not None:
-            # Counted per provider turn (chat session limits); may set ``complete``.
-            self.after_turn(outcome)
-        return outcome
+            continuation = self.on_natural_completion(messages, response.content, context)
+        return TurnResult(content=response.content, tool_calls=calls, usage=response.usage,
+                          request_metadata=self.last_request_metadata, complete=complete,
+                          continuation_messages=continuation)
 
     def summarize(self, messages: list[Message], prompt: str) -> Any:
         """One tool-less request for a final summary (not a turn): its text, or an awaitable.

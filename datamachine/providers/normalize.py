@@ -21,34 +21,13 @@ twice gives the same result.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
-
-from agents_api.construct import construct_all
 from datamachine.errors import ProviderError
 from datamachine.providers.base import ProviderResponse
 from datamachine.providers.text_tool_calls import extract_text_tool_calls
 
-__all__ = ["already_normal", "normal_response", "normalize_response", "numeric_usage"]
-
-
-class _CompactToolCall(BaseModel):
-    model_config = ConfigDict(defer_build=True, extra="ignore")
-
-    id: str | None = None
-    name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
-    parameters: dict[str, Any] = Field(default_factory=dict)
-
-
-class _CompactResponse(BaseModel):
-    model_config = ConfigDict(defer_build=True, extra="ignore")
-
-    content: str | None = ""
-    tool_calls: list[_CompactToolCall] | None = None
-    usage: dict[str, Any] | None = None
-    finish_reason: str | None = None
-    raw: Any = None
+__all__ = ["normalize_response", "numeric_usage"]
 
 
 def numeric_usage(usage: Mapping[str, Any] | None) -> dict[str, int | float]:
@@ -59,10 +38,51 @@ def numeric_usage(usage: Mapping[str, Any] | None) -> dict[str, int | float]:
             if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
-def _describe(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"]) or "response"
-    return f"{where}: {error['msg']}"
+class _Invalid(Exception):
+    """Where a response is invalid (``tool_calls.0.name: ...``), for the ProviderError."""
+
+
+def _content(value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _Invalid(f"content: must be text, got {type(value).__name__}")
+    return value
+
+
+def _call(raw: Any, turn: int, index: int) -> dict[str, Any]:
+    where = f"tool_calls.{index - 1}"
+    if not isinstance(raw, Mapping):
+        raise _Invalid(f"{where}: must be an object with a name, got {type(raw).__name__}")
+    name = raw.get("name", raw.get("tool_name"))
+    if not isinstance(name, str) or not name.strip():
+        raise _Invalid(f"{where}.name: must be a non-empty string, got {name!r}")
+    parameters = raw.get("parameters")
+    if parameters is None:
+        parameters = {}
+    if not isinstance(parameters, Mapping):
+        raise _Invalid(f"{where}.parameters: must be an object, got {type(parameters).__name__}")
+    call_id = raw.get("id")
+    if call_id is not None and not isinstance(call_id, str):
+        raise _Invalid(f"{where}.id: must be a string, got {type(call_id).__name__}")
+    return {"id": call_id or f"call_{turn}_{index}", "name": name.strip(),
+            "parameters": dict(parameters)}
+
+
+def _calls(value: Any, turn: int) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple):
+        raise _Invalid(f"tool_calls: must be a list, got {type(value).__name__}")
+    return [_call(raw, turn, index) for index, raw in enumerate(value, start=1)]
+
+
+def _parts(response: Any) -> tuple[Any, Any, Any, Any, Any]:
+    if isinstance(response, ProviderResponse):
+        return (response.content, response.tool_calls, response.usage, response.finish_reason,
+                response.raw)
+    return (response.get("content"), response.get("tool_calls"), response.get("usage"),
+            response.get("finish_reason"), response.get("raw"))
 
 
 def normalize_response(
@@ -71,84 +91,33 @@ def normalize_response(
     provider: str = "",
     turn: int = 1,
 ) -> ProviderResponse:
-    """A validated :class:`ProviderResponse` from a response object or a compact dict.
+    """A clean :class:`ProviderResponse` from a response object or a compact dict.
 
     A compact dict is ``{"content", "tool_calls": [{"id"?, "name", "parameters"}], "usage"}``
-    (``finish_reason`` and ``raw`` optional; other keys ignored). ``provider`` and ``turn`` only
-    label errors and generated ids.
+    (``finish_reason`` and ``raw`` optional; other keys ignored; ``tool_name`` is accepted for
+    ``name``). ``provider`` and ``turn`` only label errors and generated ids.
     """
-    data: Any = response.model_dump() if isinstance(response, ProviderResponse) else response
-    if not isinstance(data, Mapping):
+    if not isinstance(response, ProviderResponse | Mapping):
         raise ProviderError(
-            f"Provider {provider or '?'} returned {type(data).__name__}, not a response: return "
-            "a ProviderResponse or a dict with 'content', 'tool_calls' and 'usage'.",
+            f"Provider {provider or '?'} returned {type(response).__name__}, not a response: "
+            "return a ProviderResponse or a dict with 'content', 'tool_calls' and 'usage'.",
             code="provider_bad_response", provider=provider,
         )
-    calls_in = data.get("tool_calls")
-    if isinstance(calls_in, list):
-        # Accept the loop's alias "tool_name" for hook authors who copy a transcript entry.
-        data = {**data, "tool_calls": [
-            {**c, "name": c["tool_name"]} if isinstance(c, Mapping) and "name" not in c
-            and "tool_name" in c else c for c in calls_in]}
+    content, raw_calls, usage, finish, raw = _parts(response)
     try:
-        parsed = _CompactResponse.model_validate(data)
-    except ValidationError as exc:
+        text = _content(content)
+        calls = _calls(raw_calls, turn)
+        if finish is not None and not isinstance(finish, str):
+            raise _Invalid(f"finish_reason: must be a string, got {type(finish).__name__}")
+        if usage is not None and not isinstance(usage, Mapping):
+            raise _Invalid(f"usage: must be an object, got {type(usage).__name__}")
+    except _Invalid as exc:
         raise ProviderError(
-            f"Provider {provider or '?'} returned an invalid response ({_describe(exc)}).",
+            f"Provider {provider or '?'} returned an invalid response ({exc}).",
             code="provider_bad_response", provider=provider,
         ) from None
-
-    content = parsed.content or ""
-    calls = [{"id": call.id or f"call_{turn}_{index}", "name": call.name,
-              "parameters": call.parameters}
-             for index, call in enumerate(parsed.tool_calls or [], start=1)]
-    if not calls and content:
-        calls = extract_text_tool_calls(content)
-    finish_reason = parsed.finish_reason or ("tool_calls" if calls else "stop")
-    return ProviderResponse(content=content, tool_calls=calls, usage=numeric_usage(parsed.usage),
-                            finish_reason=finish_reason, raw=parsed.raw)
-
-
-def already_normal(answer: ProviderResponse) -> ProviderResponse | None:
-    """What ``normalize_response(answer)`` returns, when ``answer`` is already in normal form.
-
-    Providers normalize their own answers (both built-in ones do), and normalizing again through
-    pydantic costs a dump and two validations per turn for nothing. The checks in
-    :func:`normal_response` mirror ``normalize_response``'s rules; a response they do not cover
-    (a missing id, a padded name, a non-numeric usage entry, anything unusual) returns None and
-    takes the full path.
-    """
-    return normal_response(answer.content, answer.tool_calls, answer.usage,
-                           answer.finish_reason, answer.raw)
-
-
-def normal_response(content: Any, calls: Any, usage: Any, finish: Any, raw: Any, *,
-                    owned: bool = False) -> ProviderResponse | None:
-    """A :class:`ProviderResponse` from parts already in normal form, else None.
-
-    ``owned=True`` says the caller built ``calls`` and ``usage`` for this response alone, so
-    they are used as they are instead of copied.
-    """
-    if (type(content) is not str or type(calls) is not list or type(usage) is not dict
-            or (finish is not None and type(finish) is not str)):
-        return None
-    for call in calls:
-        if type(call) is not dict or len(call) != 3:
-            return None
-        call_id, name, params = call.get("id"), call.get("name"), call.get("parameters")
-        if (type(call_id) is not str or not call_id or type(name) is not str or not name
-                or name != name.strip() or type(params) is not dict
-                or any(type(key) is not str for key in params)):
-            return None
-    for key, value in usage.items():
-        if type(key) is not str or type(value) not in (int, float):
-            return None
-    if not calls:
-        calls = [dict(call) for call in extract_text_tool_calls(content)] if content else []
-    elif not owned:
-        calls = [{"id": call["id"], "name": call["name"], "parameters": dict(call["parameters"])}
-                 for call in calls]
-    return construct_all(ProviderResponse, {
-        "content": content, "tool_calls": calls, "usage": usage if owned else dict(usage),
-        "finish_reason": finish or ("tool_calls" if calls else "stop"), "raw": raw,
-    })
+    if not calls and text:
+        calls = extract_text_tool_calls(text)
+    return ProviderResponse(content=text, tool_calls=calls, usage=numeric_usage(usage),
+                            finish_reason=finish or ("tool_calls" if calls else "stop"),
+                            raw=raw)

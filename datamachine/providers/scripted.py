@@ -37,11 +37,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from datamachine.errors import InvalidScript, ProviderError, ScriptExhausted
 from datamachine.providers.base import ProviderRequest, ProviderResponse
-from datamachine.providers.normalize import normal_response, normalize_response
+from datamachine.providers.normalize import normalize_response
 
 __all__ = [
     "Script",
@@ -53,6 +53,10 @@ __all__ = [
     "load_script",
     "scripted_provider_for",
 ]
+
+
+# The id of a scripted call that has none until a turn numbers it (``scripted-<turn>-<n>``).
+_UNNUMBERED = "\x00unnumbered"
 
 
 class ScriptedToolCall(BaseModel):
@@ -85,12 +89,33 @@ class ScriptedResponse(BaseModel):
 
 
 class Script(BaseModel):
-    """A validated script: its responses and where it came from (a file path, or None)."""
+    """A validated script: its responses and where it came from (a file path, or None).
+
+    Each response is normalized once, when the script is built (``normalized``): a turn only
+    numbers the calls the script left without an id and copies what a run may change.
+    """
 
     model_config = ConfigDict(defer_build=True, frozen=True)
 
     responses: tuple[ScriptedResponse, ...]
     source: str | None = None
+    _normalized: tuple[ProviderResponse, ...] = PrivateAttr(default=())
+
+    def model_post_init(self, context: Any) -> None:
+        """Normalize every response once (text tool calls found, finish reasons set)."""
+        self._normalized = tuple(
+            normalize_response({"content": entry.content,
+                                "tool_calls": [{**call.model_dump(), "id": call.id or _UNNUMBERED}
+                                               for call in entry.tool_calls],
+                                "usage": entry.usage, "finish_reason": entry.finish_reason,
+                                "raw": entry}, provider="scripted")
+            for entry in self.responses)
+
+    @property
+    def normalized(self) -> tuple[ProviderResponse, ...]:
+        """The responses as normalized provider answers (ids the script left out are
+        ``_UNNUMBERED`` until a turn numbers them)."""
+        return self._normalized
 
     def __len__(self) -> int:
         return len(self.responses)
@@ -232,19 +257,15 @@ class ScriptCursor:
             time.sleep(entry.delay_seconds)
         if entry.error is not None:
             raise ProviderError(entry.error, code="scripted_error", provider=self.name)
-        calls = [{"id": call.id or f"scripted-{request.turn}-{index}", "name": call.name,
-                  "parameters": dict(call.parameters)}
-                 for index, call in enumerate(entry.tool_calls, start=1)]
-        # The script was validated when it was loaded, so the cheap check usually suffices.
-        normal = normal_response(entry.content, calls, dict(entry.usage), entry.finish_reason,
-                                 entry, owned=True)
-        if normal is not None:
-            return normal
-        return normalize_response(
-            {"content": entry.content, "tool_calls": calls, "usage": dict(entry.usage),
-             "finish_reason": entry.finish_reason, "raw": entry.model_dump(exclude_none=True)},
-            provider=self.name, turn=request.turn,
-        )
+        normal = self.script.normalized[self.position - 1]
+        # Fresh calls (a tool may change its parameters); the script's own ids, else numbered.
+        calls = [{"id": f"scripted-{request.turn}-{index}" if call["id"] == _UNNUMBERED
+                        else call["id"],
+                  "name": call["name"], "parameters": dict(call["parameters"])}
+                 for index, call in enumerate(normal.tool_calls, start=1)]
+        return ProviderResponse.model_construct(
+            content=normal.content, tool_calls=calls, usage=dict(normal.usage),
+            finish_reason=normal.finish_reason, raw=normal.raw)
 
 
 class ScriptedProvider:

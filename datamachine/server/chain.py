@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from datamachine.budgets_builtin import CHAIN_DEPTH
 from datamachine.errors import ChainCycle, ChainDepthExceeded, InvalidCallerContext, UsageError
 from datamachine.server.site import SITE_ID_PATTERN
 from datamachine.storage._tx import connection_lock
@@ -59,7 +60,7 @@ HEADER_CHAIN_SITES = "X-Datamachine-Chain-Sites"
 CALLER_HEADERS = (HEADER_CHAIN_ID, HEADER_CHAIN_DEPTH, HEADER_CALLER_SITE, HEADER_CALLER_AGENT,
                   HEADER_CHAIN_SITES)
 
-CHAIN_DEPTH_BUDGET = "chain_depth"
+CHAIN_DEPTH_BUDGET = CHAIN_DEPTH
 PAYLOAD_KEY = "caller_context"
 # Far above any ceiling the budget allows (its clamp stops at 10): a larger number is not a deep
 # chain but a broken or hostile caller, and is refused as malformed rather than as "too deep".

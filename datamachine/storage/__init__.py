@@ -14,6 +14,7 @@ from datamachine.storage.chat_sessions import (
 from datamachine.storage.jobs import Job, JobStatus, JobStore
 from datamachine.storage.locks import LockInfo, TranscriptLocks
 from datamachine.storage.tokens import ApiToken, TokenStore
+from datamachine.storage.transcript_writer import TranscriptWriter
 from datamachine.storage.transcripts import (
     Transcript,
     TranscriptStatus,
@@ -36,5 +37,6 @@ __all__ = [
     "TranscriptStatus",
     "TranscriptStore",
     "TranscriptSummary",
+    "TranscriptWriter",
     "validate_max_turns",
 ]

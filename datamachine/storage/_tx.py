@@ -16,14 +16,14 @@ import secrets
 import sqlite3
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
 from datamachine.errors import DatabaseError
 
-__all__ = ["Connected", "connection_lock", "db_label", "immediate", "share_lock", "snapshot",
-           "sqlite_errors"]
+__all__ = ["Connected", "connection_lock", "db_label", "immediate", "query", "query_one",
+           "share_lock", "snapshot", "sqlite_errors"]
 
 
 class Connected(Protocol):
@@ -45,6 +45,26 @@ def connection_lock(db: Connected) -> threading.RLock:
         if lock is None:
             lock = _LOCKS[db] = threading.RLock()
         return lock
+
+
+def query(conn: sqlite3.Connection, sql: str, params: Sequence[object] = ()) -> list[sqlite3.Row]:
+    """Rows whose columns are read by name (``row["status"]``), on the shared connection.
+
+    The row factory is set on this cursor only: sqlite-utils, which shares the connection,
+    keeps its plain tuples.
+    """
+    cursor = conn.cursor()
+    cursor.row_factory = sqlite3.Row
+    return cursor.execute(sql, params).fetchall()
+
+
+def query_one(conn: sqlite3.Connection, sql: str,
+              params: Sequence[object] = ()) -> sqlite3.Row | None:
+    """The first row of :func:`query`, or None."""
+    cursor = conn.cursor()
+    cursor.row_factory = sqlite3.Row
+    row: sqlite3.Row | None = cursor.execute(sql, params).fetchone()
+    return row
 
 
 def share_lock(source: Connected, other: Connected) -> None:

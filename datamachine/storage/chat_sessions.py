@@ -11,6 +11,7 @@ count, because turns counted without a limit were never offered a confirmation. 
 from __future__ import annotations
 
 import builtins
+import sqlite3
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from datamachine.storage.transcripts import TranscriptStore
 
 __all__ = ["DEFAULT_CHAT_MAX_TURNS", "ChatSession", "ChatSessionStore", "MaxTurns",
-           "validate_max_turns"]
+           "record_turn", "validate_max_turns"]
 
 MaxTurns = int | Literal["unlimited"]
 DEFAULT_CHAT_MAX_TURNS = 25
@@ -74,6 +75,25 @@ def validate_max_turns(value: object, knob: str = "max_turns") -> MaxTurns:
         return validate_budget_value(knob, value)
     except InvalidBudgetValue as exc:
         raise InvalidBudgetValue(f'{exc} Use "unlimited" for no limit.') from None
+
+
+def record_turn(conn: sqlite3.Connection, session_id: str, *, reset: bool, abort: bool,
+                max_turns: MaxTurns, now: float, create: bool = False) -> None:
+    """Inside a turn's transaction: count the turn (``reset``: the user confirmed at the limit,
+    the count starts again from 0; ``abort``: declined, the session is aborted for good).
+
+    ``create``: the session's first stored turn (a ``/chat`` request that opened it), so a
+    request refused before running leaves no session behind. Aborted stays aborted.
+    """
+    if create:
+        conn.execute(
+            "INSERT INTO chat_sessions (id, turn_count, status, max_turns, created_at, "
+            "updated_at) VALUES (?, 0, 'active', ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+            [session_id, max_turns, now, now])
+    conn.execute(
+        "UPDATE chat_sessions SET turn_count = CASE WHEN ? THEN 0 ELSE turn_count + 1 END, "
+        "status = CASE WHEN ? THEN 'aborted' ELSE status END, updated_at = ? WHERE id = ?",
+        [reset, abort, now, session_id])
 
 
 def _session(row: Any) -> ChatSession:

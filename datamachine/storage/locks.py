@@ -9,18 +9,35 @@ Expiry is read from ``agents_api.clock.now()``, so freezegun moves it in tests.
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import socket
-from typing import Any
+import sqlite3
 
 from pydantic import BaseModel, ConfigDict
 
 from agents_api import clock
+from agents_api.errors import LockLost
 from datamachine.errors import UsageError
-from datamachine.storage._tx import Connected, connection_lock, db_label, immediate
+from datamachine.storage._tx import (
+    Connected,
+    connection_lock,
+    db_label,
+    immediate,
+    query,
+    query_one,
+)
 
-__all__ = ["LockInfo", "TranscriptLocks", "check_session_id"]
+__all__ = ["MAX_TTL", "RENEW_INTERVAL", "LockInfo", "TranscriptLocks", "check_session_id",
+           "check_ttl", "prove"]
+
+# The longest a lock may be taken for (seconds): a run renews its lock after every turn, so a
+# longer one would only keep a crashed run's session blocked longer.
+MAX_TTL = 86_400
+# A held lock is extended by a turn's write at most this often (seconds; a tenth of the TTL
+# when that is shorter): each extension is one more page in the turn's commit.
+RENEW_INTERVAL = 1.0
 
 _HOLDER = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -46,10 +63,34 @@ def check_session_id(session_id: object) -> str:
     return session_id
 
 
-def _check_ttl(ttl: object) -> float:
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0:
-        raise UsageError(f"A lock ttl must be a number of seconds above 0, got {ttl!r}.")
+def check_ttl(ttl: object) -> float:
+    """``ttl`` as seconds if it is a finite number in (0, 86400]; else a UsageError."""
+    if (isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl)
+            or not 0 < ttl <= MAX_TTL):
+        raise UsageError(f"A lock ttl must be a number of seconds above 0 and at most {MAX_TTL}, "
+                         f"got {ttl!r}.")
     return float(ttl)
+
+
+def prove(conn: sqlite3.Connection, session_id: str, token: str, ttl: float,
+          now: float, *, extend: bool = True) -> None:
+    """Inside a write transaction: raise :class:`LockLost` unless ``token`` holds the session's
+    lock, and (``extend``) extend it to ``now + ttl`` when that is due (``RENEW_INTERVAL``).
+
+    The transaction holds SQLite's write lock, so nobody can take the session between this
+    proof and the commit of whatever the caller writes next. A lock that expired but that
+    nobody took over is still this token's, and is extended.
+    """
+    row = query_one(conn, "SELECT expires_at FROM transcript_locks "
+                          "WHERE session_id = ? AND token = ?", [session_id, token])
+    if row is None:
+        raise LockLost(
+            f"The transcript lock of session {session_id!r} was taken over by another run "
+            "(it expired); this run writes nothing more. Raise transcript_lock_ttl if one turn "
+            "can take longer than it.")
+    if extend and row["expires_at"] - now < ttl - min(RENEW_INTERVAL, ttl / 10):
+        conn.execute("UPDATE transcript_locks SET expires_at = ? WHERE session_id = ? "
+                     "AND token = ?", [now + ttl, session_id, token])
 
 
 class TranscriptLocks:
@@ -64,7 +105,7 @@ class TranscriptLocks:
         """Take the lock for ``ttl`` seconds and return its token; None if another holder has an
         unexpired lock. Never waits (beyond SQLite's own brief write serialization)."""
         sid = check_session_id(session_id)
-        seconds = _check_ttl(ttl)
+        seconds = check_ttl(ttl)
         token = secrets.token_hex(16)
         now = clock.now()
         with immediate(self._db, self._lock, self._label, "take a transcript lock") as conn:
@@ -87,7 +128,7 @@ class TranscriptLocks:
         acquired it, the old token is refused.
         """
         sid = check_session_id(session_id)
-        seconds = _check_ttl(ttl)
+        seconds = check_ttl(ttl)
         now = clock.now()
         with immediate(self._db, self._lock, self._label, "renew a transcript lock") as conn:
             cursor = conn.execute(
@@ -109,23 +150,17 @@ class TranscriptLocks:
     def info(self, session_id: str) -> LockInfo | None:
         """The live (unexpired) lock on ``session_id``, or None."""
         with self._lock:
-            row = self._db.conn.execute(
+            row = query_one(
+                self._db.conn,
                 "SELECT session_id, acquired_at, expires_at, holder FROM transcript_locks "
-                "WHERE session_id = ? AND expires_at > ?",
-                [session_id, clock.now()],
-            ).fetchone()
-        return None if row is None else LockInfo(**_row(row))
+                "WHERE session_id = ? AND expires_at > ?", [session_id, clock.now()])
+        return None if row is None else LockInfo(**dict(row))
 
     def held(self) -> list[LockInfo]:
         """Every live lock, oldest first (for diagnostics and tests)."""
         with self._lock:
-            rows = self._db.conn.execute(
+            rows = query(
+                self._db.conn,
                 "SELECT session_id, acquired_at, expires_at, holder FROM transcript_locks "
-                "WHERE expires_at > ? ORDER BY acquired_at, session_id",
-                [clock.now()],
-            ).fetchall()
-        return [LockInfo(**_row(row)) for row in rows]
-
-
-def _row(row: Any) -> dict[str, Any]:
-    return {"session_id": row[0], "acquired_at": row[1], "expires_at": row[2], "holder": row[3]}
+                "WHERE expires_at > ? ORDER BY acquired_at, session_id", [clock.now()])
+        return [LockInfo(**dict(row)) for row in rows]

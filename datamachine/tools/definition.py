@@ -10,13 +10,13 @@ worked out here too, once.
 from __future__ import annotations
 
 import inspect
-import json
 import re
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from agents_api.jsontext import canonical_json
 from datamachine.errors import InvalidToolDefinition
 from datamachine.tools.docstrings import parse_docstring
 from datamachine.tools.schema import CONTEXT_PARAMETER, function_schema
@@ -58,9 +58,6 @@ class Tool(BaseModel):
     _validator: ParameterValidator = PrivateAttr()
     _wants_context: bool = PrivateAttr(default=False)
     _is_async: bool = PrivateAttr(default=False)
-    # (name, description, parameters, their JSON): the fields are checked by identity on use,
-    # so a model_copy with other values does not reuse its original's JSON.
-    _provider_json: tuple[str, str, dict[str, Any], str] | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -130,18 +127,8 @@ class Tool(BaseModel):
 
     def provider_json(self) -> str:
         """The JSON of :meth:`to_provider_dict` (sorted keys), which request metadata sizes and
-        hashes; kept after the first call because a Tool is frozen."""
-        # Read from the private dict directly: attribute access to a pydantic private attribute
-        # goes through BaseModel.__getattr__, which costs more than the lookup.
-        private = self.__pydantic_private__ or {}
-        cached = private.get("_provider_json")
-        name, description, parameters = self.name, self.description, self.parameters
-        if (cached is not None and cached[0] is name and cached[1] is description
-                and cached[2] is parameters):
-            return str(cached[3])
-        text = json.dumps(self.to_provider_dict(), sort_keys=True, default=str)
-        self._provider_json = (name, description, parameters, text)
-        return text
+        hashes (once per run)."""
+        return canonical_json(self.to_provider_dict())
 
     @property
     def repeatable(self) -> bool:

@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from agents_api import IterationBudget
-from agents_api._drive import awaitable
+from agents_api.drive import awaitable
 from datamachine.payload_keys import RUNTIME_KEYS
 from datamachine.registry import IterationBudgetRegistry
 from datamachine.tools.context import ToolContext

@@ -19,19 +19,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agents_api import Message
-from agents_api.jsontext import json_encoder
+from agents_api.jsontext import canonical_json
 
 __all__ = ["CallObserver", "CompletedCall", "TranscriptIndex", "canonical_json",
            "coerce_parameters"]
 
-
-_canonical = json_encoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          default=str)
-
-
-def canonical_json(value: Any) -> str:
-    """One spelling per value: sorted keys and no whitespace, so key order never matters."""
-    return _canonical(value)
 
 
 def coerce_parameters(raw: Any) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ import pytest
 from freezegun import freeze_time
 from freezegun.api import FrozenDateTimeFactory
 
-from agents_api import IterationBudget, LoopResult, Message, TurnResult, run_loop
+from agents_api import IterationBudget, LockLost, LoopResult, Message, TurnResult, run_loop
 from datamachine.errors import DatabaseError, TranscriptNotFound, UsageError
 from datamachine.host import Host
 from datamachine.storage import TranscriptStore
@@ -51,10 +51,11 @@ def _dicts(messages: list[Message]) -> list[dict[str, Any]]:
 def test_append_turn_writes_each_turn_in_order_and_marks_running(
     store: TranscriptStore, frozen: FrozenDateTimeFactory
 ) -> None:
-    assert store.acquire("s", 60) is not None
-    store.append_turn("s", 1, _turn(1))
+    token = store.acquire("s", 60)
+    assert token is not None
+    store.append_turn("s", 1, _turn(1), token=token)
     frozen.tick(5)
-    store.append_turn("s", 2, _turn(2))
+    store.append_turn("s", 2, _turn(2), token=token)
     assert store.get("s") == _dicts(_turn(1) + _turn(2))
     record = store.get_transcript("s")
     assert record.status == "running"  # a live lock: the run is in progress
@@ -65,51 +66,19 @@ def test_append_turn_writes_each_turn_in_order_and_marks_running(
     assert record.locked_until == T0 + 5 + 60
 
 
-def test_turns_within_a_second_leave_the_fresh_lock_row_alone(
+def test_a_write_with_a_token_that_lost_its_lock_stores_nothing(
     store: TranscriptStore, frozen: FrozenDateTimeFactory
 ) -> None:
     token = store.acquire("s", 60)
     assert token is not None
-    statements: list[str] = []
-    store._db.conn.set_trace_callback(statements.append)
-    try:
-        for turn in (1, 2, 3):
-            frozen.tick(0.25)
-            store.append_turn("s", turn, _turn(turn))
-            assert store.renew("s", token, 60) is True
-    finally:
-        store._db.conn.set_trace_callback(None)
-    # Renewed at acquire (T0): every turn came less than a second later, so no lock write; the
-    # transcript row was read once and rewritten once (the first turn), not once per turn.
-    assert not [s for s in statements if "transcript_locks" in s]
-    assert len([s for s in statements if s.startswith("SELECT status, message_count")]) == 1
-    assert len([s for s in statements if s.startswith("UPDATE transcripts")]) == 1
-    assert store.get_transcript("s").locked_until == T0 + 60
-    assert store.get_transcript("s").message_count == 9
-    # The indexed updated_at moves at most once a second during a run: set by the first turn.
-    assert store.get_transcript("s").updated_at == T0 + 0.25
-
-    frozen.tick(1)  # a second after the last extension: the next turn extends the lock
-    store.append_turn("s", 4, _turn(4))
-    assert store.renew("s", token, 60) is True
-    assert store.get_transcript("s").locked_until == T0 + 1.75 + 60
-    assert store.get_transcript("s").message_count == 12
-    assert store.get_transcript("s").updated_at == T0 + 1.75
-
-
-def test_renew_after_append_turn_reports_the_renewal_of_the_turns_write(
-    store: TranscriptStore, frozen: FrozenDateTimeFactory
-) -> None:
-    token = store.acquire("s", 60)
-    assert token is not None
-    store.append_turn("s", 1, _turn(1))
-    assert store.renew("s", token, 60) is True
-    # A lock taken over after expiry: the turn's write cannot renew it, and renew says so.
-    frozen.tick(61)
-    other = store.locks.acquire("s", 60)
-    assert other is not None
-    store.append_turn("s", 2, _turn(2))
-    assert store.renew("s", token, 60) is False
+    store.append_turn("s", 1, _turn(1), token=token)
+    frozen.tick(61)  # expired, and another run takes the session over
+    assert store.locks.acquire("s", 60) is not None
+    with pytest.raises(LockLost, match="'s'"):
+        store.append_turn("s", 2, _turn(2), token=token)
+    record = store.get_transcript("s")
+    assert record.messages == _dicts(_turn(1))
+    assert (record.turn_count, record.message_count) == (1, 3)
 
 
 def test_a_running_transcript_without_a_live_lock_reads_as_interrupted(
@@ -117,7 +86,7 @@ def test_a_running_transcript_without_a_live_lock_reads_as_interrupted(
 ) -> None:
     token = store.acquire("killed", 30)
     assert token is not None
-    store.append_turn("killed", 1, _turn(1))
+    store.append_turn("killed", 1, _turn(1), token=token)
     assert store.get_transcript("killed").status == "running"
     frozen.tick(31)  # the process died: nobody renewed the lock
     record = store.get_transcript("killed")
@@ -127,11 +96,12 @@ def test_a_running_transcript_without_a_live_lock_reads_as_interrupted(
     assert store.list(status="running") == []
 
 
-def test_persist_without_begin_puts_the_starting_messages_before_the_turns(
+def test_begin_turns_and_persist_store_the_whole_run_in_order(
     store: TranscriptStore, frozen: FrozenDateTimeFactory
 ) -> None:
     prompt = [Message.text("system", "be brief"), Message.text("user", "hi")]
     turns = _turn(1) + _turn(2)
+    store.begin("s", prompt)
     store.append_turn("s", 1, turns[:3])
     store.append_turn("s", 2, turns[3:])
     frozen.tick(2)
@@ -186,6 +156,7 @@ def test_a_continued_run_appends_after_the_stored_messages_and_counts_cumulative
     # A continuation starts from the stored messages, plus a new user message.
     stored = [Message(**m) for m in store.get("s")]
     follow_up = Message.text("user", "go on")
+    store.begin("s", [*stored, follow_up])
     store.append_turn("s", 1, _turn(3))
     messages = [*stored, follow_up, *_turn(3)]
     store.persist(messages, {}, _result("s", messages, turn_count=1))
@@ -239,7 +210,7 @@ def test_values_json_cannot_hold_are_stored_as_text(store: TranscriptStore) -> N
     when = dt.datetime(2026, 1, 2, 3, 4, 5)
     message = Message.tool_result("clock", {"success": True, "result": when}, 1, "c1", "now")
     store.append_turn("s", 1, [message])
-    assert store.get("s")[0]["payload"]["result"] == when.isoformat()
+    assert store.get("s")[0]["payload"]["result"] == str(when)
 
 
 def test_unknown_transcripts_are_reported_by_id(store: TranscriptStore) -> None:
@@ -288,63 +259,6 @@ def test_run_loop_persists_renews_and_releases_through_the_store(
     assert record.messages == [m.to_dict() for m in result.messages]
     assert record.status == "completed"
     assert record.turn_count == 3
-
-
-def _traced_run(store: TranscriptStore, session_id: str, turns: int,
-                before_turn: Any = None, **options: Any) -> tuple[LoopResult, list[str]]:
-    """A scripted run of ``turns`` tool turns through the store; the SQL it sent, in order."""
-    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
-        if before_turn is not None:
-            before_turn()
-        return workers.scripted_turn(session_id, context["turn"], turns)
-
-    statements: list[str] = []
-    store._db.conn.set_trace_callback(statements.append)
-    try:
-        result = run_loop(
-            [{"role": "user", "content": f"prompt for {session_id}"}], runner,
-            turn_budget=IterationBudget("conversation_turns", 5),
-            tool_executor=workers.echo_tool, transcript_persister=store, transcript_lock=store,
-            transcript_session_id=session_id, transcript_lock_ttl=60, **options,
-        )
-    finally:
-        store._db.conn.set_trace_callback(None)
-    return result, statements
-
-
-def test_a_fast_run_reads_its_row_once_and_writes_the_lock_only_to_take_and_free_it(
-    store: TranscriptStore, frozen: FrozenDateTimeFactory
-) -> None:
-    result, statements = _traced_run(store, "fast", 3, lambda: frozen.tick(0.01),
-                                     on_stop=lambda r, c: None)
-    assert result.status == "completed"
-    lock_writes = [s.split()[0] for s in statements if "transcript_locks" in s]
-    assert lock_writes == ["INSERT", "DELETE"]  # taken and freed; never rewritten mid-run
-    assert len([s for s in statements if s.startswith("SELECT status, message_count")]) == 1
-    # The row is written by begin (INSERT) and by persist; the turns only add messages.
-    assert len([s for s in statements if s.startswith("UPDATE transcripts")]) == 1
-    record = store.get_transcript("fast")
-    assert record.messages == [m.to_dict() for m in result.messages]
-    assert (record.turn_count, record.message_count) == (3, len(result.messages))
-
-
-def test_a_run_whose_lock_expired_reads_the_row_before_its_final_write(
-    store: TranscriptStore, frozen: FrozenDateTimeFactory
-) -> None:
-    token = store.acquire("late", 10)
-    assert token is not None
-    store.begin("late", [Message.text("user", "hi")])
-    store.append_turn("late", 1, _turn(1))
-    frozen.tick(11)  # expired: another process may have written the session meanwhile
-    statements: list[str] = []
-    store._db.conn.set_trace_callback(statements.append)
-    try:
-        store.persist([Message.text("user", "hi"), *_turn(1)], {},
-                      LoopResult(messages=[], transcript_session_id="late", turn_count=1))
-    finally:
-        store._db.conn.set_trace_callback(None)
-    assert any(s.startswith("SELECT status, message_count") for s in statements)
-    assert store.get_transcript("late").message_count == 4
 
 
 def test_run_loop_on_a_locked_session_never_calls_the_runner(store: TranscriptStore) -> None:
@@ -410,7 +324,7 @@ def test_writes_inside_a_callers_transaction_are_not_trusted_after_it(
     assert store.get_transcript("s").message_count == 4
 
 
-def test_counts_a_fast_run_has_not_written_to_its_row_are_read_off_its_messages(
+def test_every_turn_writes_the_exact_counts_with_its_messages(
     host: Host, store: TranscriptStore, frozen: FrozenDateTimeFactory
 ) -> None:
     # A finished run first, so the session has a cumulative count to continue from.
@@ -418,25 +332,18 @@ def test_counts_a_fast_run_has_not_written_to_its_row_are_read_off_its_messages(
     store.persist(first, {}, _result("s", first))
     token = store.acquire("s", 60)
     assert token is not None
-    store.begin("s", [*first, Message.text("user", "again")])
+    store.begin("s", [*first, Message.text("user", "again")], token=token)
     for turn in (1, 2, 3):
         frozen.tick(0.1)
-        store.append_turn("s", turn, _turn(turn))
-    # Within a second of begin, no turn rewrote the row: its counts are begin's.
-    row = host.db.conn.execute(
-        "SELECT message_count, turn_count, cumulative_turn_count FROM transcripts WHERE id = 's'"
-    ).fetchone()
-    assert row == (8, 0, 2)
-    # Readers (this process or another) still see the exact counts of the live run.
+        store.append_turn("s", turn, _turn(turn), token=token)
+        row = host.db.conn.execute(
+            "SELECT message_count, turn_count, cumulative_turn_count FROM transcripts "
+            "WHERE id = 's'").fetchone()
+        assert row == (8 + 3 * turn, turn, 2 + turn)
     other = TranscriptStore(host.db)
-    for reader in (store, other):
-        record = reader.get_transcript("s")
-        assert record.status == "running"
-        assert (record.message_count, record.turn_count, record.cumulative_turn_count) == (
-            17, 3, 5)
-        assert record.message_count == len(record.messages)
-    [listed] = other.list()
-    assert (listed.message_count, listed.turn_count, listed.cumulative_turn_count) == (17, 3, 5)
+    record = other.get_transcript("s")
+    assert record.status == "running"
+    assert record.message_count == len(record.messages) == 17
 
 
 def test_a_run_killed_between_row_writes_loses_no_count_and_the_next_run_continues(
@@ -467,19 +374,57 @@ def test_a_run_killed_between_row_writes_loses_no_count_and_the_next_run_continu
     assert positions == list(range(16))
 
 
-def test_persist_frees_the_runs_lock_in_its_own_commit(
+def test_a_run_through_the_store_frees_its_lock_with_its_final_write(
     store: TranscriptStore, frozen: FrozenDateTimeFactory
 ) -> None:
-    result, statements = _traced_run(store, "free", 2)
+    result = workers.run_scripted("free", 2, store=store)
     assert result.status == "completed"
-    # Take the lock, begin, one commit per turn, and the final write that also frees the lock.
-    assert statements.count("COMMIT") == 2 + result.turn_count + 1
-    final = statements[len(statements) - 1 - statements[::-1].index("BEGIN IMMEDIATE"):]
-    assert final[-1] == "COMMIT"
-    assert any(s.startswith("UPDATE transcripts SET status") for s in final)
-    assert any(s.startswith("DELETE FROM transcript_locks") for s in final)
     assert store.locks.info("free") is None
+    record = store.get_transcript("free")
+    assert record.status == "completed"
+    assert record.messages == [m.to_dict() for m in result.messages]
     assert store.acquire("free", 60) is not None  # free for the next run at once
+
+
+def test_a_writer_counts_a_chat_turn_in_the_turns_own_transaction(
+    host: Host, store: TranscriptStore
+) -> None:
+    token = store.acquire("s", 60)
+    assert token is not None
+    seen: list[tuple[int, bool]] = []
+
+    def on_turn(conn: Any, turn: int, now: float) -> None:
+        seen.append((turn, conn.in_transaction))
+        if turn == 2:
+            raise RuntimeError("the count could not be written")
+
+    writer = store.open_writer("s", token, 60, on_turn=on_turn)
+    writer.begin([Message.text("user", "hi")], {})
+    writer.append_turn(1, _turn(1))
+    with pytest.raises(RuntimeError):
+        writer.append_turn(2, _turn(2))
+    assert seen == [(1, True), (2, True)]
+    # The failed count took its turn with it: nothing of turn 2 is stored.
+    record = store.get_transcript("s")
+    assert (record.turn_count, record.message_count) == (1, 4)
+
+
+def test_a_writer_whose_lock_was_taken_over_writes_nothing_more(
+    store: TranscriptStore, frozen: FrozenDateTimeFactory
+) -> None:
+    token = store.acquire("s", 10)
+    assert token is not None
+    writer = store.open_writer("s", token, 10)
+    writer.begin([Message.text("user", "hi")], {})
+    writer.append_turn(1, _turn(1))
+    frozen.tick(11)
+    assert store.locks.acquire("s", 60) is not None  # the next run takes the session
+    for write in (lambda: writer.append_turn(2, _turn(2)), writer.renew,
+                  lambda: writer.persist([], {}, _result("s", []))):
+        with pytest.raises(LockLost):
+            write()
+    assert store.get_transcript("s").message_count == 4
+    assert writer.release() is False  # it was not this run's to free
 
 
 def test_a_lock_taken_over_before_persist_is_left_to_its_new_holder(

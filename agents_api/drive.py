@@ -1,9 +1,12 @@
-"""Driving the loop's step generator, synchronously or inside an event loop, and deadlines.
+"""Driving a step generator, synchronously or inside an event loop, and deadlines.
 
 The loop body yields whatever it must await. :func:`drive_sync` answers those yields without an
 event loop until one is actually needed (so an all-sync run pays no asyncio cost per turn), and
 :func:`drive_async` awaits them in the caller's loop. :func:`bounded` and :func:`call_in_thread`
 let a wall-clock rail cut a provider or tool call that is still running.
+
+Public for products built on the loop that write their own step generators (datamachine's final
+summary call is one): :data:`Steps`, :func:`awaitable`, :func:`resume_async`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ if TYPE_CHECKING:  # asyncio loads only when a run really awaits something
     import asyncio
 
 __all__ = ["DeadlineReached", "Steps", "ThreadCall", "awaitable", "bounded", "call_in_thread",
-           "drive_async", "drive_sync", "resume_async"]
+           "drive_async", "drive_sync", "resume_async", "run_steps"]
 
 logger = logging.getLogger("agents_api.loop")
 
@@ -100,6 +103,16 @@ async def resume_async(steps: Steps[T], pending: Awaitable[Any]) -> T:
                 pending = steps.send(value)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+
+
+def run_steps(steps: Steps[T]) -> T | Awaitable[T]:
+    """Run ``steps`` synchronously until it must await something; then return a coroutine that
+    finishes it. A hook that is usually synchronous (a stop handler) stays synchronous."""
+    try:
+        pending = next(steps)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    return resume_async(steps, pending)
 
 
 # What the loop's callables return on the synchronous path; no value of these exact types can be

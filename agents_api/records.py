@@ -1,0 +1,92 @@
+"""The loop's internal records: typed, immutable, and converted to dicts only at the edges.
+
+The loop hands user callables the documented dict shapes (a tool call is ``{"id", "name",
+"parameters"}``); inside, a call, its outcome and the run's stop are dataclasses, so the code
+that moves them around is checked by mypy instead of trusting string keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from agents_api.budget import IterationBudget
+
+__all__ = ["LoopStatus", "Outcome", "ToolCall", "ToolOutcome"]
+
+LoopStatus = Literal[
+    "completed", "incomplete", "budget_exceeded", "aborted", "error", "transcript_lock_contention"
+]
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One tool call the model asked for: ``id``, ``name`` and ``parameters`` as it sent them.
+
+    Never changed after it is made (not frozen only because a frozen dataclass costs a
+    microsecond more per call on the loop's hot path). ``mapping`` is the documented dict shape
+    user callables receive, made once.
+    """
+
+    id: str
+    name: str
+    parameters: Any
+    mapping: dict[str, Any]
+
+    @classmethod
+    def from_model(cls, raw: object, turn: int, index: int) -> ToolCall | None:
+        """The call in a turn runner's ``tool_calls`` entry, or None when it names no tool.
+
+        Accepts ``tool_name``/``arguments``/``tool_call_id`` as aliases; a call without an id
+        gets ``call_<turn>_<index>``.
+        """
+        if not isinstance(raw, Mapping):
+            return None
+        name = raw.get("name") or raw.get("tool_name")
+        if not isinstance(name, str) or not name.strip():
+            return None
+        params = raw.get("parameters")
+        if params is None:
+            params = raw.get("arguments", {})
+        call_id = str(raw.get("id") or raw.get("tool_call_id") or f"call_{turn}_{index}")
+        name = name.strip()
+        return cls(call_id, name, params, {"id": call_id, "name": name, "parameters": params})
+
+
+@dataclass(slots=True)
+class ToolOutcome:
+    """A call the loop ran (or refused to run) and its normalized result (never changed)."""
+
+    call: ToolCall
+    turn: int
+    result: dict[str, Any]
+
+    @property
+    def success(self) -> bool:
+        """Whether the tool reported success."""
+        return self.result["success"] is True
+
+    def record(self) -> dict[str, Any]:
+        """The entry of ``tool_execution_results``."""
+        return {"tool_name": self.call.name, "tool_call_id": self.call.id,
+                "parameters": self.call.parameters, "success": self.success,
+                "result": self.result, "turn": self.turn}
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """Why a run stopped, decided once (``LoopRun._stop``): the status, the budget that stopped
+    it, or the error."""
+
+    status: LoopStatus
+    budget: IterationBudget | None = None
+    error: str | None = None
+    error_code: str | None = None
+
+    @classmethod
+    def failure(cls, code: str, exc: BaseException) -> Outcome:
+        """An ``error`` outcome; an exception's own ``code`` attribute wins over ``code``."""
+        return cls("error", error=str(exc) or type(exc).__name__,
+                   error_code=str(getattr(exc, "code", "") or code))

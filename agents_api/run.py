@@ -1,0 +1,592 @@
+"""One run of the generic loop: :class:`LoopRun`, its phases, and the one place it stops.
+
+:meth:`LoopRun.steps` is the whole run in a few lines: take the lock, store the starting
+messages, run turns until an outcome is decided, ask the stop handler for its verdict, build
+the result once, store it, give the lock back, emit the terminal event. Each turn is the same:
+check the budgets, ask the turn runner, run the tools, store the turn, decide.
+
+A phase that may have to await something is a generator that yields it (see
+:mod:`agents_api.drive`), so one body serves :func:`~agents_api.run_loop` (no event loop while
+everything is synchronous) and :func:`~agents_api.arun_loop`; the others are plain methods.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeAlias, TypeVar, Union
+
+from agents_api import clock
+from agents_api._tools import ToolExecutor, run_tool
+from agents_api.budget import IterationBudget
+from agents_api.drive import DeadlineReached, Steps, awaitable, bounded
+from agents_api.errors import LockLost
+from agents_api.events import Emitter
+from agents_api.message import Message
+from agents_api.names import TOOL_CALLS, WALL_CLOCK, per_tool_budget
+from agents_api.records import LoopStatus, Outcome, ToolCall, ToolOutcome
+from agents_api.results import (
+    Decision,
+    LoopResult,
+    RunStop,
+    StopVerdict,
+    TurnResult,
+    coerce_turn_result,
+    empty_usage,
+)
+from agents_api.transcript import HeldLock, LegacyTranscript, TranscriptWriter
+
+__all__ = ["BudgetExhaustedHook", "LoopRun", "LoopSettings", "ShouldContinue", "StopHook",
+           "ToolResultHook", "TurnRunner"]
+
+logger = logging.getLogger("agents_api.loop")
+
+T = TypeVar("T")
+MaybeAwaitable: TypeAlias = Union[T, Awaitable[T]]  # noqa: UP007
+
+TurnRunner = Callable[
+    [list[Message], dict[str, Any]], MaybeAwaitable[TurnResult | Mapping[str, Any]]
+]
+ToolResultHook = Callable[
+    [dict[str, Any], dict[str, Any], dict[str, Any]], MaybeAwaitable[Decision | None]
+]
+BudgetExhaustedHook = Callable[[IterationBudget, dict[str, Any]], MaybeAwaitable[bool | None]]
+ShouldContinue = Callable[[TurnResult, dict[str, Any]], bool]
+# Called once when a run stops, under the transcript lock, before the result is built: it sees
+# the run (RunStop) and returns the StopVerdict the loop applies (or None: no change).
+StopHook = Callable[[RunStop, dict[str, Any]], MaybeAwaitable[StopVerdict | None]]
+
+# The verdict fields that replace the loop's own when a stop handler sets them.
+_OVERRIDES = ("status", "budget", "flags", "warning", "error", "error_code", "final_content")
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSettings:
+    """A run's validated arguments (see :func:`agents_api.run_loop`)."""
+
+    turn_runner: TurnRunner
+    turn_budget: IterationBudget
+    tool_executor: ToolExecutor | None
+    should_continue: ShouldContinue | None
+    persister: Any
+    lock: Any
+    writer: TranscriptWriter | None
+    session_id: str | None
+    ttl: int
+    context: dict[str, Any]
+    request: dict[str, Any]
+    on_tool_result: ToolResultHook | None
+    on_budget_exhausted: BudgetExhaustedHook | None
+    on_stop: StopHook | None
+
+
+@dataclass(slots=True)
+class _Turn:
+    """One turn in progress: its number, where its messages start, what callables receive."""
+
+    number: int
+    start: int
+    context: dict[str, Any]
+
+
+@dataclass(slots=True)
+class _ToolsRan:
+    """What running a turn's tools found: a spent budget, a policy's word, a failing hook."""
+
+    spent: IterationBudget | None = None
+    complete: bool = False
+    hook_error: Exception | None = None
+
+
+class LoopRun:
+    """The state of one run and its phases (see the module docstring)."""
+
+    def __init__(self, settings: LoopSettings, messages: list[Message],
+                 budgets: dict[str, IterationBudget], emitter: Emitter) -> None:
+        self.settings = settings
+        self.messages = messages
+        # Handed to the runner and the executor as context["budgets"]: a tool may add a budget
+        # mid-run (ToolContext.budget), so every check reads this live mapping.
+        self.budgets = budgets
+        self.emitter = emitter
+        self.wall_clock = budgets.get(WALL_CLOCK)
+        self.wall_clock_start = self.wall_clock.current() if self.wall_clock is not None else 0
+        self.tool_budget = budgets.get(TOOL_CALLS)
+        self.per_tool: dict[str, str] = {}  # tool name -> the name of its own budget
+        self.session_id = settings.session_id or (
+            uuid.uuid4().hex if settings.persister is not None else None)
+        if settings.writer is not None:
+            self.session_id = settings.writer.session_id
+        self.turn_count = 0
+        self.usage: dict[str, Any] = empty_usage()
+        self.request_metadata: dict[str, Any] = {}
+        self.tool_outcomes: list[ToolOutcome] = []
+        self.last_calls: list[ToolCall] = []
+        self.warnings: list[str] = []
+        self.outcome: Outcome | None = None
+        self._records: list[dict[str, Any]] | None = None  # made once the run has stopped
+        self.transcript: TranscriptWriter | LegacyTranscript | None = None
+        self.started = clock.monotonic()
+
+    # -- the skeleton -----------------------------------------------------------------------
+    def steps(self) -> Steps[LoopResult]:
+        """The run, start to finish."""
+        if not (yield from self._acquire_lock()):
+            return self._contended()
+        try:
+            yield from self._begin()
+            while self.outcome is None:
+                yield from self._turn()
+            verdict = yield from self._ask_stop_handler()
+            result = yield from self._store(self._build(verdict))
+        finally:
+            yield from self._release()
+        self._emit_terminal(result)
+        return result
+
+    def _turn(self) -> Steps[None]:
+        spent = self._spent_before_turn()
+        if spent is not None and not (yield from self._extend(spent)):
+            self._stop(Outcome("budget_exceeded", budget=spent))
+            return
+        turn = self._start_turn()
+        answer = yield from self._ask_runner(turn)
+        if answer is None:
+            return
+        ran = yield from self._run_tools(turn, answer)
+        self.messages.extend(answer.continuation_messages)
+        self.settings.turn_budget.increment()
+        if self.transcript is not None and not (yield from self._store_turn(turn)):
+            return
+        if ran.spent is not None and (yield from self._extend(ran.spent)):
+            ran.spent = None  # granted more: the run goes on
+        self._decide(turn, answer, ran)
+
+    # -- deciding ---------------------------------------------------------------------------
+    def _stop(self, outcome: Outcome) -> None:
+        """The one place the run's outcome is set: the first decision stands, except that a
+        lost lock overrides any other (the run must then write nothing more)."""
+        if self.outcome is None or outcome.error_code == LockLost.code:
+            self.outcome = outcome
+
+    def _fail(self, code: str, exc: BaseException) -> None:
+        self._stop(Outcome.failure(code, exc))
+
+    def _decide(self, turn: _Turn, answer: TurnResult, ran: _ToolsRan) -> None:
+        """After a stored turn: stop (and why) or go on to the next turn."""
+        if ran.hook_error is not None:
+            self._fail("tool_result_hook_failed", ran.hook_error)
+            return
+        if ran.spent is not None:
+            self._stop(Outcome("budget_exceeded", budget=ran.spent))
+            return
+        if ran.complete or answer.complete:
+            self._stop(Outcome("completed"))
+            return
+        should_continue = self.settings.should_continue
+        try:
+            keep_going = (bool(should_continue(answer, turn.context))
+                          if should_continue is not None
+                          else bool(self.last_calls or answer.continuation_messages))
+        except Exception as exc:
+            self._fail("should_continue_failed", exc)
+            return
+        if not keep_going:
+            self._stop(Outcome("completed"))
+        # Otherwise the next turn's budget check stops (or extends) a spent turn budget.
+
+    # -- the lock and the transcript --------------------------------------------------------
+    def _acquire_lock(self) -> Steps[bool]:
+        """Take the session's lock (contention returns False before anything is touched)."""
+        settings = self.settings
+        if settings.writer is not None:
+            self.transcript = settings.writer
+            return True
+        token: str | None = None
+        if settings.lock is not None and self.session_id:
+            acquired = settings.lock.acquire(self.session_id, settings.ttl)
+            if awaitable(acquired):
+                acquired = yield acquired
+            if not acquired:
+                return False
+            token = str(acquired)
+        self.transcript = self._open_transcript(token)
+        return True
+
+    def _open_transcript(self, token: str | None) -> TranscriptWriter | LegacyTranscript | None:
+        settings = self.settings
+        persister, lock = settings.persister, settings.lock
+        if self.session_id is None or (persister is None and token is None):
+            return None
+        owner = lock.lock if isinstance(lock, HeldLock) else lock
+        open_writer = getattr(persister, "open_writer", None)
+        if open_writer is not None and (token is None or owner is persister):
+            # The persister is also the lock: its writer proves the lock on every write.
+            writer: TranscriptWriter = open_writer(self.session_id, token, settings.ttl)
+            return writer
+        return LegacyTranscript(persister, lock if token else None, self.session_id, token,
+                                settings.ttl)
+
+    def _contended(self) -> LoopResult:
+        self.emitter.emit("transcript_lock_contention", {"session_id": self.session_id})
+        self._stop(Outcome("transcript_lock_contention",
+                           error=f"Transcript session {self.session_id!r} is locked by "
+                                 "another run.",
+                           error_code="transcript_lock_contention"))
+        result = self._build(None)
+        self._emit_terminal(result)
+        return result
+
+    def _begin(self) -> Steps[None]:
+        """Store the starting messages now, so a run killed before its first turn keeps them."""
+        if self.transcript is None:
+            return
+        try:
+            begun = self.transcript.begin(self.messages, self.settings.request)
+            if awaitable(begun):
+                yield begun
+        except Exception as exc:
+            self._fail("transcript_write_failed", exc)
+
+    def _store_turn(self, turn: _Turn) -> Steps[bool]:
+        """Write the finished turn (one transaction) and renew the lock; False stops the run."""
+        transcript = self.transcript
+        if transcript is None or not getattr(transcript, "writes_turns", True):
+            return True
+        try:
+            written = transcript.append_turn(turn.number, self.messages[turn.start:])
+            if awaitable(written):
+                yield written
+            renewed = transcript.renew()
+            if awaitable(renewed):
+                yield renewed
+        except Exception as exc:
+            # A turn that cannot be stored ends the run: going on would lose work silently.
+            self._fail("transcript_write_failed", exc)
+            return False
+        return True
+
+    def _store(self, result: LoopResult) -> Steps[LoopResult]:
+        """Persist the finished run (never after a lost lock); the stored id joins the result."""
+        if self.transcript is None or self._lock_lost():
+            return result
+        try:
+            stored = self.transcript.persist(self.messages, self.settings.request, result)
+            if awaitable(stored):
+                stored = yield stored
+        except LockLost as exc:
+            self._fail("transcript_lock_lost", exc)
+            assert self.outcome is not None
+            return result.model_copy(update={
+                "status": "error", "completed": False, "error": self.outcome.error,
+                "error_code": self.outcome.error_code})
+        except Exception as exc:
+            # The run's outcome stands; the caller learns that storage failed.
+            logger.error("agents_api: transcript persister failed", exc_info=True)
+            return result.model_copy(update={
+                "warnings": [*result.warnings, f"Transcript could not be stored: {exc}"]})
+        if isinstance(stored, str) and stored and stored != result.transcript_session_id:
+            return result.model_copy(update={"transcript_session_id": stored})
+        return result
+
+    def _release(self) -> Steps[None]:
+        if self.transcript is None:
+            return
+        try:
+            released = self.transcript.release()
+            if awaitable(released):
+                yield released
+        except Exception:
+            logger.warning("agents_api: releasing transcript lock %r failed", self.session_id,
+                           exc_info=True)
+
+    def _lock_lost(self) -> bool:
+        return self.outcome is not None and self.outcome.error_code == LockLost.code
+
+    # -- budgets ----------------------------------------------------------------------------
+    def _spent_before_turn(self) -> IterationBudget | None:
+        """Before a turn: the wall clock moves, then the first budget already spent (a run
+        resumed at its ceiling, a tool that spent an extension budget), if any."""
+        self._tick_wall_clock()
+        return self._first_exceeded()
+
+    def _extend(self, budget: IterationBudget) -> Steps[bool]:
+        """Ask the host to extend a spent budget; only soft ceilings are ever offered."""
+        hook = self.settings.on_budget_exhausted
+        if hook is None or not budget.extendable():
+            return False
+        answer = hook(budget, {"turn": self.turn_count, "budget": budget.name()})
+        if awaitable(answer):
+            answer = yield answer
+        if answer is True and not budget.exceeded():
+            self.emitter.emit("budget_extended", {"budget": budget.name(),
+                                                  "ceiling": budget.ceiling(),
+                                                  "current": budget.current()})
+            return True
+        return False
+
+    def _first_exceeded(self, skip: IterationBudget | None = None) -> IterationBudget | None:
+        for budget in self.budgets.values():
+            if budget is not skip and budget.exceeded():
+                return budget
+        return None
+
+    def _tick_wall_clock(self) -> None:
+        if self.wall_clock is not None:
+            self.wall_clock.set_current(
+                self.wall_clock_start + int(clock.monotonic() - self.started))
+
+    def _deadline_left(self) -> float | None:
+        """Seconds until the earliest time rail of the run, or None when it has none."""
+        left: float | None = None
+        if self.wall_clock is not None:
+            left = (self.wall_clock.ceiling() - self.wall_clock_start
+                    - (clock.monotonic() - self.started))
+        for budget in self.budgets.values():
+            seconds = budget.seconds_left()
+            if seconds is not None and (left is None or seconds < left):
+                left = seconds
+        return None if left is None else max(0.0, left)
+
+    def _has_time_rail(self) -> bool:
+        return self.wall_clock is not None or any(
+            budget.max_seconds() is not None for budget in self.budgets.values())
+
+    def _spend_time(self) -> IterationBudget:
+        """The time budget that stopped a cut call, marked spent."""
+        for budget in self.budgets.values():
+            if budget.max_seconds() is not None and budget.exceeded():
+                return budget
+        if self.wall_clock is not None:
+            self.wall_clock.set_current(max(self.wall_clock.current(),
+                                            self.wall_clock.ceiling()))
+            return self.wall_clock
+        return next(b for b in self.budgets.values() if b.max_seconds() is not None)
+
+    # -- one turn ---------------------------------------------------------------------------
+    def _start_turn(self) -> _Turn:
+        self.turn_count += 1
+        number = self.turn_count
+        context = {**self.settings.context, "turn": number, "budgets": self.budgets,
+                   "session_id": self.session_id}
+        if self.emitter.listening:
+            self.emitter.emit("turn_started", {
+                "turn": number, "max_turns": self.settings.turn_budget.ceiling(),
+                "message_count": len(self.messages)})
+        return _Turn(number, len(self.messages), context)
+
+    def _ask_runner(self, turn: _Turn) -> Steps[TurnResult | None]:
+        """The turn runner's answer (None when the turn failed or the clock cut it)."""
+        try:
+            raw = self.settings.turn_runner(self.messages, turn.context)
+            if awaitable(raw):
+                left = self._deadline_left()
+                raw = yield (raw if left is None else bounded(raw, left))
+            answer = coerce_turn_result(raw, turn.number)
+        except DeadlineReached:
+            # The wall clock ran out while the provider was still answering: the call was
+            # cancelled and the run stops on its time budget.
+            budget = self._spend_time()
+            self.emitter.emit("turn_interrupted", {"turn": turn.number, "reason": "deadline",
+                                                   "budget": budget.name()})
+            self._stop(Outcome("budget_exceeded", budget=budget))
+            return None
+        except Exception as exc:
+            # Reported once, by the terminal ``failed`` event (it carries the error).
+            logger.info("agents_api: turn %d failed: %s", turn.number, exc)
+            self._fail("turn_failed", exc)
+            return None
+        _add_usage(self.usage, answer.usage)
+        if answer.request_metadata:
+            self.request_metadata = answer.request_metadata
+        if answer.content:
+            self.messages.append(Message.text("assistant", answer.content))
+        return answer
+
+    def _run_tools(self, turn: _Turn, answer: TurnResult) -> Steps[_ToolsRan]:
+        """Run the turn's calls in order; tool budgets are checked before each call, every
+        budget after it."""
+        calls = [call for index, raw in enumerate(answer.tool_calls, start=1)
+                 if (call := ToolCall.from_model(raw, turn.number, index)) is not None]
+        self.last_calls = calls
+        timed = bool(calls) and self._has_time_rail()
+        ran = _ToolsRan()
+        for call in calls:
+            per_tool = self.per_tool.get(call.name)
+            if per_tool is None:
+                per_tool = self.per_tool[call.name] = per_tool_budget(call.name)
+            ran.spent = self._spent_tool_budget(per_tool)
+            if ran.spent is not None:
+                break
+            outcome = yield from run_tool(
+                call, turn.number, turn.context, self.settings.tool_executor, self.messages,
+                self.emitter.emit, self.emitter.listening,
+                self._deadline_left() if timed else None)
+            self.tool_outcomes.append(outcome)
+            self._count_tool_call(per_tool)
+            hook = self.settings.on_tool_result
+            if hook is not None:
+                try:
+                    decision = hook(call.mapping, outcome.result, turn.context)
+                    if awaitable(decision):
+                        decision = yield decision
+                except Exception as exc:
+                    # A policy that raises ends the run as an error; the turn so far is kept.
+                    ran.hook_error = exc
+                    break
+                self._apply(decision, ran)
+            self._tick_wall_clock()
+            ran.spent = self._first_exceeded(skip=self.settings.turn_budget)
+            if ran.spent is not None:
+                break
+        return ran
+
+    def _spent_tool_budget(self, per_tool: str) -> IterationBudget | None:
+        if self.tool_budget is not None and self.tool_budget.exceeded():
+            return self.tool_budget
+        budget = self.budgets.get(per_tool)
+        return budget if budget is not None and budget.exceeded() else None
+
+    def _count_tool_call(self, per_tool: str) -> None:
+        if self.tool_budget is not None:
+            self.tool_budget.increment()
+        # Looked up after the call: the tool may have created its own budget just now.
+        budget = self.budgets.get(per_tool)
+        if budget is not None:
+            budget.increment()
+
+    def _apply(self, decision: object, ran: _ToolsRan) -> None:
+        """A completion policy's word on one result: done, or a message for the model."""
+        if isinstance(decision, Decision):
+            if decision.complete:
+                ran.complete = True
+            elif decision.message:
+                self.messages.append(Message.text("user", decision.message,
+                                                  {"type": "completion_policy_continue"}))
+
+    # -- the end ----------------------------------------------------------------------------
+    def _ask_stop_handler(self) -> Steps[StopVerdict | None]:
+        """Announce a budget stop, then let the stop handler (a final summary, the product's
+        verdict) have its say, still under the lock."""
+        outcome = self.outcome
+        assert outcome is not None
+        if outcome.status == "budget_exceeded" and outcome.budget is not None:
+            self.emitter.emit("budget_exceeded", _exceeded_payload(outcome.budget))
+        handler = self.settings.on_stop
+        if handler is None:
+            return None
+        try:
+            if self.transcript is not None and not self._lock_lost():
+                # The stop handler may make one more provider call: keep the lock for it.
+                renewed = self.transcript.renew()
+                if awaitable(renewed):
+                    yield renewed
+            answer = handler(self._stop_view(), {
+                **self.settings.context, "budgets": self.budgets,
+                "session_id": self.session_id, "deadline": self._deadline_left()})
+            if awaitable(answer):
+                answer = yield answer
+        except LockLost as exc:
+            self._fail("transcript_lock_lost", exc)
+            return None
+        except Exception as exc:
+            logger.error("agents_api: on_stop hook failed", exc_info=True)
+            self.warnings.append(f"The run's stop handler failed: {exc}")
+            return None
+        if answer is not None and not isinstance(answer, StopVerdict):
+            self.warnings.append("The run's stop handler returned "
+                                 f"{type(answer).__name__}, not a StopVerdict; ignored.")
+            return None
+        return answer
+
+    def _stop_view(self) -> RunStop:
+        outcome = self.outcome
+        assert outcome is not None
+        budget = outcome.budget
+        return RunStop(
+            status=outcome.status, budget=budget.name() if budget is not None else None,
+            error=outcome.error, error_code=outcome.error_code, messages=self.messages,
+            final_content=_final_content(self.messages), turn_count=self.turn_count,
+            usage=dict(self.usage), budgets=self._snapshots(),
+            last_tool_calls=[call.mapping for call in self.last_calls],
+            tool_execution_results=self._tool_records(),
+            session_id=self.session_id,
+            flags=[budget.to_response_flag()] if budget is not None else [],
+            warning=budget.to_warning() if budget is not None else None)
+
+    def _tool_records(self) -> list[dict[str, Any]]:
+        if self._records is None:
+            self._records = [outcome.record() for outcome in self.tool_outcomes]
+        return self._records
+
+    def _snapshots(self) -> dict[str, dict[str, Any]]:
+        return {name: budget.snapshot() for name, budget in self.budgets.items()}
+
+    def _build(self, verdict: StopVerdict | None) -> LoopResult:
+        """The result, built once: the loop's outcome with the stop handler's verdict applied."""
+        outcome = self.outcome
+        assert outcome is not None
+        budget = outcome.budget
+        fields: dict[str, Any] = {
+            "status": outcome.status, "budget": budget.name() if budget is not None else None,
+            "flags": [budget.to_response_flag()] if budget is not None else [],
+            "warning": budget.to_warning() if budget is not None else None,
+            "error": outcome.error, "error_code": outcome.error_code}
+        usage, warnings, metadata = self.usage, self.warnings, {}
+        if verdict is not None and not self._lock_lost():
+            self.messages.extend(verdict.messages)
+            fields.update({name: getattr(verdict, name) for name in _OVERRIDES
+                           if name in verdict.model_fields_set})
+            _add_usage(usage, verdict.usage)
+            warnings = [*warnings, *verdict.warnings]
+            metadata = dict(verdict.metadata)
+        fields.setdefault("final_content", _final_content(self.messages))
+        status: LoopStatus = fields.pop("status")
+        return LoopResult.model_construct(
+            messages=self.messages, turn_count=self.turn_count,
+            completed=status == "completed", status=status, usage=usage,
+            tool_execution_results=self._tool_records(),
+            last_tool_calls=[call.mapping for call in self.last_calls],
+            request_metadata=self.request_metadata, budgets=self._snapshots(),
+            transcript_session_id=self.session_id, warnings=warnings, metadata=metadata,
+            **fields)
+
+    def _emit_terminal(self, result: LoopResult) -> None:
+        self.emitter.emit("failed" if result.status == "error" else "completed", {
+            "status": result.status, "turn": result.turn_count,
+            "turn_count": result.turn_count, "message_count": len(result.messages),
+            "tool_results": len(result.tool_execution_results), "budget": result.budget,
+            "budgets": result.budgets, "error": result.error, "error_code": result.error_code,
+        })
+
+
+def _add_usage(total: dict[str, Any], usage: Mapping[str, Any]) -> None:
+    for key, value in usage.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            previous = total.get(key, 0)
+            if isinstance(previous, int | float) and not isinstance(previous, bool):
+                total[key] = previous + value
+                continue
+        total[key] = value
+
+
+def _final_content(messages: list[Message]) -> str:
+    for message in reversed(messages):
+        if (message.role == "assistant" and message.type == "text"
+                and isinstance(message.content, str) and message.content):
+            return message.content
+    return ""
+
+
+def _exceeded_payload(budget: IterationBudget) -> dict[str, Any]:
+    name = budget.name()
+    if name == WALL_CLOCK:
+        dimension = "wall_clock"
+    elif name.startswith(TOOL_CALLS):
+        dimension = TOOL_CALLS
+    else:
+        dimension = name
+    return {"budget": name, "dimension": dimension, "current": budget.current(),
+            "ceiling": budget.ceiling(), "rail": budget.exhausted_rail()}

@@ -1,0 +1,184 @@
+"""Chat sessions with turn limits (DESIGN.md section 6): one run on a stored session.
+
+The run takes the session's transcript lock *before* it reads the session or its stored
+history, so two requests on one session can never both start from the same history: the second
+gets ``transcript_lock_contention`` without running. Each provider turn counts toward the
+session's limit, and the count is written in the same transaction as the turn it counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agents_api import IterationBudget, Message
+from datamachine.budgets_builtin import CHAT_TURNS
+from datamachine.conversation.payload import split_payload
+from datamachine.conversation.result import ConversationResult
+from datamachine.conversation.run import ConversationRun, emit_outside_run
+from datamachine.errors import ChatSessionNotFound, UsageError
+from datamachine.services import Services
+from datamachine.storage.chat_sessions import ChatSession, MaxTurns, record_turn
+
+__all__ = ["ChatTurnGate", "chat_on", "chat_turns_on", "contention_result"]
+
+
+def _notice(session_id: str, max_turns: MaxTurns) -> str:
+    return (f"Chat session {session_id!r} reached its turn limit ({max_turns}) and was not "
+            "continued; it is now aborted.")
+
+
+def _confirmed(services: Services, session_id: str, count: int, max_turns: MaxTurns) -> bool:
+    ceiling = max_turns if isinstance(max_turns, int) else max(1, count)
+    answer = services.first("confirm_continuation",
+                            budget=IterationBudget(CHAT_TURNS, ceiling, count),
+                            context={"kind": "chat_turn_limit", "session_id": session_id,
+                                     "turn_count": count, "max_turns": max_turns})
+    return answer is True
+
+
+class ChatTurnGate:
+    """A chat session's turn limit during one run (the turn runner's ``turn_gate``).
+
+    Called after every provider answer: counts the turn and, at the limit, asks
+    ``confirm_continuation`` (True: the count starts again; otherwise the session is aborted and
+    the run stops). :meth:`write` records that in the turn's own transaction.
+    """
+
+    def __init__(self, services: Services, session: ChatSession, *, create: bool) -> None:
+        self.services = services
+        self.session_id = session.id
+        self.max_turns = session.max_turns
+        self.count = session.turn_count
+        self.create = create
+        self.aborted = False
+        self.notice = _notice(session.id, session.max_turns)
+        self._reset = False
+
+    def __call__(self, turn: int) -> bool:
+        self.count += 1
+        self._reset = False
+        if self.max_turns == "unlimited" or self.count < self.max_turns:
+            return True
+        if _confirmed(self.services, self.session_id, self.count, self.max_turns):
+            self.count, self._reset = 0, True
+            return True
+        self.aborted = True
+        return False
+
+    def write(self, conn: Any, turn: int, now: float) -> None:
+        """The writer's ``on_turn``: the count (and an abort) move with the turn."""
+        record_turn(conn, self.session_id, reset=self._reset, abort=self.aborted,
+                    max_turns=self.max_turns, now=now, create=self.create)
+        self.create = False
+
+
+def contention_result(session_id: str, mode: str, provider: str | None,
+                      model: str | None) -> ConversationResult:
+    """What a run on a session another run holds returns (it did not run)."""
+    return ConversationResult(
+        status="transcript_lock_contention", completed=False,
+        error=f"Session {session_id!r} is busy with another run; retry when it ends.",
+        error_code="transcript_lock_contention", transcript_session_id=session_id,
+        mode=mode, provider=provider or "", model=model or "")
+
+
+def chat_on(services: Services, session_id: str, message: str, tools: Any = None,
+            provider: str | None = None, model: str | None = None,
+            payload: dict[str, Any] | None = None) -> ConversationResult:
+    """One chat-mode run on a stored session: its messages plus ``message``."""
+    if not isinstance(message, str) or not message.strip():
+        raise UsageError("message must be a non-empty string.")
+    return chat_turns_on(services, session_id, [{"role": "user", "content": message}], tools,
+                         provider, model, payload)
+
+
+def _check_payload(payload: Mapping[str, Any] | None) -> int:
+    """The run's lock TTL; a chat session is stored by the host, never by the payload's store."""
+    _, runtime = split_payload(payload)
+    if runtime.transcript_persister is not None or runtime.transcript_lock is not None:
+        raise UsageError("A chat session is stored by the host: leave transcript_persister "
+                         "and transcript_lock out of a chat run's payload.")
+    return runtime.transcript_lock_ttl
+
+
+def chat_turns_on(services: Services, session_id: str, new_messages: list[dict[str, Any]],
+                  tools: Any = None, provider: str | None = None, model: str | None = None,
+                  payload: dict[str, Any] | None = None, *, mode: Any = "chat",
+                  max_turns: int | None = None, create: bool = False) -> ConversationResult:
+    """One run on a stored chat session: its messages plus ``new_messages``.
+
+    Raises ChatSessionNotFound (unless ``create``: a new session is stored with its first
+    turn) and SessionAborted; returns a ``transcript_lock_contention`` result, without running,
+    when another run holds the session.
+    """
+    ttl = _check_payload(payload)
+    existing = _exists(services, session_id, create)
+    store = services.transcripts
+    token = store.acquire(session_id, ttl)
+    if token is None:
+        label = mode if isinstance(mode, str) else ",".join(mode)
+        emit_outside_run(services, payload, "transcript_lock_contention",
+                         {"mode": label, "session_id": session_id})
+        result = contention_result(session_id, label, provider, model)
+        emit_outside_run(services, payload, "completed", _terminal(result, label))
+        return result
+    writer = None
+    try:
+        session = _session_under_lock(services, session_id, existing)
+        if session.limit_reached:
+            if not _confirmed(services, session.id, session.turn_count, session.max_turns):
+                return _abort_before_run(services, session, payload)
+            session = services.chat_sessions.reset_turns(session_id)
+        gate = ChatTurnGate(services, session, create=not existing)
+        writer = store.open_writer(session_id, token, ttl, on_turn=gate.write)
+        run = ConversationRun.create(
+            services, [*writer.history(), *new_messages], tools,
+            services.default_provider(provider), services.default_model(model), mode,
+            {**(payload or {}), "transcript_session_id": session_id}, max_turns, False,
+            writer=writer, turn_gate=gate, cumulative_base=writer.stored_turns())
+        return run.run()
+    finally:
+        # The run frees the lock itself; this covers the paths that never started it.
+        if writer is not None:
+            writer.release()
+        else:
+            store.release(session_id, token)
+
+
+def _exists(services: Services, session_id: str, create: bool) -> bool:
+    try:
+        services.chat_sessions.get(session_id)  # an unknown id fails before any write
+    except ChatSessionNotFound:
+        if not create:
+            raise
+        return False
+    return True
+
+
+def _session_under_lock(services: Services, session_id: str, existing: bool) -> ChatSession:
+    if existing:
+        return services.chat_sessions.require_active(session_id)
+    return ChatSession(id=session_id, turn_count=0, status="active",
+                       max_turns=services.chat_sessions.default_max_turns(),
+                       created_at=0.0, updated_at=0.0)
+
+
+def _abort_before_run(services: Services, session: ChatSession,
+                      payload: Mapping[str, Any] | None) -> ConversationResult:
+    closed = services.chat_sessions.abort(session.id)
+    stored = services.transcripts.get(session.id) if services.transcripts.exists(
+        session.id) else []
+    result = ConversationResult(
+        messages=[Message(**m) for m in stored], status="aborted", completed=False,
+        turn_count=0, warning=_notice(closed.id, closed.max_turns),
+        transcript_session_id=closed.id, mode="chat")
+    emit_outside_run(services, payload, "completed", {**_terminal(result, "chat"),
+                                                      "session_id": session.id})
+    return result
+
+
+def _terminal(result: ConversationResult, mode: str) -> dict[str, Any]:
+    return {"mode": mode, "status": result.status, "turn": 0, "turn_count": 0,
+            "message_count": len(result.messages), "tool_results": 0, "budget": None,
+            "budgets": {}, "error": result.error, "error_code": result.error_code}

@@ -1,0 +1,96 @@
+"""A run's arguments, validated: :class:`RunSpec`.
+
+Everything a caller passes to ``run_conversation`` is checked here, before anything runs: each
+bad argument raises a :class:`~datamachine.errors.UsageError` naming it and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agents_api import InvalidMessage, Message, normalize_messages
+from datamachine.conversation.modes import normalize_modes
+from datamachine.conversation.payload import split_payload
+from datamachine.errors import UsageError
+from datamachine.payload_keys import RuntimeOptions
+from datamachine.registry import validate_budget_value
+from datamachine.tools import Tool
+
+__all__ = ["RunSpec", "normalize_tools"]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What one run was asked to do (DESIGN.md 5.1), checked."""
+
+    messages: list[Message]
+    tools: dict[str, Tool]
+    provider: str
+    model: str
+    modes: list[str]
+    payload: dict[str, Any]
+    runtime: RuntimeOptions
+    max_turns: int | None
+    single_turn: bool
+
+    @property
+    def mode(self) -> str:
+        """The run's mode label: ``chat``, or ``cluckin,chat`` for several modes."""
+        return ",".join(self.modes)
+
+    @classmethod
+    def build(cls, messages: Any, tools: Any, provider: Any, model: Any, mode: Any = "pipeline",
+              payload: Any = None, max_turns: Any = None, single_turn: Any = False) -> RunSpec:
+        """Validate ``run_conversation``'s arguments; a UsageError names the first bad one."""
+        try:
+            normalized = normalize_messages(messages)
+        except InvalidMessage as exc:
+            raise UsageError(f"messages: {exc}") from None
+        if not isinstance(provider, str) or not provider.strip():
+            raise UsageError(
+                f"provider must be a provider name such as 'scripted', got {provider!r}.")
+        if model is None:
+            model = ""
+        if not isinstance(model, str):
+            raise UsageError(f"model must be a string (the provider's model id), got {model!r}.")
+        if not isinstance(single_turn, bool):
+            raise UsageError(f"single_turn must be True or False, got {single_turn!r}.")
+        if max_turns is not None:
+            validate_budget_value("max_turns", max_turns)
+        clean, runtime = split_payload(payload)
+        return cls(messages=normalized, tools=normalize_tools(tools), provider=provider,
+                   model=model, modes=normalize_modes(mode), payload=clean, runtime=runtime,
+                   max_turns=max_turns, single_turn=single_turn)
+
+
+def normalize_tools(tools: object) -> dict[str, Tool]:
+    """A run's tools as ``{name: Tool}``, from a mapping or a list; every entry checked."""
+    if tools is None:
+        return {}
+    items: list[tuple[str | None, object]]
+    if isinstance(tools, Mapping):
+        items = list(tools.items())
+    elif isinstance(tools, list | tuple):
+        items = [(None, t) for t in tools]
+    else:
+        raise UsageError(
+            f"tools must be a dict of name -> Tool or a list of Tool, got {type(tools).__name__}."
+        )
+    normalized: dict[str, Tool] = {}
+    for key, candidate in items:
+        if not isinstance(candidate, Tool):
+            where = f"tools[{key!r}]" if key is not None else "tools"
+            raise UsageError(
+                f"{where} must be a datamachine.Tool (build one with Tool(...) or "
+                f"@datamachine.tool), got {type(candidate).__name__}."
+            )
+        if key is not None and key != candidate.name:
+            raise UsageError(
+                f"tools[{key!r}] is a Tool named {candidate.name!r}; use the same name."
+            )
+        if candidate.name in normalized:
+            raise UsageError(f"tools lists {candidate.name!r} twice.")
+        normalized[candidate.name] = candidate
+    return normalized

@@ -1,0 +1,87 @@
+"""The product's verdict on a stopped run, decided in one place: :func:`decide`.
+
+The loop says why it stopped (a budget, an error, a final answer). The product adds what only it
+knows: the completion rules (an answer that leaves assertions unmet is ``incomplete``), a chat
+session's turn limit (declined: ``aborted``), the turn budget's own wording, and the final
+summary. The verdict is decided once, while the run still holds its lock, and handed to the loop
+as a :class:`~agents_api.StopVerdict`, so the stored transcript, the job, the terminal event and
+the returned result all say the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agents_api import Message, RunStop, StopVerdict
+from agents_api.records import LoopStatus
+from datamachine.budgets_builtin import CONVERSATION_TURNS
+from datamachine.conversation.exhaustion import Summary
+
+if TYPE_CHECKING:
+    from datamachine.completion.controller import CompletionRun
+
+__all__ = ["ProductVerdict", "decide"]
+
+# Result diagnostics the transcript store keeps with a finished run (when not empty).
+_STORED_DIAGNOSTICS = ("blocker", "max_turns_reached", "completion_nudge_count",
+                       "completion_assertions_complete", "completion_assertions_missing",
+                       "remaining_handlers")
+
+
+@dataclass(frozen=True)
+class ProductVerdict:
+    """Why a run stopped, in the product's terms, and the completion diagnostics."""
+
+    status: LoopStatus
+    budget: str | None
+    flags: list[str]
+    warning: str | None
+    final_content: str
+    max_turns_reached: bool
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    summary: Summary | None = None
+    summary_usage: dict[str, Any] = field(default_factory=dict)
+
+    def result_fields(self) -> dict[str, Any]:
+        """The fields of the run's result this verdict decides (for the job's record)."""
+        return {"status": self.status, "completed": self.status == "completed",
+                "warning": self.warning, "budget": self.budget, "flags": self.flags,
+                "final_content": self.final_content,
+                "max_turns_reached": self.max_turns_reached, **self.diagnostics}
+
+    def for_the_loop(self, warnings: list[str]) -> StopVerdict:
+        """The verdict as the loop applies it: its fields, the summary message and usage, and
+        the run's ``warnings`` (stored with the transcript)."""
+        messages = ([Message.text("assistant", self.summary.text, {"type": "final_summary"})]
+                    if self.summary is not None else [])
+        fields = self.result_fields()
+        stored = {key: fields[key] for key in _STORED_DIAGNOSTICS
+                  if fields.get(key) not in (None, [], {}, 0, False)}
+        return StopVerdict(status=self.status, budget=self.budget, flags=self.flags,
+                           warning=self.warning, final_content=self.final_content,
+                           messages=messages, usage=self.summary_usage, warnings=warnings,
+                           metadata=stored)
+
+
+def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
+           summary: Summary | None = None, summary_usage: dict[str, Any] | None = None,
+           chat_abort: str | None = None) -> ProductVerdict:
+    """The verdict on ``stop`` (see the module docstring). Pure: reads, never writes."""
+    status, budget, flags, warning = stop.status, stop.budget, list(stop.flags), stop.warning
+    max_turns_reached = status == "budget_exceeded" and budget == CONVERSATION_TURNS
+    if max_turns_reached:
+        warning = (f"Maximum conversation turns ({turn_ceiling}) reached. "
+                   "Response may be incomplete.")
+    judgement = completion.judge(status, budget, warning, turn_ceiling)
+    status, warning = judgement.status, judgement.warning
+    final_content = summary.text if summary is not None else stop.final_content
+    if chat_abort is not None and status in ("completed", "budget_exceeded", "incomplete"):
+        status, warning, budget, flags = "aborted", chat_abort, None, []
+        max_turns_reached = False
+        final_content = final_content or chat_abort
+    return ProductVerdict(
+        status=status, budget=budget, flags=flags, warning=warning,
+        final_content=final_content, max_turns_reached=max_turns_reached,
+        diagnostics=completion.diagnostics(), summary=summary,
+        summary_usage=dict(summary_usage or {}))

@@ -1,0 +1,151 @@
+"""The transcript tables, one function per kind of write: what the store's one-off writes and a
+run's :class:`~datamachine.storage.transcript_writer.TranscriptWriter` share.
+
+Every function runs inside a transaction the caller opened; none commits. A ``transcripts`` row
+holds exact counts after every write (``message_count``, this run's ``turn_count``, every
+run's ``cumulative_turn_count``): a turn's messages and its counts land in one commit.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agents_api.jsontext import compact_json
+from agents_api.message import Message, normalize_message
+from datamachine.storage._tx import query_one
+
+__all__ = ["Counts", "append", "encode", "finish", "read_counts", "start"]
+
+MessageLike = Message | Mapping[str, Any]
+
+# What a finished run's row keeps of its result (beside usage and budgets).
+SUMMARY_FIELDS = ("status", "completed", "final_content", "budget", "flags", "warning", "error",
+                  "error_code", "warnings", "turn_count", "cumulative_turn_count", "blocker")
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """A transcript row's status and counts."""
+
+    status: str
+    message_count: int
+    turn_count: int
+    cumulative_turn_count: int
+
+    def earlier_turns(self, turn: int | None = None) -> int:
+        """Turns of the runs before the one writing now.
+
+        A ``running`` row's ``turn_count`` belongs to the run writing it, unless that run is
+        over: a finished row, or a write of a turn numbered at or below it (a new run that did
+        not call :func:`start`).
+        """
+        ongoing = self.status == "running" and (turn is None or turn > self.turn_count)
+        return self.cumulative_turn_count - (self.turn_count if ongoing else 0)
+
+
+def encode(item: MessageLike) -> str:
+    """A message as the compact JSON envelope the table stores."""
+    return (item if isinstance(item, Message) else normalize_message(item)).to_json()
+
+
+def _request_field(request: Mapping[str, Any], key: str) -> str | None:
+    value = request.get(key)
+    if isinstance(value, list | tuple):  # a list of modes is accepted; store them joined
+        value = ",".join(str(v) for v in value)
+    return None if value is None else str(value)
+
+
+def read_counts(conn: sqlite3.Connection, sid: str) -> Counts | None:
+    """The row's status and counts, or None when the session has no transcript yet."""
+    row = query_one(conn, "SELECT status, message_count, turn_count, cumulative_turn_count "
+                          "FROM transcripts WHERE id = ?", [sid])
+    if row is None:
+        return None
+    return Counts(row["status"], int(row["message_count"]), int(row["turn_count"]),
+                  int(row["cumulative_turn_count"]))
+
+
+def _insert(conn: sqlite3.Connection, sid: str, position: int, turn: int,
+            encoded: Sequence[str], now: float) -> None:
+    if encoded:
+        conn.executemany(
+            "INSERT INTO transcript_messages (session_id, position, turn, envelope, created_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(sid, position + i, turn, text, now) for i, text in enumerate(encoded)])
+
+
+def _create(conn: sqlite3.Connection, sid: str, request: Mapping[str, Any],
+            now: float) -> Counts:
+    conn.execute(
+        "INSERT INTO transcripts (id, status, provider, model, mode, created_at, updated_at) "
+        "VALUES (?, 'running', ?, ?, ?, ?, ?)",
+        [sid, _request_field(request, "provider"), _request_field(request, "model"),
+         _request_field(request, "mode"), now, now])
+    return Counts("running", 0, 0, 0)
+
+
+def start(conn: sqlite3.Connection, sid: str, messages: Sequence[MessageLike],
+          request: Mapping[str, Any], now: float) -> Counts:
+    """A run begins: store its starting messages beyond the stored ones; the row is
+    ``running`` with ``turn_count`` 0 (the counts of the run that starts now)."""
+    counts = read_counts(conn, sid) or _create(conn, sid, request, now)
+    new = [encode(m) for m in messages[counts.message_count:]]
+    _insert(conn, sid, counts.message_count, 0, new, now)
+    # Whatever ran before (a finished run, or one that was killed) is over now.
+    earlier = counts.cumulative_turn_count
+    conn.execute(
+        "UPDATE transcripts SET status = 'running', provider = COALESCE(?, provider), "
+        "model = COALESCE(?, model), mode = COALESCE(?, mode), message_count = ?, "
+        "turn_count = 0, cumulative_turn_count = ?, updated_at = ? WHERE id = ?",
+        [_request_field(request, "provider"), _request_field(request, "model"),
+         _request_field(request, "mode"), counts.message_count + len(new), earlier, now, sid])
+    return Counts("running", counts.message_count + len(new), 0, earlier)
+
+
+def append(conn: sqlite3.Connection, sid: str, turn: int, messages: Sequence[MessageLike],
+           now: float) -> Counts:
+    """One finished turn: its messages after the stored ones, and the row's counts with them.
+
+    A turn numbered at or below the row's own ``turn_count`` starts a new run on the session
+    (one that did not call ``start``).
+    """
+    counts = read_counts(conn, sid) or _create(conn, sid, {}, now)
+    encoded = [encode(m) for m in messages]
+    _insert(conn, sid, counts.message_count, turn, encoded, now)
+    earlier = counts.earlier_turns(turn)
+    after = Counts("running", counts.message_count + len(encoded), turn, earlier + turn)
+    conn.execute(
+        "UPDATE transcripts SET status = 'running', turn_count = ?, cumulative_turn_count = ?, "
+        "message_count = ?, updated_at = ? WHERE id = ?",
+        [after.turn_count, after.cumulative_turn_count, after.message_count, now, sid])
+    return after
+
+
+def finish(conn: sqlite3.Connection, sid: str, messages: Sequence[MessageLike],
+           request: Mapping[str, Any], result: Any, now: float) -> None:
+    """A run ends: anything not stored yet, the final status, usage, budgets and summary.
+
+    ``result`` is a ``LoopResult`` (or anything with its attributes).
+    """
+    counts = read_counts(conn, sid) or _create(conn, sid, request, now)
+    new = [encode(m) for m in messages[counts.message_count:]]
+    turn_count = int(getattr(result, "turn_count", 0) or 0)
+    _insert(conn, sid, counts.message_count, turn_count, new, now)
+    cumulative = counts.earlier_turns() + turn_count
+    summary = {key: getattr(result, key) for key in SUMMARY_FIELDS if hasattr(result, key)}
+    # Product diagnostics a stop handler settled (a blocker, completion state).
+    summary.update(getattr(result, "metadata", None) or {})
+    summary["cumulative_turn_count"] = cumulative
+    conn.execute(
+        "UPDATE transcripts SET status = ?, provider = COALESCE(?, provider), "
+        "model = COALESCE(?, model), mode = COALESCE(?, mode), updated_at = ?, turn_count = ?, "
+        "cumulative_turn_count = ?, message_count = ?, usage = ?, budgets = ?, result = ? "
+        "WHERE id = ?",
+        [str(getattr(result, "status", "completed")), _request_field(request, "provider"),
+         _request_field(request, "model"), _request_field(request, "mode"), now, turn_count,
+         cumulative, counts.message_count + len(new),
+         compact_json(getattr(result, "usage", None) or {}),
+         compact_json(getattr(result, "budgets", None) or {}), compact_json(summary), sid])
