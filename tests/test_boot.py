@@ -110,11 +110,12 @@ def test_trace_hooks_env_writes_hook_calls_to_stderr(tmp_path: Path) -> None:
 
 
 class _Filter:
-    def __init__(self, delta: float | None, **marks: bool) -> None:
+    def __init__(self, delta: float | None, *, tryfirst: bool = False,
+                 trylast: bool = False) -> None:
         self.delta = delta
         self.calls: list[float] = []
         # Each instance gets its own hookimpl so several can be registered.
-        @hookimpl(**marks)
+        @hookimpl(tryfirst=tryfirst, trylast=trylast)
         def request_timeout(value: float, provider: str) -> float | None:
             self.calls.append(value)
             return None if self.delta is None else value + self.delta

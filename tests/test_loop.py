@@ -366,7 +366,7 @@ class Persister:
 def test_lock_contention_returns_without_runner_or_persister() -> None:
     ran: list[int] = []
     persister, events = Persister(), Events()
-    result = run_loop(USER, lambda m, c: ran.append(1), turn_budget=IterationBudget("t", 3),  # type: ignore[arg-type,func-returns-value]
+    result = run_loop(USER, lambda m, c: ran.append(1), turn_budget=IterationBudget("t", 3),  # type: ignore[arg-type,return-value]
                       transcript_lock=Lock(grant=False), transcript_persister=persister,
                       transcript_session_id="s1", on_event=events)
     assert result.status == "transcript_lock_contention"
@@ -520,7 +520,7 @@ def test_many_concurrent_async_runs_are_independent() -> None:
 def test_bad_messages_are_refused_before_any_turn(messages: Any) -> None:
     ran: list[int] = []
     with pytest.raises(InvalidMessage):
-        run_loop(messages, lambda m, c: ran.append(1), turn_budget=IterationBudget("t", 2))  # type: ignore[arg-type,func-returns-value]
+        run_loop(messages, lambda m, c: ran.append(1), turn_budget=IterationBudget("t", 2))  # type: ignore[arg-type,return-value]
     assert ran == []
 
 
@@ -677,7 +677,7 @@ def test_failing_begin_releases_the_lock_and_reports_an_error() -> None:
 
     persister, events = BadBegin(), Events()
     ran: list[int] = []
-    result = run_loop(USER, lambda m, c: ran.append(1), turn_budget=IterationBudget("t", 2),  # type: ignore[arg-type,func-returns-value]
+    result = run_loop(USER, lambda m, c: ran.append(1), turn_budget=IterationBudget("t", 2),  # type: ignore[arg-type,return-value]
                       transcript_lock=lock, transcript_session_id="s",
                       transcript_persister=persister, on_event=events)
     assert (result.status, result.error_code, result.error) == (

@@ -48,12 +48,17 @@ def boot(*plugins: object) -> Host:
     return bootstrap.boot(":memory:", plugins=list(plugins), load_entrypoints=False)
 
 
+def _sid(result: datamachine.ConversationResult) -> str:
+    assert result.transcript_session_id is not None
+    return result.transcript_session_id
+
+
 def test_continue_runs_at_most_extend_by_turns_and_reports_both_counts() -> None:
     worker = Worker(finish_after=20)
     with boot(worker) as host:
         first = host.run_conversation(USER, [step], "scripted", "m", max_turns=5)
         assert (first.status, first.turn_count) == ("budget_exceeded", 5)
-        again = host.continue_conversation(first.transcript_session_id, extend_by=3,
+        again = host.continue_conversation(_sid(first), extend_by=3,
                                            tools=[step])
     assert again.turn_count <= 3
     assert again.turn_count == 3
@@ -68,7 +73,7 @@ def test_continue_reuses_recorded_provider_and_model_and_defaults_to_no_tools() 
     worker = Worker(finish_after=20)
     with boot(worker) as host:
         first = host.run_conversation(USER, [step], "scripted", "recorded-model", max_turns=2)
-        again = host.continue_conversation(first.transcript_session_id, extend_by=2)
+        again = host.continue_conversation(_sid(first), extend_by=2)
     last = worker.requests[-1]
     assert (last.provider, last.model, last.tools) == ("scripted", "recorded-model", [])
     assert again.status == "completed"
@@ -81,7 +86,7 @@ def test_continue_validates_extend_by_and_the_session_id() -> None:
     with boot() as host:
         first = host.run_conversation(USER, None, "scripted", "m")
         with pytest.raises(InvalidBudgetValue, match="extend_by"):
-            host.continue_conversation(first.transcript_session_id, extend_by=0)
+            host.continue_conversation(_sid(first), extend_by=0)
         with pytest.raises(TranscriptNotFound):
             host.continue_conversation("no-such-session", extend_by=2)
 
@@ -90,7 +95,7 @@ def test_module_level_continue_conversation() -> None:
     reset_default_host()
     try:
         first = datamachine.run_conversation(USER, provider="scripted", model="m")
-        again = datamachine.continue_conversation(first.transcript_session_id, extend_by=1)
+        again = datamachine.continue_conversation(_sid(first), extend_by=1)
         assert again.cumulative_turn_count == 2
     finally:
         reset_default_host()

@@ -146,7 +146,7 @@ def test_custom_tiers_role_and_other_budgets() -> None:
 
 def test_wrap_up_offers_only_allowed_tools_and_escalates_once() -> None:
     model = Model()
-    pressure = {"conversation_turns": {"wrap_up": {"allowed_tools": []}}}
+    pressure: dict[str, Any] = {"conversation_turns": {"wrap_up": {"allowed_tools": []}}}
     host, result = run(model, 10, pressure)
     tools_by_turn = {r.turn: [t["name"] for t in r.tools] for r in model.requests}
     assert tools_by_turn[8] == ["step"]

@@ -79,7 +79,7 @@ def test_duplicate_is_rejected_kept_in_transcript_and_left_out_of_results(host: 
     result = host.run_conversation(USER, [double], "scripted", "m", mode="chat",
                                    payload={"script": script})
     rejected = [m for m in result.messages if m.type == "tool_result"
-                and m.content.startswith("DUPLICATE REJECTED:")]
+                and str(m.content).startswith("DUPLICATE REJECTED:")]
     assert len(rejected) == 1
     assert len(result.tool_execution_results) == 1
 
@@ -317,6 +317,7 @@ def test_prompt_hash_is_a_running_hash_over_what_the_model_is_sent(host: Host) -
     result = host.run_conversation(USER, [double], "scripted", "m", payload={"script": script})
     # The turn-2 request saw every message except the final answer; projecting the stored
     # transcript again gives the same hash and size.
+    assert result.transcript_session_id is not None
     stored = host.transcripts.get(result.transcript_session_id)
     again = ChatProjector()
     chat = again.sync(normalize_messages(stored[:-1]))
@@ -389,6 +390,7 @@ def test_module_level_run_conversation_uses_the_default_host() -> None:
     try:
         result = datamachine.run_conversation(USER, provider="scripted", model="m")
         assert result.final_content == "echo: go"
+        assert result.transcript_session_id is not None
         assert datamachine.get_default_host().transcripts.get(result.transcript_session_id)
     finally:
         reset_default_host()
