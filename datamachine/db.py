@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from datamachine.errors import DatabaseError
 from datamachine.storage._tx import connection_lock, share_lock
@@ -19,6 +21,8 @@ if TYPE_CHECKING:
     from sqlite_utils import Database
 
 __all__ = ["BUSY_TIMEOUT_MS", "DatabaseHandle", "default_db_path", "open_database", "open_handle"]
+
+T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 30_000
 DB_ENV = "DATAMACHINE_DB"
@@ -177,14 +181,34 @@ def _check_location(target: Path, *, create_parent: bool) -> None:
         raise DatabaseError(f"Cannot open the database {target}: it is a directory, not a file.")
 
 
+def _when_unlocked(action: Callable[[], T]) -> T:
+    """``action()``, tried again while SQLite says the database is locked (up to the busy
+    timeout).
+
+    While another connection switches a new file to WAL, SQLite answers a read of the schema or
+    a ``PRAGMA journal_mode`` with "database is locked" at once, without calling the busy
+    handler; processes that open one new file together would fail where they only had to wait.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.001
+    while True:
+        try:
+            return action()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
 def _prepare(conn: sqlite3.Connection, target: Path) -> None:
     """Refuse files that are not ours, then switch to WAL (readers never block the writer)."""
     try:
         # Reading the schema is the first real access: a non-SQLite file fails here, before
         # anything is written to it.
-        tables = [row[0] for row in conn.execute(
+        tables = [row[0] for row in _when_unlocked(lambda: conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        ).fetchall()]
+        ).fetchall())]
         if tables and not _is_datamachine(conn, tables):
             shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
             raise DatabaseError(
@@ -192,7 +216,7 @@ def _prepare(conn: sqlite3.Connection, target: Path) -> None:
                 f"{shown}), not a datamachine database. Point DATAMACHINE_DB / db_path at a new "
                 "or datamachine file; this one was left untouched."
             )
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        mode = _when_unlocked(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
         if mode is None or str(mode[0]).lower() != "wal":
             raise DatabaseError(
                 f"Cannot enable WAL mode on the database {target} (got {mode!r}); "

@@ -15,6 +15,7 @@ from agents_api import (
     InvalidLoopArgument,
     InvalidMessage,
     IterationBudget,
+    LockLost,
     LoopResult,
     Message,
     RunStop,
@@ -715,6 +716,58 @@ def test_a_lost_lock_stops_the_run() -> None:
                       transcript_session_id="s")
     assert (result.status, result.error_code, result.turn_count) == (
         "error", "transcript_lock_lost", 2)
+
+
+@pytest.mark.parametrize("ttl", [0, -5, 86_401, float("inf"), 1.5, True])
+def test_a_lock_ttl_outside_one_second_to_a_day_is_refused(ttl: Any) -> None:
+    with pytest.raises(InvalidLoopArgument, match="transcript_lock_ttl"):
+        run_loop(USER, lambda m, c: TurnResult(content="x"), turn_budget=IterationBudget("t", 2),
+                 transcript_lock=Lock(), transcript_session_id="s", transcript_lock_ttl=ttl)
+
+
+def test_a_writer_that_loses_its_lock_mid_run_stops_it_without_raising() -> None:
+    class Writer:
+        session_id = "s"
+
+        def __init__(self) -> None:
+            self.appended: list[int] = []
+            self.persisted = False
+            self.released = False
+
+        def begin(self, messages: Any, request: Any) -> None:
+            return None
+
+        def append_turn(self, turn: int, messages: Any) -> None:
+            if turn == 2:
+                raise LockLost("taken over")
+            self.appended.append(turn)
+
+        def renew(self) -> None:
+            return None
+
+        def persist(self, messages: Any, request: Any, result: Any) -> str:
+            self.persisted = True
+            return "s"
+
+        def release(self) -> bool:
+            self.released = True
+            return False
+
+    writer, events = Writer(), Events()
+    result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 5),
+                      tool_executor=double, transcript_writer=writer, on_event=events)
+    assert (result.status, result.error_code, result.turn_count) == (
+        "error", "transcript_lock_lost", 2)
+    assert writer.appended == [1]
+    assert writer.persisted is False  # a run that lost its lock writes nothing more
+    assert writer.released is True
+    assert events.names()[-1] == "failed"
+
+
+def test_a_writer_cannot_come_with_a_persister_or_a_lock() -> None:
+    with pytest.raises(InvalidLoopArgument, match="transcript_writer"):
+        run_loop(USER, lambda m, c: TurnResult(content="x"), turn_budget=IterationBudget("t", 2),
+                 transcript_writer=object(), transcript_lock=Lock())  # type: ignore[arg-type]
 
 
 def test_should_continue_that_raises_is_an_error() -> None:

@@ -20,7 +20,7 @@ from datamachine.errors import ChatSessionNotFound, UsageError
 from datamachine.services import Services
 from datamachine.storage.chat_sessions import ChatSession, MaxTurns, record_turn
 
-__all__ = ["ChatTurnGate", "chat_on", "chat_turns_on", "contention_result"]
+__all__ = ["ChatTurnGate", "chat_on", "chat_turns_on", "contention_result", "session_gate"]
 
 
 def _notice(session_id: str, max_turns: MaxTurns) -> str:
@@ -126,11 +126,9 @@ def chat_turns_on(services: Services, session_id: str, new_messages: list[dict[s
     writer = None
     try:
         session = _session_under_lock(services, session_id, existing)
-        if session.limit_reached:
-            if not _confirmed(services, session.id, session.turn_count, session.max_turns):
-                return _abort_before_run(services, session, payload)
-            session = services.chat_sessions.reset_turns(session_id)
-        gate = ChatTurnGate(services, session, create=not existing)
+        gate = session_gate(services, session, payload, create=not existing)
+        if isinstance(gate, ConversationResult):
+            return gate  # declined at the limit before the run: the session is aborted
         writer = store.open_writer(session_id, token, ttl, on_turn=gate.write)
         run = ConversationRun.create(
             services, [*writer.history(), *new_messages], tools,
@@ -144,6 +142,17 @@ def chat_turns_on(services: Services, session_id: str, new_messages: list[dict[s
             writer.release()
         else:
             store.release(session_id, token)
+
+
+def session_gate(services: Services, session: ChatSession, payload: Mapping[str, Any] | None,
+                 *, create: bool = False) -> ChatTurnGate | ConversationResult:
+    """The turn gate of a run on a chat session, asked while holding its lock: a session
+    already at its limit is asked first (declined: it is aborted, and the result says so)."""
+    if session.limit_reached:
+        if not _confirmed(services, session.id, session.turn_count, session.max_turns):
+            return _abort_before_run(services, session, payload)
+        session = services.chat_sessions.reset_turns(session.id)
+    return ChatTurnGate(services, session, create=create)
 
 
 def _exists(services: Services, session_id: str, create: bool) -> bool:

@@ -2,16 +2,18 @@
 
 It runs on the stored transcript of a session, so the model keeps its full context, and reports
 the run's own ``turn_count`` next to the session's ``cumulative_turn_count``. Like a chat run it
-takes the session's lock before it reads the stored transcript.
+takes the session's lock before it reads the stored transcript; on a chat session its turns
+count toward the session's limit, exactly as a chat's do.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from datamachine.conversation.chat import contention_result
+from datamachine.conversation.chat import ChatTurnGate, contention_result, session_gate
 from datamachine.conversation.result import ConversationResult
 from datamachine.conversation.run import ConversationRun
+from datamachine.errors import ChatSessionNotFound
 from datamachine.payload_keys import DEFAULT_LOCK_TTL
 from datamachine.registry import validate_budget_value
 from datamachine.services import Services
@@ -39,15 +41,33 @@ def continue_conversation_on(
     token = store.acquire(session_id, DEFAULT_LOCK_TTL)
     if token is None:
         return contention_result(session_id, known.mode or "pipeline", provider, model)
-    writer = store.open_writer(session_id, token, DEFAULT_LOCK_TTL)
+    writer = None
     try:
+        gate = _chat_gate(services, session_id)
+        if isinstance(gate, ConversationResult):
+            return gate
+        writer = store.open_writer(session_id, token, DEFAULT_LOCK_TTL,
+                                   on_turn=gate.write if gate is not None else None)
         record = store.get_transcript(session_id)  # read again, now that nothing can change it
         run = ConversationRun.create(
             services, record.messages, tools,
             provider or record.provider or services.default_provider(None),
             model if model is not None else (record.model or ""), record.mode or "pipeline",
-            {"transcript_session_id": session_id}, extend_by, writer=writer,
+            {"transcript_session_id": session_id}, extend_by, writer=writer, turn_gate=gate,
             cumulative_base=record.cumulative_turn_count)
         return run.run()
     finally:
-        writer.release()  # the run frees the lock itself; this covers a run that never started
+        # The run frees the lock itself; this covers the paths that never started it.
+        if writer is not None:
+            writer.release()
+        else:
+            store.release(session_id, token)
+
+
+def _chat_gate(services: Services, session_id: str) -> ChatTurnGate | ConversationResult | None:
+    """On a chat session (read under its lock): its turn gate; otherwise None."""
+    try:
+        session = services.chat_sessions.require_active(session_id)
+    except ChatSessionNotFound:
+        return None
+    return session_gate(services, session, None)

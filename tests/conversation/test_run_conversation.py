@@ -424,6 +424,11 @@ def test_provider_garbage_becomes_a_failed_turn_with_the_reason(garbage: dict[st
     ({"transcript_persister": "db"}, "transcript_persister"),
     ({"final_summary": "no"}, "final_summary"),
     ({"persist_transcript": "no"}, "persist_transcript"),
+    ({"transcript_lock_ttl": float("inf")}, "transcript_lock_ttl"),
+    ({"transcript_lock_ttl": 0}, "transcript_lock_ttl"),
+    ({"transcript_lock_ttl": 86_401}, "transcript_lock_ttl.*86400"),
+    ({"transcript_lock_ttl": 30.5}, "transcript_lock_ttl"),
+    ({"max_seconds": float("nan")}, "max_seconds"),
 ])
 def test_bad_runtime_objects_are_refused_before_the_run(payload: dict[str, Any],
                                                         match: str) -> None:
