@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agents_api.drive import DeadlineReached, Steps, ThreadCall, awaitable
-from agents_api.jsontext import readable_json
+from agents_api.jsontext import compact_json
 from agents_api.message import Message
 from agents_api.records import ToolCall, ToolOutcome
 
@@ -26,7 +26,7 @@ Emit = Callable[[str, dict[str, Any]], None]
 
 def normalize_tool_result(raw: Any) -> dict[str, Any]:
     """``{"success": bool, "result"| "error": ...}`` from whatever an executor returned."""
-    if isinstance(raw, Mapping) and type(raw.get("success")) is bool:
+    if (type(raw) is dict or isinstance(raw, Mapping)) and type(raw.get("success")) is bool:
         result = dict(raw)  # the executor's dict stays its own
         if not result["success"]:
             error = result.get("error")
@@ -43,7 +43,7 @@ def tool_result_content(result: Mapping[str, Any]) -> str:
     if isinstance(value, str):
         return value
     try:
-        return readable_json(value)
+        return compact_json(value)
     except (TypeError, ValueError):
         return str(value)
 

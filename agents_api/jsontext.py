@@ -1,37 +1,63 @@
-"""JSON text, from one encoder: the standard library's, built once per spelling.
+"""JSON text, from one encoder: pydantic-core's ``to_json``.
 
 Every turn encodes a few small values (a tool result the model reads, the canonical key of a
-tool call, the pieces of the running prompt hash, the rows the transcript store writes). A
-``json.JSONEncoder`` built once and reused skips ``json.dumps``'s per-call argument handling;
-the output is exactly what ``json.dumps`` writes with the same options. Values JSON cannot hold
-(datetimes, paths, sets) are written as their ``str()``, so storing a run never fails on them.
+tool call, the pieces of the running prompt hash, the rows the transcript store writes), so the
+encoder is on the loop's hot path; pydantic-core's, written in Rust, is three to seven times
+faster than the standard library's for such values, and it ships with pydantic.
+
+Values JSON cannot hold are written the way pydantic writes them in JSON mode: datetimes,
+dates and times in ISO 8601, enums as their value, sets and tuples as lists, dataclasses and
+models as objects, anything else as its ``str()``. Bytes are written as UTF-8 text (as URL-safe
+base64 when they are not UTF-8); NaN and infinities as ``NaN`` and ``Infinity`` (as
+``json.dumps`` writes them). A value that contains itself raises ``ValueError``.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["canonical_json", "compact_json", "readable_json"]
+from pydantic_core import PydanticSerializationError, to_json
 
-_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
-_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                              default=str)
-_readable = json.JSONEncoder(ensure_ascii=False, default=str)
+__all__ = ["canonical_bytes", "canonical_json", "compact_bytes", "compact_json"]
+
+
+def compact_bytes(value: Any) -> bytes:
+    """Compact JSON (no whitespace) as UTF-8 bytes, keys in the value's own order."""
+    try:
+        return to_json(value, fallback=str)
+    except PydanticSerializationError as exc:
+        if "Circular reference" in str(exc):
+            raise ValueError("Circular reference detected") from None
+        return to_json(value, fallback=str, bytes_mode="base64")
 
 
 def compact_json(value: Any) -> str:
-    """``json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)``: what the
-    transcript store writes."""
-    return _compact.encode(value)
+    """Compact JSON text: what the transcript store writes and what a model reads of a tool
+    result."""
+    return compact_bytes(value).decode()
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """One spelling per value, as UTF-8 bytes: compact, with every object's keys sorted (so key
+    order never matters). Keys that cannot be compared (``1`` and ``"a"`` in one object) raise
+    ``TypeError``."""
+    return compact_bytes(_sorted(value))
 
 
 def canonical_json(value: Any) -> str:
-    """One spelling per value (sorted keys, no whitespace): duplicate keys and prompt hashes."""
-    return _canonical.encode(value)
+    """:func:`canonical_bytes` as text: duplicate-call keys, hashes."""
+    return canonical_bytes(value).decode()
 
 
-def readable_json(value: Any) -> str:
-    """``json.dumps(value, ensure_ascii=False, default=str)``: what a model reads of a tool
-    result."""
-    return _readable.encode(value)
+_FLAT = frozenset({str, int, float, bool, type(None)})
+
+
+def _sorted(value: Any) -> Any:
+    if type(value) is dict and all(type(item) in _FLAT for item in value.values()):
+        return dict(sorted(value.items()))  # the common case: a flat object of scalars
+    if isinstance(value, Mapping):
+        return {key: _sorted(value[key]) for key in sorted(value)}
+    if isinstance(value, list | tuple):
+        return [_sorted(item) for item in value]
+    return value

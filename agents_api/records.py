@@ -42,7 +42,7 @@ class ToolCall:
         Accepts ``tool_name``/``arguments``/``tool_call_id`` as aliases; a call without an id
         gets ``call_<turn>_<index>``.
         """
-        if not isinstance(raw, Mapping):
+        if type(raw) is not dict and not isinstance(raw, Mapping):  # the common case first
             return None
         name = raw.get("name") or raw.get("tool_name")
         if not isinstance(name, str) or not name.strip():

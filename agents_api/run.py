@@ -269,19 +269,18 @@ class LoopRun:
         return True
 
     def _store(self, result: LoopResult) -> Steps[LoopResult]:
-        """Persist the finished run (never after a lost lock); the stored id joins the result."""
-        if self.transcript is None or self._lock_lost():
+        """Persist the finished run; the stored id joins the result. Nothing is written after
+        a lost lock or a failed write: what is stored then stays whole turns, and a run that
+        lost its lock never writes over the run that took the session."""
+        if self.transcript is None or self._stopped_writing():
             return result
         try:
-            stored = self.transcript.persist(self.messages, self.settings.request, result)
+            stored = self.transcript.persist(result.messages, self.settings.request, result)
             if awaitable(stored):
                 stored = yield stored
         except LockLost as exc:
             self._fail("transcript_lock_lost", exc)
-            assert self.outcome is not None
-            return result.model_copy(update={
-                "status": "error", "completed": False, "error": self.outcome.error,
-                "error_code": self.outcome.error_code})
+            return self._build(None, warnings=result.warnings)
         except Exception as exc:
             # The run's outcome stands; the caller learns that storage failed.
             logger.error("agents_api: transcript persister failed", exc_info=True)
@@ -305,6 +304,11 @@ class LoopRun:
     def _lock_lost(self) -> bool:
         return self.outcome is not None and self.outcome.error_code == LockLost.code
 
+    def _stopped_writing(self) -> bool:
+        """The run stopped because a write failed or its lock was lost."""
+        return self.outcome is not None and self.outcome.error_code in (
+            LockLost.code, "transcript_write_failed")
+
     # -- budgets ----------------------------------------------------------------------------
     def _spent_before_turn(self) -> IterationBudget | None:
         """Before a turn: the wall clock moves, then the first budget already spent (a run
@@ -317,9 +321,14 @@ class LoopRun:
         hook = self.settings.on_budget_exhausted
         if hook is None or not budget.extendable():
             return False
-        answer = hook(budget, {"turn": self.turn_count, "budget": budget.name()})
-        if awaitable(answer):
-            answer = yield answer
+        try:
+            answer = hook(budget, {"turn": self.turn_count, "budget": budget.name()})
+            if awaitable(answer):
+                answer = yield answer
+        except Exception as exc:
+            # A confirmation UI that crashes ends the run as an error, never as a raw exception.
+            self._fail("budget_hook_failed", exc)
+            return False
         if answer is True and not budget.exceeded():
             self.emitter.emit("budget_extended", {"budget": budget.name(),
                                                   "ceiling": budget.ceiling(),
@@ -408,9 +417,7 @@ class LoopRun:
     def _run_tools(self, turn: _Turn, answer: TurnResult) -> Steps[_ToolsRan]:
         """Run the turn's calls in order; tool budgets are checked before each call, every
         budget after it."""
-        calls = [call for index, raw in enumerate(answer.tool_calls, start=1)
-                 if (call := ToolCall.from_model(raw, turn.number, index)) is not None]
-        self.last_calls = calls
+        self.last_calls = calls = self._calls(turn, answer)
         timed = bool(calls) and self._has_time_rail()
         ran = _ToolsRan()
         for call in calls:
@@ -442,6 +449,15 @@ class LoopRun:
             if ran.spent is not None:
                 break
         return ran
+
+    @staticmethod
+    def _calls(turn: _Turn, answer: TurnResult) -> list[ToolCall]:
+        calls = []
+        for index, raw in enumerate(answer.tool_calls, start=1):
+            call = ToolCall.from_model(raw, turn.number, index)
+            if call is not None:
+                calls.append(call)
+        return calls
 
     def _spent_tool_budget(self, per_tool: str) -> IterationBudget | None:
         if self.tool_budget is not None and self.tool_budget.exceeded():
@@ -524,8 +540,10 @@ class LoopRun:
     def _snapshots(self) -> dict[str, dict[str, Any]]:
         return {name: budget.snapshot() for name, budget in self.budgets.items()}
 
-    def _build(self, verdict: StopVerdict | None) -> LoopResult:
-        """The result, built once: the loop's outcome with the stop handler's verdict applied."""
+    def _build(self, verdict: StopVerdict | None, *,
+               warnings: list[str] | None = None) -> LoopResult:
+        """The result, built once: the loop's outcome with the stop handler's verdict applied
+        (after a lost lock, only its warnings: the run's own verdict is the lost lock)."""
         outcome = self.outcome
         assert outcome is not None
         budget = outcome.budget
@@ -534,23 +552,26 @@ class LoopRun:
             "flags": [budget.to_response_flag()] if budget is not None else [],
             "warning": budget.to_warning() if budget is not None else None,
             "error": outcome.error, "error_code": outcome.error_code}
-        usage, warnings, metadata = self.usage, self.warnings, {}
+        messages, usage = self.messages, dict(self.usage)
+        noted = list(warnings) if warnings is not None else list(self.warnings)
+        metadata: dict[str, Any] = {}
+        if verdict is not None:
+            noted += [w for w in verdict.warnings if w not in noted]
         if verdict is not None and not self._lock_lost():
-            self.messages.extend(verdict.messages)
+            messages = [*messages, *verdict.messages]
             fields.update({name: getattr(verdict, name) for name in _OVERRIDES
                            if name in verdict.model_fields_set})
             _add_usage(usage, verdict.usage)
-            warnings = [*warnings, *verdict.warnings]
             metadata = dict(verdict.metadata)
-        fields.setdefault("final_content", _final_content(self.messages))
+        fields.setdefault("final_content", _final_content(messages))
         status: LoopStatus = fields.pop("status")
         return LoopResult.model_construct(
-            messages=self.messages, turn_count=self.turn_count,
+            messages=messages, turn_count=self.turn_count,
             completed=status == "completed", status=status, usage=usage,
             tool_execution_results=self._tool_records(),
             last_tool_calls=[call.mapping for call in self.last_calls],
             request_metadata=self.request_metadata, budgets=self._snapshots(),
-            transcript_session_id=self.session_id, warnings=warnings, metadata=metadata,
+            transcript_session_id=self.session_id, warnings=noted, metadata=metadata,
             **fields)
 
     def _emit_terminal(self, result: LoopResult) -> None:

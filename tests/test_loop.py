@@ -686,7 +686,7 @@ def test_failing_begin_releases_the_lock_and_reports_an_error() -> None:
     assert ran == []
     assert not lock.held
     assert events.names() == ["failed"]
-    assert len(persister.persisted) == 1
+    assert persister.persisted == []  # after a failed write, nothing more is written
 
 
 def test_a_turn_that_cannot_be_stored_ends_the_run_as_an_error() -> None:
@@ -701,7 +701,9 @@ def test_a_turn_that_cannot_be_stored_ends_the_run_as_an_error() -> None:
                       tool_executor=double, transcript_persister=persister, on_event=events)
     assert (result.status, result.error_code, result.turn_count) == (
         "error", "transcript_write_failed", 2)
-    assert len(persister.persisted) == 1
+    # Nothing more is written: what is stored stays whole turns (turn 1), with their counts.
+    assert persister.persisted == []
+    assert [turn for _, turn, _ in persister.turns] == [1]
     assert events.names()[-1] == "failed"
 
 
@@ -716,6 +718,39 @@ def test_a_lost_lock_stops_the_run() -> None:
                       transcript_session_id="s")
     assert (result.status, result.error_code, result.turn_count) == (
         "error", "transcript_lock_lost", 2)
+
+
+def test_a_confirmation_hook_that_raises_ends_the_run_as_an_error() -> None:
+    def hook(budget: IterationBudget, context: dict[str, Any]) -> bool:
+        raise RuntimeError("ui crashed")
+
+    persister, events = Persister(), Events()
+    result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 2, hard_ceiling=9),
+                      tool_executor=double, on_budget_exhausted=hook,
+                      transcript_persister=persister, on_event=events)
+    assert (result.status, result.error_code, result.error) == (
+        "error", "budget_hook_failed", "ui crashed")
+    assert persister.persisted[0].status == "error"
+    assert events.names()[-1] == "failed"
+
+
+def test_a_lock_lost_at_the_final_write_is_the_runs_verdict() -> None:
+    class LosesAtTheEnd(Persister):
+        def persist(self, messages: list[Message], request: dict[str, Any],
+                    result: LoopResult) -> str:
+            raise LockLost("taken over")
+
+    def on_stop(stop: RunStop, context: dict[str, Any]) -> StopVerdict:
+        return StopVerdict(messages=[Message.text("assistant", "summary")],
+                           final_content="summary", warnings=["kept"])
+
+    result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 2),
+                      tool_executor=double, transcript_persister=LosesAtTheEnd(),
+                      on_stop=on_stop)
+    assert (result.status, result.error_code, result.budget, result.flags) == (
+        "error", "transcript_lock_lost", None, [])
+    assert result.final_content == ""  # the summary was never stored: it is not the answer
+    assert result.warnings == ["kept"]
 
 
 @pytest.mark.parametrize("ttl", [0, -5, 86_401, float("inf"), 1.5, True])

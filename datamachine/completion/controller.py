@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from agents_api import Decision, Message
 from agents_api.records import LoopStatus
+from agents_api.results import empty_usage
 from datamachine.budgets_builtin import CONVERSATION_TURNS
 from datamachine.completion.assertions import (
     AssertionTracker,
@@ -168,7 +169,8 @@ class CompletionRun:
             "completion_assertions_satisfied": evaluation.satisfied,
             "completion_assertions_complete": False,
         }
-        self.settle_job({**fields, "turn_count": 0}, PREFLIGHT_ERROR_CODE)
+        self.settle_job({**fields, "turn_count": 0, "usage": empty_usage(),
+                         "completion_nudge_count": 0}, PREFLIGHT_ERROR_CODE)
         self.emit("failed", {
             "status": "error", "turn": 0, "turn_count": 0, "message_count": message_count,
             "tool_results": 0, "budget": None, "budgets": budgets, "error": message,

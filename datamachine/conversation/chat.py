@@ -11,16 +11,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agents_api import IterationBudget, Message
+from agents_api import IterationBudget, LockLost, Message
 from datamachine.budgets_builtin import CHAT_TURNS
 from datamachine.conversation.payload import split_payload
 from datamachine.conversation.result import ConversationResult
 from datamachine.conversation.run import ConversationRun, emit_outside_run
-from datamachine.errors import ChatSessionNotFound, UsageError
+from datamachine.errors import ChatSessionNotFound, TranscriptNotFound, UsageError
 from datamachine.services import Services
-from datamachine.storage.chat_sessions import ChatSession, MaxTurns, record_turn
+from datamachine.storage.chat_sessions import (
+    ChatSession,
+    MaxTurns,
+    record_limit_answer,
+    record_turn,
+)
+from datamachine.storage.transcript_writer import TranscriptWriter
 
-__all__ = ["ChatTurnGate", "chat_on", "chat_turns_on", "contention_result", "session_gate"]
+__all__ = ["ChatTurnGate", "abort_before_run", "chat_on", "chat_turns_on", "contention_result",
+           "lock_lost_result"]
 
 
 def _notice(session_id: str, max_turns: MaxTurns) -> str:
@@ -47,6 +54,7 @@ class ChatTurnGate:
 
     def __init__(self, services: Services, session: ChatSession, *, create: bool) -> None:
         self.services = services
+        self.session = session
         self.session_id = session.id
         self.max_turns = session.max_turns
         self.count = session.turn_count
@@ -54,6 +62,20 @@ class ChatTurnGate:
         self.aborted = False
         self.notice = _notice(session.id, session.max_turns)
         self._reset = False
+
+    def open(self, writer: TranscriptWriter) -> bool:
+        """Before the run, holding the lock: a session already at its limit is asked first;
+        the answer is written through ``writer`` (proving the lock). False: declined, the
+        session is aborted and the run does not start."""
+        if self.max_turns == "unlimited" or self.count < self.max_turns:
+            return True
+        confirmed = _confirmed(self.services, self.session_id, self.count, self.max_turns)
+        writer.write("answer a chat session's turn limit",
+                     lambda conn, now: record_limit_answer(conn, self.session_id,
+                                                           confirmed=confirmed, now=now))
+        if confirmed:
+            self.count = 0
+        return confirmed
 
     def __call__(self, turn: int) -> bool:
         self.count += 1
@@ -73,14 +95,32 @@ class ChatTurnGate:
         self.create = False
 
 
-def contention_result(session_id: str, mode: str, provider: str | None,
-                      model: str | None) -> ConversationResult:
-    """What a run on a session another run holds returns (it did not run)."""
-    return ConversationResult(
+def contention_result(services: Services, session_id: str, mode: str, provider: str | None,
+                      model: str | None, payload: Mapping[str, Any] | None) -> ConversationResult:
+    """What a run on a session another run holds returns (it did not run), with the events a
+    run emits: ``transcript_lock_contention`` and the terminal ``completed``."""
+    emit_outside_run(services, payload, "transcript_lock_contention",
+                     {"mode": mode, "session_id": session_id})
+    try:
+        earlier = services.transcripts.summary(session_id).cumulative_turn_count
+    except TranscriptNotFound:
+        earlier = 0
+    result = ConversationResult(
         status="transcript_lock_contention", completed=False,
         error=f"Session {session_id!r} is busy with another run; retry when it ends.",
         error_code="transcript_lock_contention", transcript_session_id=session_id,
-        mode=mode, provider=provider or "", model=model or "")
+        cumulative_turn_count=earlier, mode=mode, provider=provider or "", model=model or "")
+    emit_outside_run(services, payload, "completed", _terminal(result, mode))
+    return result
+
+
+def lock_lost_result(session_id: str, exc: LockLost, mode: Any, provider: str | None,
+                     model: str | None) -> ConversationResult:
+    """What a run returns when it lost its lock before its loop started."""
+    return ConversationResult(
+        status="error", completed=False, error=str(exc), error_code=LockLost.code,
+        transcript_session_id=session_id, mode=mode if isinstance(mode, str) else ",".join(mode),
+        provider=provider or "", model=model or "")
 
 
 def chat_on(services: Services, session_id: str, message: str, tools: Any = None,
@@ -118,41 +158,27 @@ def chat_turns_on(services: Services, session_id: str, new_messages: list[dict[s
     token = store.acquire(session_id, ttl)
     if token is None:
         label = mode if isinstance(mode, str) else ",".join(mode)
-        emit_outside_run(services, payload, "transcript_lock_contention",
-                         {"mode": label, "session_id": session_id})
-        result = contention_result(session_id, label, provider, model)
-        emit_outside_run(services, payload, "completed", _terminal(result, label))
-        return result
-    writer = None
+        return contention_result(services, session_id, label, provider, model, payload)
     try:
         session = _session_under_lock(services, session_id, existing)
-        gate = session_gate(services, session, payload, create=not existing)
-        if isinstance(gate, ConversationResult):
-            return gate  # declined at the limit before the run: the session is aborted
-        writer = store.open_writer(session_id, token, ttl, on_turn=gate.write)
+    except BaseException:  # aborted meanwhile (SessionAborted): give the lock back
+        store.release(session_id, token)
+        raise
+    gate = ChatTurnGate(services, session, create=not existing)
+    writer = store.open_writer(session_id, token, ttl, on_turn=gate.write)
+    try:
+        if not gate.open(writer):
+            return abort_before_run(services, session, writer, payload)
         run = ConversationRun.create(
             services, [*writer.history(), *new_messages], tools,
             services.default_provider(provider), services.default_model(model), mode,
             {**(payload or {}), "transcript_session_id": session_id}, max_turns, False,
             writer=writer, turn_gate=gate, cumulative_base=writer.stored_turns())
         return run.run()
+    except LockLost as exc:  # lost while a person answered the limit's question
+        return lock_lost_result(session_id, exc, mode, provider, model)
     finally:
-        # The run frees the lock itself; this covers the paths that never started it.
-        if writer is not None:
-            writer.release()
-        else:
-            store.release(session_id, token)
-
-
-def session_gate(services: Services, session: ChatSession, payload: Mapping[str, Any] | None,
-                 *, create: bool = False) -> ChatTurnGate | ConversationResult:
-    """The turn gate of a run on a chat session, asked while holding its lock: a session
-    already at its limit is asked first (declined: it is aborted, and the result says so)."""
-    if session.limit_reached:
-        if not _confirmed(services, session.id, session.turn_count, session.max_turns):
-            return _abort_before_run(services, session, payload)
-        session = services.chat_sessions.reset_turns(session.id)
-    return ChatTurnGate(services, session, create=create)
+        writer.release()  # the run frees the lock itself; this covers the paths before it
 
 
 def _exists(services: Services, session_id: str, create: bool) -> bool:
@@ -173,15 +199,14 @@ def _session_under_lock(services: Services, session_id: str, existing: bool) -> 
                        created_at=0.0, updated_at=0.0)
 
 
-def _abort_before_run(services: Services, session: ChatSession,
+def abort_before_run(services: Services, session: ChatSession, writer: TranscriptWriter,
                       payload: Mapping[str, Any] | None) -> ConversationResult:
-    closed = services.chat_sessions.abort(session.id)
-    stored = services.transcripts.get(session.id) if services.transcripts.exists(
-        session.id) else []
+    """The result of a run declined at the limit before it started (the gate aborted it)."""
     result = ConversationResult(
-        messages=[Message(**m) for m in stored], status="aborted", completed=False,
-        turn_count=0, warning=_notice(closed.id, closed.max_turns),
-        transcript_session_id=closed.id, mode="chat")
+        messages=[Message(**m) for m in writer.history()], status="aborted", completed=False,
+        turn_count=0, cumulative_turn_count=writer.stored_turns(),
+        warning=_notice(session.id, session.max_turns), transcript_session_id=session.id,
+        mode="chat")
     emit_outside_run(services, payload, "completed", {**_terminal(result, "chat"),
                                                       "session_id": session.id})
     return result

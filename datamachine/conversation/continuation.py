@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from datamachine.conversation.chat import ChatTurnGate, contention_result, session_gate
+from agents_api import LockLost
+from datamachine.conversation.chat import (
+    ChatTurnGate,
+    abort_before_run,
+    contention_result,
+    lock_lost_result,
+)
 from datamachine.conversation.result import ConversationResult
 from datamachine.conversation.run import ConversationRun
 from datamachine.errors import ChatSessionNotFound
@@ -37,18 +43,22 @@ def continue_conversation_on(
     """
     validate_budget_value("extend_by", extend_by)
     store = services.transcripts
-    known = store.get_transcript(session_id)  # an unknown id fails before any write
+    known = store.summary(session_id)  # an unknown id fails before any write
     token = store.acquire(session_id, DEFAULT_LOCK_TTL)
     if token is None:
-        return contention_result(session_id, known.mode or "pipeline", provider, model)
-    writer = None
+        return contention_result(services, session_id, known.mode or "pipeline", provider,
+                                 model, None)
     try:
         gate = _chat_gate(services, session_id)
-        if isinstance(gate, ConversationResult):
-            return gate
-        writer = store.open_writer(session_id, token, DEFAULT_LOCK_TTL,
-                                   on_turn=gate.write if gate is not None else None)
-        record = store.get_transcript(session_id)  # read again, now that nothing can change it
+    except BaseException:  # an aborted chat session (SessionAborted): give the lock back
+        store.release(session_id, token)
+        raise
+    writer = store.open_writer(session_id, token, DEFAULT_LOCK_TTL,
+                               on_turn=gate.write if gate is not None else None)
+    try:
+        if gate is not None and not gate.open(writer):
+            return abort_before_run(services, gate.session, writer, None)
+        record = store.get_transcript(session_id)  # read now that nothing can change it
         run = ConversationRun.create(
             services, record.messages, tools,
             provider or record.provider or services.default_provider(None),
@@ -56,18 +66,16 @@ def continue_conversation_on(
             {"transcript_session_id": session_id}, extend_by, writer=writer, turn_gate=gate,
             cumulative_base=record.cumulative_turn_count)
         return run.run()
+    except LockLost as exc:  # lost while a person answered the limit's question
+        return lock_lost_result(session_id, exc, known.mode or "pipeline", provider, model)
     finally:
-        # The run frees the lock itself; this covers the paths that never started it.
-        if writer is not None:
-            writer.release()
-        else:
-            store.release(session_id, token)
+        writer.release()  # the run frees the lock itself; this covers the paths before it
 
 
-def _chat_gate(services: Services, session_id: str) -> ChatTurnGate | ConversationResult | None:
+def _chat_gate(services: Services, session_id: str) -> ChatTurnGate | None:
     """On a chat session (read under its lock): its turn gate; otherwise None."""
     try:
         session = services.chat_sessions.require_active(session_id)
     except ChatSessionNotFound:
         return None
-    return session_gate(services, session, None)
+    return ChatTurnGate(services, session, create=False)

@@ -22,7 +22,7 @@ import hashlib
 from typing import Any
 
 from agents_api import Message
-from agents_api.jsontext import canonical_json, compact_json, readable_json
+from agents_api.jsontext import canonical_bytes, compact_bytes
 
 __all__ = ["ChatProjector"]
 
@@ -56,9 +56,8 @@ class ChatProjector:
         """Running hash over everything projected so far (see module docstring)."""
         return self._hash.copy().hexdigest()
 
-    def _entry(self, entry: dict[str, Any], text: str) -> None:
-        """Append a chat message whose compact JSON is ``text``."""
-        encoded = text.encode()
+    def _entry(self, entry: dict[str, Any], encoded: bytes) -> None:
+        """Append a chat message whose compact JSON is ``encoded``."""
         self._hash.update(encoded)
         self.bytes += len(encoded) + (1 if self.chat else 0)
         self.chat.append(entry)
@@ -69,18 +68,15 @@ class ChatProjector:
             self._add_call(message)
         elif kind == "tool_result":
             content = (message.content if isinstance(message.content, str)
-                       else readable_json(message.content))
+                       else compact_bytes(message.content).decode())
             call_id = str(message.metadata.get("tool_call_id", ""))
-            self._entry({"role": "tool", "tool_call_id": call_id, "content": content},
-                        '{"role":"tool","tool_call_id":' + compact_json(call_id)
-                        + ',"content":' + compact_json(content) + "}")
+            result = {"role": "tool", "tool_call_id": call_id, "content": content}
+            self._entry(result, compact_bytes(result))
             self._adopt = False
         else:
             role, text = message.role, message.content
             entry: dict[str, Any] = {"role": role, "content": text}
-            # The entry's compact JSON, piece by piece: a string takes the encoder's fast path.
-            self._entry(entry, '{"role":' + compact_json(role) + ',"content":'
-                        + compact_json(text) + "}")
+            self._entry(entry, compact_bytes(entry))
             if role == "assistant":
                 self._current, self._current_turn, self._adopt = entry, None, True
             else:
@@ -93,9 +89,9 @@ class ChatProjector:
         name = str(payload.get("tool_name", ""))
         parameters = payload.get("parameters") or {}
         call = {"id": call_id, "name": name, "parameters": parameters}
-        # The call as the provider receives it, except that parameters' keys are sorted here.
-        text = ('{"id":' + compact_json(call_id) + ',"name":' + compact_json(name)
-                + ',"parameters":' + canonical_json(parameters) + "}").encode()
+        # The call as the provider receives it, except that parameters' keys are sorted here
+        # (and id, name, parameters are in sorted order already).
+        text = canonical_bytes(call)
         current = self._current
         if current is not None and (self._adopt or self._current_turn == turn):
             calls = current.get("tool_calls")

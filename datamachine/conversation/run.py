@@ -240,6 +240,7 @@ class ConversationRun:
                                                    len(self.spec.messages))
         return ConversationResult(
             messages=list(self.spec.messages), usage=empty_usage(), budgets=budgets,
+            cumulative_turn_count=self.cumulative_base,
             warnings=[*self.warnings, *self.completion.warnings], mode=self.spec.mode,
             provider=self.spec.provider, model=self.spec.model, **fields)
 
@@ -292,47 +293,43 @@ class ConversationRun:
 
     def _decide(self, stop: RunStop, summary: Any = None,
                 summary_usage: dict[str, Any] | None = None) -> ProductVerdict:
-        verdict = decide(stop, turn_ceiling=self.turn_budget.ceiling(),
-                         completion=self.completion, summary=summary,
-                         summary_usage=summary_usage, chat_abort=self._abort())
-        usage = dict(stop.usage)
-        for key, value in (summary_usage or {}).items():
-            usage[key] = usage.get(key, 0) + value
-        self.completion.settle_job({**verdict.result_fields(), "turn_count": stop.turn_count,
-                                    "usage": usage, "error": stop.error,
-                                    "error_code": stop.error_code,
-                                    "transcript_session_id": stop.session_id})
-        return verdict
+        return decide(stop, turn_ceiling=self.turn_budget.ceiling(), completion=self.completion,
+                      summary=summary, summary_usage=summary_usage, chat_abort=self._abort())
 
     def _abort(self) -> str | None:
         gate = self.turn_gate
         return gate.notice if gate is not None and gate.aborted else None
 
     def _result(self, loop: LoopResult) -> ConversationResult:
-        """The run's one result: the loop's, with the product's verdict and diagnostics."""
+        """The run's one result: the loop's, with the product's verdict and diagnostics; then
+        the pipeline job is settled with it (after storage, so it records the stored id)."""
         self.completion.raise_policy_error()
         verdict, warnings = self.verdict, loop.warnings
-        if verdict is None:  # the stop handler never ran (lock contention) or failed
+        if verdict is None or verdict.status != loop.status:
+            # The stop handler never ran (lock contention) or failed, or the final write lost
+            # the lock: decide now, from what the loop says.
+            warnings = ([*self.warnings, *self.completion.warnings, *loop.warnings]
+                        if verdict is None else loop.warnings)
             verdict = self.verdict = self._decide(_stop_of(loop))
-            warnings = [*self.warnings, *self.completion.warnings, *loop.warnings]
         spec = self.spec
-        return ConversationResult.model_construct(
-            messages=loop.messages, final_content=loop.final_content,
+        result = ConversationResult.model_construct(
+            messages=loop.messages, final_content=verdict.final_content,
             turn_count=loop.turn_count,
             cumulative_turn_count=self.cumulative_base + loop.turn_count,
-            completed=loop.completed, status=loop.status, budget=loop.budget,
-            flags=list(loop.flags), max_turns_reached=verdict.max_turns_reached,
-            warning=loop.warning, error=loop.error, error_code=loop.error_code,
-            usage=loop.usage,
+            completed=verdict.status == "completed", status=verdict.status,
+            budget=verdict.budget, flags=list(verdict.flags),
+            max_turns_reached=verdict.max_turns_reached, warning=verdict.warning,
+            error=loop.error, error_code=loop.error_code, usage=loop.usage,
             tool_execution_results=[r for r in loop.tool_execution_results
                                     if not r["result"].get("rejected")],
             last_tool_calls=loop.last_tool_calls,
             request_metadata=loop.request_metadata or self.runner.last_request_metadata,
             transcript_session_id=loop.transcript_session_id, budgets=loop.budgets,
-            warnings=list(warnings),
-            unavailable_required_tool_names=[], available_tool_names=[],
-            mode=spec.mode, provider=spec.provider, model=spec.model,
+            warnings=list(warnings), unavailable_required_tool_names=[],
+            available_tool_names=[], mode=spec.mode, provider=spec.provider, model=spec.model,
             **_result_diagnostics(verdict.diagnostics))
+        self.completion.settle_job(_job_fields(result))
+        return result
 
 
 def _stop_of(loop: LoopResult) -> RunStop:
@@ -350,6 +347,18 @@ _DIAGNOSTIC_DEFAULTS: dict[str, Any] = {
     "completion_assertions_missing": {}, "completion_assertions_satisfied": {},
     "completion_assertions_complete": None,
 }
+
+
+_JOB_FIELDS = ("status", "completed", "turn_count", "usage", "transcript_session_id", "warning",
+               "error", "error_code", "completion_nudge_count", "completion_nudge", "blocker",
+               "completion_assertions_required", "completion_assertions_missing",
+               "completion_assertions_satisfied", "completion_assertions_complete",
+               "unavailable_required_tool_names", "available_tool_names", "remaining_handlers")
+
+
+def _job_fields(result: ConversationResult) -> dict[str, Any]:
+    """What a pipeline job records of its run's result."""
+    return {key: getattr(result, key) for key in _JOB_FIELDS}
 
 
 def _result_diagnostics(diagnostics: Mapping[str, Any]) -> dict[str, Any]:

@@ -219,6 +219,8 @@ class ScriptCursor:
     ) -> None:
         self.name = name
         self.script = script
+        # Read once per run: a pydantic private attribute costs a lookup through __getattr__.
+        self._normalized = script.normalized if script is not None else ()
         self.position = 0
         self.record: list[ProviderRequest] = []
         self._shared_record = shared_record
@@ -257,7 +259,7 @@ class ScriptCursor:
             time.sleep(entry.delay_seconds)
         if entry.error is not None:
             raise ProviderError(entry.error, code="scripted_error", provider=self.name)
-        normal = self.script.normalized[self.position - 1]
+        normal = self._normalized[self.position - 1]
         # Fresh calls (a tool may change its parameters); the script's own ids, else numbered.
         calls = [{"id": f"scripted-{request.turn}-{index}" if call["id"] == _UNNUMBERED
                         else call["id"],

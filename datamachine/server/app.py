@@ -10,7 +10,9 @@ event loop that would answer the call back.
 
 The HTTP status of a run follows DESIGN.md 5.5a: ``completed``, ``incomplete`` and
 ``budget_exceeded`` are 200 with the result; ``aborted`` and ``transcript_lock_contention`` are
-409; ``error`` is 422 for the preflight ``completion_required_tool_unavailable``, else 502. A
+409; ``error`` is 422 for the preflight ``completion_required_tool_unavailable``, 409
+``session_lock_lost`` for a run whose session was taken over (``transcript_lock_lost``), 503 for
+a transcript that could not be written, else 502. A
 non-2xx run answer is the usual ``{code, message, data}`` with the whole result as ``data``.
 """
 
@@ -67,6 +69,11 @@ def result_response(result: ConversationResult, headers: dict[str, str] | None =
         return error_response(409, "session_lock_contention", message, body, headers)
     if result.error_code == PREFLIGHT_ERROR_CODE:
         return error_response(422, PREFLIGHT_ERROR_CODE, message, body, headers)
+    if result.error_code == "transcript_lock_lost":
+        # Another request took the session over mid-run: a conflict, not the provider's fault.
+        return error_response(409, "session_lock_lost", message, body, headers)
+    if result.error_code == "transcript_write_failed":
+        return error_response(503, "transcript_write_failed", message, body, headers)
     return error_response(502, "provider_error", message, body, headers)
 
 

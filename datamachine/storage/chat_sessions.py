@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from datamachine.storage.transcripts import TranscriptStore
 
 __all__ = ["DEFAULT_CHAT_MAX_TURNS", "ChatSession", "ChatSessionStore", "MaxTurns",
-           "record_turn", "validate_max_turns"]
+           "record_limit_answer", "record_turn", "validate_max_turns"]
 
 MaxTurns = int | Literal["unlimited"]
 DEFAULT_CHAT_MAX_TURNS = 25
@@ -94,6 +94,15 @@ def record_turn(conn: sqlite3.Connection, session_id: str, *, reset: bool, abort
         "UPDATE chat_sessions SET turn_count = CASE WHEN ? THEN 0 ELSE turn_count + 1 END, "
         "status = CASE WHEN ? THEN 'aborted' ELSE status END, updated_at = ? WHERE id = ?",
         [reset, abort, now, session_id])
+
+
+def record_limit_answer(conn: sqlite3.Connection, session_id: str, *, confirmed: bool,
+                        now: float) -> None:
+    """Inside a run's transaction: the answer at a session already at its limit before the run
+    (confirmed: the count starts again from 0; declined: the session is aborted for good)."""
+    assignment = "turn_count = 0" if confirmed else "status = 'aborted'"
+    conn.execute(f"UPDATE chat_sessions SET {assignment}, updated_at = ? WHERE id = ?",
+                 [now, session_id])
 
 
 def _session(row: Any) -> ChatSession:

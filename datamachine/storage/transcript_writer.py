@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from agents_api import clock
 from datamachine.storage import transcript_rows as rows
@@ -27,6 +27,8 @@ from datamachine.storage.locks import (
 )
 
 __all__ = ["TranscriptWriter", "TurnHook"]
+
+T = TypeVar("T")
 
 # Called inside a turn's transaction, after its messages: (connection, turn, now).
 TurnHook = Callable[[sqlite3.Connection, int, float], None]
@@ -84,6 +86,13 @@ class TranscriptWriter:
                 self._on_turn(conn, turn, now)
 
         self._write("append a turn", write)
+
+    def write(self, action: str, body: Callable[[sqlite3.Connection, float], T]) -> T:
+        """Run ``body(conn, now)`` as one transaction that first proves the lock: a run's own
+        writes beyond its transcript (a chat session's reset before the run) obey the same rule
+        as its turns. ``action`` names the write in a DatabaseError."""
+        value: T = self._write(action, body)
+        return value
 
     def renew(self) -> None:
         """Extend the lock (LockLost if it was taken over); free right after a turn's write,

@@ -204,6 +204,15 @@ class TranscriptStore:
                 raise self._not_found(session_id)
         return [json.loads(row[0]) for row in found]
 
+    def summary(self, session_id: str) -> TranscriptSummary:
+        """Metadata of one transcript, without its messages; TranscriptNotFound if unknown."""
+        with snapshot(self._db, self._lock, self._label) as conn:
+            row = query_one(conn, f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN} "
+                                  "WHERE t.id = ?", [clock.now(), session_id])
+        if row is None:
+            raise self._not_found(session_id)
+        return TranscriptSummary(**_summary_fields(row))
+
     def get_transcript(self, session_id: str) -> Transcript:
         """Metadata and messages of one transcript; TranscriptNotFound if unknown."""
         with snapshot(self._db, self._lock, self._label) as conn:

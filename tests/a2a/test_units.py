@@ -174,6 +174,8 @@ def test_remote_sites_setting_is_validated(host: Host, monkeypatch: pytest.Monke
     ("error", "provider_timeout", 502, "provider_error"),
     ("error", "completion_required_tool_unavailable", 422,
      "completion_required_tool_unavailable"),
+    ("error", "transcript_lock_lost", 409, "session_lock_lost"),
+    ("error", "transcript_write_failed", 503, "transcript_write_failed"),
 ])
 def test_run_status_maps_to_the_lifecycle_table(status: str, error_code: str | None, http: int,
                                                 code: str | None) -> None:

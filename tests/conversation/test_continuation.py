@@ -217,3 +217,41 @@ def test_chat_declined_before_the_run_still_emits_a_terminal_event() -> None:
                            payload={"event_sink": lambda e, p: events.append((e, p))})
     assert result.status == "aborted"
     assert [(e, p["status"]) for e, p in events] == [("completed", "aborted")]
+
+
+def test_an_aborted_session_refuses_chat_and_continue_and_keeps_no_lock() -> None:
+    with boot() as host:
+        session = host.chat_sessions.create(max_turns=1)
+        host.chat(session.id, "one")  # reaches 1/1 with no UI: aborted
+        with pytest.raises(SessionAborted):
+            host.chat(session.id, "two")
+        assert host.transcripts.locks.held() == []
+        with pytest.raises(SessionAborted):
+            host.continue_conversation(session.id, extend_by=1)
+        assert host.transcripts.locks.held() == []
+
+
+def test_continue_on_a_chat_session_counts_toward_its_limit() -> None:
+    worker = Worker(finish_after=0)
+    with boot(worker, Confirm([False])) as host:
+        session = host.chat_sessions.create(max_turns=2)
+        host.chat(session.id, "one")
+        result = host.continue_conversation(session.id, extend_by=3)  # reaches 2/2: declined
+        assert result.status == "aborted"
+        assert host.chat_sessions.get(session.id).status == "aborted"
+        assert host.chat_sessions.get(session.id).turn_count == 2
+
+
+def test_contention_reports_the_sessions_turns_and_both_events() -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    with boot() as host:
+        session = host.chat_sessions.create()
+        host.chat(session.id, "one")
+        token = host.transcripts.acquire(session.id, 60)  # another run holds the session
+        assert token is not None
+        busy = host.chat(session.id, "two",
+                         payload={"event_sink": lambda e, p: events.append((e, p))})
+        again = host.continue_conversation(session.id, extend_by=1)
+    assert (busy.status, busy.cumulative_turn_count) == ("transcript_lock_contention", 1)
+    assert (again.status, again.cumulative_turn_count) == ("transcript_lock_contention", 1)
+    assert [e for e, _ in events] == ["transcript_lock_contention", "completed"]

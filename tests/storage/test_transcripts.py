@@ -210,7 +210,7 @@ def test_values_json_cannot_hold_are_stored_as_text(store: TranscriptStore) -> N
     when = dt.datetime(2026, 1, 2, 3, 4, 5)
     message = Message.tool_result("clock", {"success": True, "result": when}, 1, "c1", "now")
     store.append_turn("s", 1, [message])
-    assert store.get("s")[0]["payload"]["result"] == str(when)
+    assert store.get("s")[0]["payload"]["result"] == when.isoformat()
 
 
 def test_unknown_transcripts_are_reported_by_id(store: TranscriptStore) -> None:
