@@ -19,7 +19,8 @@ from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_json
 
-__all__ = ["canonical_bytes", "canonical_json", "compact_bytes", "compact_json"]
+__all__ = ["canonical_bytes", "canonical_json", "compact_bytes", "compact_json", "plain_json",
+           "pretty_json"]
 
 
 def compact_bytes(value: Any) -> bytes:
@@ -61,3 +62,17 @@ def _sorted(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_sorted(item) for item in value]
     return value
+
+
+def plain_json(value: Any) -> str:
+    """Compact JSON of a value that must be data (a setting, a job's engine data): anything
+    pydantic cannot write without guessing (an arbitrary object) raises ``TypeError``."""
+    try:
+        return to_json(value).decode()
+    except PydanticSerializationError as exc:
+        raise TypeError(str(exc).removeprefix("Unable to serialize unknown type: ")) from None
+
+
+def pretty_json(value: Any) -> str:
+    """JSON indented by two spaces, for people (the command line)."""
+    return to_json(value, indent=2, fallback=str).decode()

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 from agents_api import clock
+from agents_api.jsontext import plain_json
 from datamachine.errors import InvalidSetting
 
 if TYPE_CHECKING:  # datamachine.storage imports this module
@@ -148,7 +149,7 @@ class Settings:
         if self.validator is not None:
             self.validator(key, value)
         try:
-            encoded = json.dumps(value)
+            encoded = plain_json(value)
         except (TypeError, ValueError) as exc:
             raise InvalidSetting(f"Setting {key!r} must be a JSON value: {exc}.") from None
         with self._write_lock:

@@ -9,13 +9,14 @@ from typing import Any
 
 import click
 
+from agents_api.jsontext import compact_json, pretty_json
 from datamachine.cli.app import State, handle_errors
 
 __all__ = ["COMMANDS"]
 
 
 def _emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, default=str))
+    click.echo(pretty_json(value))
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> None:
@@ -93,7 +94,7 @@ def settings_get(state: State, key: str) -> None:
 def settings_set(state: State, key: str, value: str) -> None:
     """Store VALUE (JSON, or a plain string) under KEY; budget settings are validated."""
     state.host.settings.set(key, _parse_value(value))
-    click.echo(f"{key} = {json.dumps(state.host.settings.stored(key))}")
+    click.echo(f"{key} = {compact_json(state.host.settings.stored(key))}")
 
 
 @settings.command("unset")
@@ -117,7 +118,7 @@ def settings_list(state: State, as_json: bool) -> None:
         _emit_json(values)
         return
     _table(["key", "value", "from"],
-           [[k, json.dumps(v), state.host.settings.source(k)] for k, v in values.items()])
+           [[k, compact_json(v), state.host.settings.source(k)] for k, v in values.items()])
 
 
 def _when(timestamp: float) -> str:
@@ -159,14 +160,14 @@ def transcripts_show(state: State, session_id: str, as_json: bool) -> None:
     click.echo(f"transcript {record.id}: {record.status}, {record.turn_count} turns "
                f"({record.cumulative_turn_count} in all), provider {record.provider}, "
                f"model {record.model}, mode {record.mode}")
-    click.echo(f"usage: {json.dumps(record.usage)}")
+    click.echo(f"usage: {compact_json(record.usage)}")
     for name, snap in record.budgets.items():
         click.echo(f"budget {name}: {snap.get('current')}/{snap.get('ceiling')}")
     for message in record.messages:
         kind, role = message.get("type"), message.get("role")
         payload = message.get("payload", {})
         if kind == "tool_call":
-            text = f"{payload.get('tool_name')}({json.dumps(payload.get('parameters', {}))})"
+            text = f"{payload.get('tool_name')}({compact_json(payload.get('parameters', {}))})"
         else:
             text = str(message.get("content", ""))
         click.echo(f"[{role}/{kind}] {text}")

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from agents_api.jsontext import pretty_json
 from datamachine.cli.app import State, exit_code_for, handle_errors
 from datamachine.cli.output import print_run_summary
 
@@ -105,10 +106,7 @@ def demo(state: State, as_json: bool) -> None:
         payload={"script": RUNAWAY_SCRIPT}, max_turns=4,
     )
     if as_json:
-        import json
-
-        click.echo(json.dumps([first.model_dump(mode="json"), second.model_dump(mode="json")],
-                              indent=2))
+        click.echo(pretty_json([first.model_dump(mode="json"), second.model_dump(mode="json")]))
     else:
         print_run_summary("1. A conversation that finishes", first, host)
         click.echo()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
+from agents_api.jsontext import compact_json
 from datamachine.budgets_builtin import CONVERSATION_TURNS
 from datamachine.conversation.result import ConversationResult
 
@@ -37,7 +37,7 @@ def tool_lines(result: ConversationResult) -> list[str]:
     for message in result.messages:
         call_id = str(message.metadata.get("tool_call_id", ""))
         if message.type == "tool_call":
-            params = json.dumps(message.payload.get("parameters", {}), ensure_ascii=False)
+            params = compact_json(message.payload.get("parameters", {}))
             name = message.payload.get("tool_name")
             calls[call_id] = f"turn {message.payload.get('turn')}: {name}({params})"
         elif message.type == "tool_result":

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
+from agents_api.jsontext import pretty_json
 from datamachine.cli.app import State, exit_code_for, handle_errors
 from datamachine.cli.output import print_run_summary
 from datamachine.cli.progress import Progress
@@ -63,7 +63,7 @@ def run(state: State, prompt: str, mode: str, provider: str | None, model: str |
         result = host.run_conversation([{"role": "user", "content": prompt}], tools, provider,
                                        model, mode, payload, max_turns, single_turn)
     if as_json:
-        click.echo(json.dumps(result.model_dump(mode="json"), indent=2))
+        click.echo(pretty_json(result.model_dump(mode="json")))
     else:
         print_run_summary("Run", result, host)
     raise SystemExit(exit_code_for(result.status))

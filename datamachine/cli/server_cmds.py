@@ -6,12 +6,12 @@ of the CLI.
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import UTC, datetime
 
 import click
 
+from agents_api.jsontext import pretty_json
 from datamachine.cli.app import State, handle_errors
 
 __all__ = ["COMMANDS", "register", "serve", "tokens"]
@@ -62,7 +62,7 @@ def tokens_list(state: State, as_json: bool) -> None:
     """Every token by name, active and revoked (never the tokens themselves)."""
     items = state.host.tokens.list()
     if as_json:
-        click.echo(json.dumps([item.model_dump() for item in items], indent=2))
+        click.echo(pretty_json([item.model_dump() for item in items]))
         return
     if not items:
         click.echo("No API tokens. Create one with `datamachine tokens create NAME`.")

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agents_api.jsontext import compact_json
 from datamachine.errors import DataMachineError, InvalidJobTransition, JobNotFound
 from datamachine.storage.jobs import JobStore
 
@@ -38,7 +39,7 @@ def _job_id(value: Any) -> int | None:
 
 def _json_ready(data: Mapping[str, Any]) -> dict[str, Any]:
     # Tools may leave non-JSON values in engine data; the job keeps their text form.
-    return dict(json.loads(json.dumps(dict(data), default=str)))
+    return dict(json.loads(compact_json(dict(data))))
 
 
 def failure_reason(result: Mapping[str, Any], *, remaining_handlers: Sequence[str] = ()

@@ -9,12 +9,12 @@ be working towards anyway.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from typing import Any
 
 from agents_api import Message
+from agents_api.jsontext import compact_json
 
 __all__ = [
     "DESCRIBED_ACTION_PATTERN",
@@ -56,7 +56,7 @@ def _as_text(content: Any) -> str:
     if isinstance(content, str):
         return content.strip()
     # Multi-part content (images, parts lists) is shown as JSON rather than dropped.
-    return json.dumps(content, ensure_ascii=False, default=str)
+    return compact_json(content)
 
 
 def original_request(messages: Iterable[Message]) -> str:

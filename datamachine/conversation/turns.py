@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from agents_api import IterationBudget, Message, TurnResult
 from agents_api.drive import awaitable
+from agents_api.jsontext import canonical_json, compact_bytes
 from datamachine.conversation.pressure import PressureTracker
 from datamachine.conversation.projection import ChatProjector
 from datamachine.conversation.timeouts import Timeouts
@@ -85,10 +85,10 @@ class ProviderTurnRunner:
         self.projector = ChatProjector()
         # ``tools_json``: the JSON of ``tools`` when the caller has it (Tools keep theirs).
         encoded = (tools_json if tools_json is not None
-                   else json.dumps(tools, sort_keys=True, default=str)).encode()
+                   else canonical_json(tools)).encode()
         self._tools_bytes = len(encoded)
         self._tools_sha = hashlib.sha256(encoded).hexdigest()
-        self._payload_bytes = len(json.dumps(self.payload, default=str)) if self.payload else 2
+        self._payload_bytes = len(compact_bytes(self.payload)) if self.payload else 2
         self._available_checked = False
         self.last_request_metadata: dict[str, Any] = {}
         # Tokens spent by the final summary call, which is not a turn of the loop.

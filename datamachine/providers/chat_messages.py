@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agents_api import Message
+from agents_api.jsontext import compact_json
 from agents_api.message import normalize_message
 
 __all__ = ["ChatMessage", "ChatToolCall", "to_chat_messages"]
@@ -72,7 +73,7 @@ class ChatMessage(BaseModel):
         # Tool results may be structured; models read text, so anything else becomes JSON.
         if value is None or isinstance(value, str | list):
             return value
-        return json.dumps(value, ensure_ascii=False, default=str)
+        return compact_json(value)
 
     @model_validator(mode="after")
     def _tool_needs_id(self) -> ChatMessage:

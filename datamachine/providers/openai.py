@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from agents_api import clock
+from agents_api.jsontext import compact_bytes
 from datamachine.errors import ProviderError, UsageError
 from datamachine.providers.base import ProviderRequest, ProviderResponse
 
@@ -275,7 +276,7 @@ class OpenAIProvider:
         url = self.resolved_base_url().rstrip("/") + "/chat/completions"
         body = build_chat_body(request, provider=self.name, extra_body=self.extra_body)
         try:
-            content = json.dumps(body, ensure_ascii=False).encode("utf-8")
+            content = compact_bytes(body)
         except (TypeError, ValueError) as exc:
             raise _bad_request(self.name, f"The request for the {self.name} provider is not "
                                           f"JSON-serializable: {exc}.") from None

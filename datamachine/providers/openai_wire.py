@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agents_api.jsontext import compact_json
 from datamachine.errors import ProviderError
 from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.providers.chat_messages import ChatMessage
@@ -47,7 +48,7 @@ def _wire_message(message: ChatMessage) -> dict[str, Any]:
         out["tool_calls"] = [
             {"id": call.id, "type": "function",
              "function": {"name": call.name,
-                          "arguments": json.dumps(call.parameters, ensure_ascii=False)}}
+                          "arguments": compact_json(call.parameters)}}
             for call in message.tool_calls
         ]
         if not message.content:

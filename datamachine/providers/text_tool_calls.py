@@ -36,6 +36,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from agents_api.jsontext import canonical_json
+
 __all__ = [
     "MAX_PARAMETERS",
     "MAX_SCANNED_CHARS",
@@ -60,8 +62,7 @@ _CDATA = re.compile(r"^<!\[CDATA\[(.*)\]\]>$", re.DOTALL)
 
 def canonical_call_key(name: str, parameters: Any) -> str:
     """``name`` plus the parameters as canonical JSON (sorted keys), for duplicate checks."""
-    return name + "|" + json.dumps(parameters, sort_keys=True, separators=(",", ":"),
-                                   ensure_ascii=False, default=str)
+    return name + "|" + canonical_json(parameters)
 
 
 def extract_text_tool_calls(text: object) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from agents_api import clock
+from agents_api.jsontext import plain_json
 from datamachine.errors import InvalidJobTransition, JobNotFound, UsageError
 from datamachine.storage._tx import Connected, connection_lock, db_label, immediate
 
@@ -65,7 +66,7 @@ def _encode_data(engine_data: Mapping[str, Any] | None, what: str) -> dict[str, 
         raise UsageError(f"{what} must be a dict, got {type(engine_data).__name__}.")
     data = dict(engine_data)
     try:
-        json.dumps(data)
+        plain_json(data)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{what} must be JSON-serializable: {exc}.") from None
     return data
@@ -99,7 +100,7 @@ class JobStore:
                 cursor = conn.execute(
                     "INSERT INTO jobs (flow_step_id, status, engine_data, created_at, updated_at) "
                     "VALUES (?, 'pending', ?, ?, ?)",
-                    [flow_step_id, json.dumps(data), now, now],
+                    [flow_step_id, plain_json(data), now, now],
                 )
                 job_id = int(cursor.lastrowid or 0)
             return self.get(job_id)
@@ -159,7 +160,7 @@ class JobStore:
                 merged = {**json.loads(row[0]), **update}
                 conn.execute(
                     "UPDATE jobs SET engine_data = ?, updated_at = ? WHERE id = ?",
-                    [json.dumps(merged), clock.now(), jid],
+                    [plain_json(merged), clock.now(), jid],
                 )
             return self.get(jid)
 

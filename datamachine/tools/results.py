@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agents_api.jsontext import compact_json
+
 __all__ = ["failed_result", "normalize_return"]
 
 _PRIMITIVES = (str, int, float, bool, type(None))
@@ -36,24 +38,13 @@ def failed_result(
 
 
 def _json_ready(value: Any) -> Any:
+    """``value`` as JSON reads it back: a stray datetime or set (or any object) must not turn
+    a tool's work into a failure, and a stored result must read back the same."""
     if isinstance(value, _PRIMITIVES):
         return value
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        # The tool did its work; a stray datetime or set must not turn that into a failure.
-        return json.loads(json.dumps(value, default=_fallback))
-    return value
-
-
-def _fallback(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return str(value)
+    return json.loads(compact_json(value))
 
 
 def normalize_return(

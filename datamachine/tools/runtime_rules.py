@@ -28,7 +28,6 @@ transcript index as results arrive, so checking costs the same on turn 50 as on 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
@@ -46,6 +45,7 @@ from pydantic import (
     field_validator,
 )
 
+from agents_api.jsontext import compact_json
 from datamachine.errors import InvalidToolRuntimeRule
 from datamachine.tools.history import CompletedCall
 
@@ -286,7 +286,7 @@ class _State:
             for required in rule.require_prior_tool:
                 conditions = rule.require_prior_tool_parameters.get(required)
                 if conditions:
-                    spelled = ", ".join(f"{key}={json.dumps(value, default=str)}"
+                    spelled = ", ".join(f"{key}={compact_json(value)}"
                                         for key, value in conditions.items())
                     options.append(f"{required} (with {spelled})")
                 else:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
-import json
 import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from agents_api.jsontext import plain_json
 from datamachine.errors import InvalidToolDefinition
 from datamachine.tools.docstrings import parse_docstring
 
@@ -189,7 +189,7 @@ def _pydantic_schema(annotation: Any, defs: dict[str, Any]) -> dict[str, Any]:
 
 def _json_safe(value: Any) -> bool:
     try:
-        json.dumps(value)
+        plain_json(value)
     except (TypeError, ValueError):
         return False
     return True

@@ -8,9 +8,10 @@ tool, so a call costs one pass over the arguments it was given.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
+
+from agents_api.jsontext import plain_json
 
 __all__ = ["ParameterError", "ParameterValidator", "type_problem"]
 
@@ -51,7 +52,7 @@ def _matches_type(value: Any, kind: str) -> bool:
 
 def _describe(value: Any) -> str:
     try:
-        text = json.dumps(value, ensure_ascii=False)
+        text = plain_json(value)
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

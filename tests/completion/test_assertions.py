@@ -199,7 +199,7 @@ def test_nudge_appends_the_first_non_empty_user_message() -> None:
     assert build_nudge(messages) == f"{NUDGE_TEXT} Original request: Do the thing."
     assert build_nudge([]) == NUDGE_TEXT
     parts = [Message(role="user", content=[{"type": "text", "text": "hi"}])]
-    assert build_nudge(parts).endswith('Original request: [{"type": "text", "text": "hi"}]')
+    assert build_nudge(parts).endswith('Original request: [{"type":"text","text":"hi"}]')
 
 
 def test_truncation_keeps_the_limit_including_the_ellipsis() -> None:

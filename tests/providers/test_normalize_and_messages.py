@@ -124,4 +124,4 @@ def test_chat_message_rejects_a_tool_message_without_its_call_id() -> None:
 def test_structured_tool_content_is_sent_as_json_text() -> None:
     message = ChatMessage.model_validate({"role": "tool", "tool_call_id": "c",
                                           "content": {"hits": 3}})
-    assert message.content == '{"hits": 3}'
+    assert message.content == '{"hits":3}'
