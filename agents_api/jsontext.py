@@ -54,8 +54,17 @@ def canonical_json(value: Any) -> str:
 _FLAT = frozenset({str, int, float, bool, type(None)})
 
 
+def _flat(value: dict[Any, Any]) -> bool:
+    # A loop, not all(genexpr): this runs for every tool call, and a generator costs more
+    # than the small objects it checks.
+    for item in value.values():  # noqa: SIM110
+        if type(item) not in _FLAT:
+            return False
+    return True
+
+
 def _sorted(value: Any) -> Any:
-    if type(value) is dict and all(type(item) in _FLAT for item in value.values()):
+    if type(value) is dict and _flat(value):
         return dict(sorted(value.items()))  # the common case: a flat object of scalars
     if isinstance(value, Mapping):
         return {key: _sorted(value[key]) for key in sorted(value)}

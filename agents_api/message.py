@@ -70,21 +70,26 @@ class Message(BaseModel):
                     raise inner from None
             raise InvalidMessage(_explain(exc)) from None
 
-    # -- builders used by the loop --------------------------------------------------------
+    # -- builders used by the loop (trusted values: not validated) ------------------------
+    # The loop builds two or three messages per turn from values it made itself; validating
+    # them cost more than anything else it does per message. So a builder copies a template of
+    # its type with pydantic's model_copy (no validation) and sets the fields that differ,
+    # always replacing the mutable ones so nothing is shared with the template.
     @classmethod
     def text(cls, role: str, content: str, metadata: dict[str, Any] | None = None) -> Message:
         """A plain text message."""
-        return cls(role=role, content=content,
-                   metadata=metadata if metadata is not None else {})
+        return _template(cls, "text", "assistant").model_copy(update={
+            "role": role, "content": content, "payload": {},
+            "metadata": metadata if metadata is not None else {}})
 
     @classmethod
     def tool_call(
         cls, tool_name: str, parameters: Any, turn: int, tool_call_id: str
     ) -> Message:
         """The assistant's request to run one tool."""
-        return cls(type="tool_call", role="assistant",
-                   payload={"tool_name": tool_name, "parameters": parameters, "turn": turn},
-                   metadata={"tool_call_id": tool_call_id})
+        return _template(cls, "tool_call", "assistant").model_copy(update={
+            "payload": {"tool_name": tool_name, "parameters": parameters, "turn": turn},
+            "metadata": {"tool_call_id": tool_call_id}})
 
     @classmethod
     def tool_result(
@@ -92,13 +97,14 @@ class Message(BaseModel):
         content: str,
     ) -> Message:
         """The outcome of one tool call; ``content`` is what the model reads."""
-        return cls(type="tool_result", role="tool", content=content,
-                   payload={**result, "tool_name": tool_name, "turn": turn},
-                   metadata={"tool_call_id": tool_call_id})
+        return _template(cls, "tool_result", "tool").model_copy(update={
+            "content": content, "payload": {**result, "tool_name": tool_name, "turn": turn},
+            "metadata": {"tool_call_id": tool_call_id}})
 
     def to_json(self) -> str:
         """The envelope as compact JSON: what the transcript store writes. Values JSON cannot
-        hold (datetimes, paths) are written as their ``str()``."""
+        hold are written as pydantic's JSON mode writes them (datetimes in ISO 8601, other
+        objects as their ``str()``; see :mod:`agents_api.jsontext`)."""
         return compact_json(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,6 +118,17 @@ class Message(BaseModel):
             "payload": self.payload,
             "metadata": self.metadata,
         }
+
+
+_templates: dict[tuple[type[Message], str], Message] = {}
+
+
+def _template(cls: type[Message], kind: str, role: str) -> Message:
+    """The validated template a builder copies (made on first use, once per class and type)."""
+    found = _templates.get((cls, kind))
+    if found is None:
+        found = _templates[(cls, kind)] = cls(type=kind, role=role)
+    return found
 
 
 def _explain(exc: ValidationError) -> str:

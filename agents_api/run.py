@@ -127,6 +127,7 @@ class LoopRun:
         self.warnings: list[str] = []
         self.outcome: Outcome | None = None
         self._records: list[dict[str, Any]] | None = None  # made once the run has stopped
+        self._rails_seen, self._time_rail = -1, False  # see _has_time_rail
         self.transcript: TranscriptWriter | LegacyTranscript | None = None
         self.started = clock.monotonic()
 
@@ -360,8 +361,13 @@ class LoopRun:
         return None if left is None else max(0.0, left)
 
     def _has_time_rail(self) -> bool:
-        return self.wall_clock is not None or any(
-            budget.max_seconds() is not None for budget in self.budgets.values())
+        # Checked for every turn with tool calls; budgets only join a run (a tool's own), so
+        # the answer changes only when their number does.
+        if len(self.budgets) != self._rails_seen:
+            self._rails_seen = len(self.budgets)
+            self._time_rail = self.wall_clock is not None or any(
+                budget.max_seconds() is not None for budget in self.budgets.values())
+        return self._time_rail
 
     def _spend_time(self) -> IterationBudget:
         """The time budget that stopped a cut call, marked spent."""

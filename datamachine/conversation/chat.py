@@ -27,7 +27,7 @@ from datamachine.storage.chat_sessions import (
 from datamachine.storage.transcript_writer import TranscriptWriter
 
 __all__ = ["ChatTurnGate", "abort_before_run", "chat_on", "chat_turns_on", "contention_result",
-           "lock_lost_result"]
+           "failed_before_run"]
 
 
 def _notice(session_id: str, max_turns: MaxTurns) -> str:
@@ -69,7 +69,10 @@ class ChatTurnGate:
         session is aborted and the run does not start."""
         if self.max_turns == "unlimited" or self.count < self.max_turns:
             return True
-        confirmed = _confirmed(self.services, self.session_id, self.count, self.max_turns)
+        try:
+            confirmed = _confirmed(self.services, self.session_id, self.count, self.max_turns)
+        except Exception as exc:
+            raise HookFailed(str(exc)) from exc
         writer.write("answer a chat session's turn limit",
                      lambda conn, now: record_limit_answer(conn, self.session_id,
                                                            confirmed=confirmed, now=now))
@@ -114,13 +117,26 @@ def contention_result(services: Services, session_id: str, mode: str, provider: 
     return result
 
 
-def lock_lost_result(session_id: str, exc: LockLost, mode: Any, provider: str | None,
-                     model: str | None) -> ConversationResult:
-    """What a run returns when it lost its lock before its loop started."""
-    return ConversationResult(
-        status="error", completed=False, error=str(exc), error_code=LockLost.code,
-        transcript_session_id=session_id, mode=mode if isinstance(mode, str) else ",".join(mode),
-        provider=provider or "", model=model or "")
+class HookFailed(Exception):
+    """``confirm_continuation`` raised while a session at its limit was asked before a run."""
+
+    code = "budget_hook_failed"
+
+
+def failed_before_run(services: Services, session_id: str, exc: Exception, mode: Any,
+                      provider: str | None, model: str | None,
+                      payload: Mapping[str, Any] | None) -> ConversationResult:
+    """What a run returns when it failed before its loop started (its lock lost while a person
+    answered the limit's question, or the question's hook raised), with its terminal event."""
+    label = mode if isinstance(mode, str) else ",".join(mode)
+    cause = exc.__cause__ if isinstance(exc, HookFailed) and exc.__cause__ else exc
+    result = ConversationResult(
+        status="error", completed=False, error=str(cause) or type(cause).__name__,
+        error_code=str(getattr(exc, "code", "error")), transcript_session_id=session_id,
+        mode=label, provider=provider or "", model=model or "")
+    emit_outside_run(services, payload, "failed", {**_terminal(result, label),
+                                                   "session_id": session_id})
+    return result
 
 
 def chat_on(services: Services, session_id: str, message: str, tools: Any = None,
@@ -175,8 +191,8 @@ def chat_turns_on(services: Services, session_id: str, new_messages: list[dict[s
             {**(payload or {}), "transcript_session_id": session_id}, max_turns, False,
             writer=writer, turn_gate=gate, cumulative_base=writer.stored_turns())
         return run.run()
-    except LockLost as exc:  # lost while a person answered the limit's question
-        return lock_lost_result(session_id, exc, mode, provider, model)
+    except (LockLost, HookFailed) as exc:  # at the limit's question, before the run
+        return failed_before_run(services, session_id, exc, mode, provider, model, payload)
     finally:
         writer.release()  # the run frees the lock itself; this covers the paths before it
 

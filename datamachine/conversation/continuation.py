@@ -13,9 +13,10 @@ from typing import Any
 from agents_api import LockLost
 from datamachine.conversation.chat import (
     ChatTurnGate,
+    HookFailed,
     abort_before_run,
     contention_result,
-    lock_lost_result,
+    failed_before_run,
 )
 from datamachine.conversation.result import ConversationResult
 from datamachine.conversation.run import ConversationRun
@@ -66,8 +67,9 @@ def continue_conversation_on(
             {"transcript_session_id": session_id}, extend_by, writer=writer, turn_gate=gate,
             cumulative_base=record.cumulative_turn_count)
         return run.run()
-    except LockLost as exc:  # lost while a person answered the limit's question
-        return lock_lost_result(session_id, exc, known.mode or "pipeline", provider, model)
+    except (LockLost, HookFailed) as exc:  # at the limit's question, before the run
+        return failed_before_run(services, session_id, exc, known.mode or "pipeline", provider,
+                                 model, None)
     finally:
         writer.release()  # the run frees the lock itself; this covers the paths before it
 

@@ -90,8 +90,9 @@ class ChatProjector:
         parameters = payload.get("parameters") or {}
         call = {"id": call_id, "name": name, "parameters": parameters}
         # The call as the provider receives it, except that parameters' keys are sorted here
-        # (and id, name, parameters are in sorted order already).
-        text = canonical_bytes(call)
+        # (id, name and parameters are in sorted order already).
+        text = (b'{"id":' + compact_bytes(call_id) + b',"name":' + compact_bytes(name)
+                + b',"parameters":' + canonical_bytes(parameters) + b"}")
         current = self._current
         if current is not None and (self._adopt or self._current_turn == turn):
             calls = current.get("tool_calls")

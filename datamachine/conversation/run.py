@@ -183,7 +183,7 @@ class ConversationRun:
                                       spec.payload),
             emit=self.emit, single_turn=spec.single_turn,
             pressure=None if rules is False else PressureTracker(rules, self.emit),
-            tools_json="[" + ", ".join(t.provider_json() for t in tools.values()) + "]",
+            tools_json="[" + ",".join(t.provider_json() for t in tools.values()) + "]",
             on_natural_completion=self.completion.on_natural_completion,
             turn_gate=self.turn_gate)
 

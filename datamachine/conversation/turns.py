@@ -99,6 +99,13 @@ class ProviderTurnRunner:
                            "connect_timeout": timeouts.connect}
         # Built-in providers answer in normal form already (see providers.normalize).
         self._trusted = bool(getattr(provider, "answers_normalized", False))
+        # Each turn's request and result are copies of these with the turn's parts (pydantic's
+        # model_copy: the run's own values are not validated again every turn).
+        self._turn = TurnResult()
+        self._request = ProviderRequest.model_construct(
+            messages=[], tools=self.tools, provider=provider_name, model=model, mode=mode,
+            payload=self.payload, turn=0, request_timeout=timeouts.request,
+            connect_timeout=timeouts.connect)
         self._answer_trusted = False
 
     # -- request building -----------------------------------------------------------------
@@ -116,11 +123,10 @@ class ProviderTurnRunner:
             sent, tools = self.pressure.apply(sent, tools, budgets)
         if extra:
             sent.extend(extra)
-        # Built without validation: every value is the run's own, checked at set-up.
-        request = ProviderRequest.model_construct(
-            messages=sent, tools=tools, provider=self.provider_name, model=self.model,
-            mode=self.mode, payload=self.payload, turn=turn,
-            request_timeout=self.timeouts.request, connect_timeout=self.timeouts.connect)
+        # A copy of the run's own request with this turn's parts (not validated: every value
+        # is the run's own, checked at set-up, and the messages grow with every turn).
+        request = self._request.model_copy(
+            update={"messages": sent, "tools": tools, "turn": turn})
         messages_bytes = self.projector.bytes
         self.last_request_metadata = {
             "provider": self.provider_name,
@@ -227,9 +233,10 @@ class ProviderTurnRunner:
         elif self.on_natural_completion is not None and not calls:
             messages, context = self._turn_input
             continuation = self.on_natural_completion(messages, response.content, context)
-        return TurnResult(content=response.content, tool_calls=calls, usage=response.usage,
-                          request_metadata=self.last_request_metadata, complete=complete,
-                          continuation_messages=continuation)
+        return self._turn.model_copy(update={
+            "content": response.content, "tool_calls": calls, "usage": response.usage,
+            "request_metadata": self.last_request_metadata, "complete": complete,
+            "continuation_messages": continuation})
 
     def summarize(self, messages: list[Message], prompt: str) -> Any:
         """One tool-less request for a final summary (not a turn): its text, or an awaitable.

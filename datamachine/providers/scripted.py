@@ -265,9 +265,7 @@ class ScriptCursor:
                         else call["id"],
                   "name": call["name"], "parameters": dict(call["parameters"])}
                  for index, call in enumerate(normal.tool_calls, start=1)]
-        return ProviderResponse.model_construct(
-            content=normal.content, tool_calls=calls, usage=dict(normal.usage),
-            finish_reason=normal.finish_reason, raw=normal.raw)
+        return normal.model_copy(update={"tool_calls": calls, "usage": dict(normal.usage)})
 
 
 class ScriptedProvider:

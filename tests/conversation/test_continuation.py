@@ -255,3 +255,22 @@ def test_contention_reports_the_sessions_turns_and_both_events() -> None:
     assert (busy.status, busy.cumulative_turn_count) == ("transcript_lock_contention", 1)
     assert (again.status, again.cumulative_turn_count) == ("transcript_lock_contention", 1)
     assert [e for e, _ in events] == ["transcript_lock_contention", "completed"]
+
+
+def test_a_confirmation_hook_that_raises_before_the_run_is_an_error_result() -> None:
+    class Broken:
+        @hookimpl
+        def confirm_continuation(self, budget: Any, context: dict[str, Any]) -> bool:
+            raise RuntimeError("ui crashed")
+
+    events: list[tuple[str, dict[str, Any]]] = []
+    with boot(Broken()) as host:
+        session = host.chat_sessions.create(max_turns=1)
+        host.chat_sessions.add_turns(session.id, 1)  # at its limit before the run
+        result = host.chat(session.id, "hi",
+                           payload={"event_sink": lambda e, p: events.append((e, p))})
+        assert (result.status, result.error_code, result.error) == (
+            "error", "budget_hook_failed", "ui crashed")
+        assert host.chat_sessions.get(session.id).status == "active"
+        assert host.transcripts.locks.held() == []
+    assert [e for e, _ in events] == ["failed"]
