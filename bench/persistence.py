@@ -1,11 +1,13 @@
-"""Per-turn cost of transcript persistence: ``append_turn`` + ``renew`` on a file database.
+"""Per-turn cost of transcript persistence: a run's writer on a file database.
 
 This is what the loop adds to every turn when the host's ``TranscriptStore`` is the persister
-and the lock: two ``BEGIN IMMEDIATE`` transactions on a WAL database (synchronous=NORMAL), one
-appending the turn's three messages (text, tool call, tool result) and one pushing the lock's
-expiry. Each run uses a fresh database in a temporary directory; the figure reported is the
-median over runs of the mean microseconds per turn. The first and last tenth of each run are also
-timed, to show the cost does not grow with the transcript (nothing re-reads the history).
+and the lock: the run's ``TranscriptWriter`` appends the turn's three messages (text, tool call,
+tool result) and the row's exact counts in one ``BEGIN IMMEDIATE`` transaction on a WAL database
+(synchronous=NORMAL) that first proves the run still holds the lock (extending it when due);
+the loop's ``renew`` right after costs nothing. Each run uses a fresh database in a temporary
+directory; the figure reported is the median over runs of the mean microseconds per turn. The
+first and last tenth of each run are also timed, to show the cost does not grow with the
+transcript (nothing re-reads the history).
 
     .venv/bin/python bench/persistence.py [--runs 7] [--turns 1000]
 """
@@ -47,12 +49,14 @@ def one_run(turns: int) -> tuple[float, float, float]:
         store = TranscriptStore(db)
         token = store.acquire("bench", 300)
         assert token is not None
+        writer = store.open_writer("bench", token, 300)
+        writer.begin([], {})
         stamps = [time.perf_counter()]
         for turn, messages in enumerate(batches, start=1):
-            store.append_turn("bench", turn, messages)
-            store.renew("bench", token, 300)
+            writer.append_turn(turn, messages)
+            writer.renew()
             stamps.append(time.perf_counter())
-        store.release("bench", token)
+        assert writer.release()
         assert len(store.get("bench")) == 3 * turns
         db.conn.close()
     per_turn = [b - a for a, b in itertools.pairwise(stamps)]
@@ -69,7 +73,8 @@ def main() -> None:
     args = parser.parse_args()
     results = [one_run(args.turns) for _ in range(args.runs)]
     overall = [r[0] for r in results]
-    print(f"persistence per turn (append_turn + renew), {args.runs} runs x {args.turns} turns:")
+    print(f"persistence per turn (a writer's append_turn + renew), {args.runs} runs x "
+          f"{args.turns} turns:")
     print(f"  median {statistics.median(overall):.0f} us/turn "
           f"(min {min(overall):.0f}, max {max(overall):.0f})")
     print(f"  first tenth {statistics.median(r[1] for r in results):.0f} us/turn, "

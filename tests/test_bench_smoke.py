@@ -54,3 +54,10 @@ def test_run_script_prints_every_table_without_the_peers() -> None:
     assert "## Concurrency" in text
     assert "## Profile" in text
     assert not any(name in sys.modules for name in ("pydantic_ai", "agents", "langgraph"))
+
+
+def test_persistence_script_runs_through_a_writer() -> None:
+    from bench import persistence
+
+    overall, first, last = persistence.one_run(3)
+    assert min(overall, first, last) > 0
