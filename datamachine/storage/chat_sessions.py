@@ -26,7 +26,14 @@ from datamachine.errors import (
     UsageError,
 )
 from datamachine.registry import validate_budget_value
-from datamachine.storage._tx import Connected, connection_lock, db_label, immediate
+from datamachine.storage._tx import (
+    Connected,
+    connection_lock,
+    db_label,
+    immediate,
+    query,
+    query_one,
+)
 from datamachine.storage.locks import check_session_id
 
 if TYPE_CHECKING:
@@ -106,8 +113,7 @@ def record_limit_answer(conn: sqlite3.Connection, session_id: str, *, confirmed:
 
 
 def _session(row: Any) -> ChatSession:
-    return ChatSession(id=row[0], turn_count=row[1], status=row[2], max_turns=row[3],
-                       created_at=row[4], updated_at=row[5])
+    return ChatSession(**dict(row))
 
 
 class ChatSessionStore:
@@ -157,9 +163,8 @@ class ChatSessionStore:
     def get(self, session_id: str) -> ChatSession:
         """The session; ChatSessionNotFound if there is none."""
         with self._lock:
-            row = self._db.conn.execute(
-                f"SELECT {_COLUMNS} FROM chat_sessions WHERE id = ?", [session_id]
-            ).fetchone()
+            row = query_one(self._db.conn, f"SELECT {_COLUMNS} FROM chat_sessions WHERE id = ?",
+                            [session_id])
         if row is None:
             raise self._not_found(session_id)
         return _session(row)
@@ -169,10 +174,9 @@ class ChatSessionStore:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise UsageError(f"limit must be a positive integer, got {limit!r}.")
         with self._lock:
-            rows = self._db.conn.execute(
-                f"SELECT {_COLUMNS} FROM chat_sessions ORDER BY updated_at DESC, id LIMIT ?",
-                [limit],
-            ).fetchall()
+            rows = query(self._db.conn,
+                         f"SELECT {_COLUMNS} FROM chat_sessions ORDER BY updated_at DESC, id "
+                         "LIMIT ?", [limit])
         return [_session(row) for row in rows]
 
     def require_active(self, session_id: str) -> ChatSession:
@@ -218,12 +222,11 @@ class ChatSessionStore:
                 active_only: bool) -> ChatSession:
         with self._lock:
             with immediate(self._db, self._lock, self._label, "update a chat session") as conn:
-                row = conn.execute(
-                    f"SELECT {_COLUMNS} FROM chat_sessions WHERE id = ?", [session_id]
-                ).fetchone()
+                row = query_one(conn, f"SELECT {_COLUMNS} FROM chat_sessions WHERE id = ?",
+                                [session_id])
                 if row is None:
                     raise self._not_found(session_id)
-                if active_only and row[2] == "aborted":
+                if active_only and row["status"] == "aborted":
                     raise self._aborted(_session(row))
                 conn.execute(
                     f"UPDATE chat_sessions SET {assignments}, updated_at = ? WHERE id = ?",

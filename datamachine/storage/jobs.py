@@ -20,7 +20,14 @@ from pydantic import BaseModel, ConfigDict
 from agents_api import clock
 from agents_api.jsontext import plain_json
 from datamachine.errors import InvalidJobTransition, JobNotFound, UsageError
-from datamachine.storage._tx import Connected, connection_lock, db_label, immediate
+from datamachine.storage._tx import (
+    Connected,
+    connection_lock,
+    db_label,
+    immediate,
+    query,
+    query_one,
+)
 
 __all__ = ["Job", "JobStatus", "JobStore"]
 
@@ -73,11 +80,7 @@ def _encode_data(engine_data: Mapping[str, Any] | None, what: str) -> dict[str, 
 
 
 def _job(row: Any) -> Job:
-    return Job(
-        id=row[0], flow_step_id=row[1], status=row[2], engine_data=json.loads(row[3]),
-        failure_reason=row[4], created_at=row[5], updated_at=row[6], started_at=row[7],
-        finished_at=row[8],
-    )
+    return Job(**{**dict(row), "engine_data": json.loads(row["engine_data"])})
 
 
 class JobStore:
@@ -109,9 +112,7 @@ class JobStore:
         """The job with ``job_id``; JobNotFound if there is none."""
         jid = _check_id(job_id)
         with self._lock:
-            row = self._db.conn.execute(
-                f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", [jid]
-            ).fetchone()
+            row = query_one(self._db.conn, f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", [jid])
         if row is None:
             raise JobNotFound(f"No job has id {jid} in {self._label}.")
         return _job(row)
@@ -130,7 +131,7 @@ class JobStore:
         sql += " ORDER BY id DESC LIMIT ?"
         params.append(limit)
         with self._lock:
-            rows = self._db.conn.execute(sql, params).fetchall()
+            rows = query(self._db.conn, sql, params)
         return [_job(row) for row in rows]
 
     def start(self, job_id: int) -> Job:
@@ -154,10 +155,10 @@ class JobStore:
         update = _encode_data(data, "engine data to merge")
         with self._lock:
             with immediate(self._db, self._lock, self._label, "update a job") as conn:
-                row = conn.execute("SELECT engine_data FROM jobs WHERE id = ?", [jid]).fetchone()
+                row = query_one(conn, "SELECT engine_data FROM jobs WHERE id = ?", [jid])
                 if row is None:
                     raise JobNotFound(f"No job has id {jid} in {self._label}.")
-                merged = {**json.loads(row[0]), **update}
+                merged = {**json.loads(row["engine_data"]), **update}
                 conn.execute(
                     "UPDATE jobs SET engine_data = ?, updated_at = ? WHERE id = ?",
                     [plain_json(merged), clock.now(), jid],
@@ -170,10 +171,10 @@ class JobStore:
         now = clock.now()
         with self._lock:
             with immediate(self._db, self._lock, self._label, "update a job") as conn:
-                row = conn.execute("SELECT status FROM jobs WHERE id = ?", [jid]).fetchone()
+                row = query_one(conn, "SELECT status FROM jobs WHERE id = ?", [jid])
                 if row is None:
                     raise JobNotFound(f"No job has id {jid} in {self._label}.")
-                current = row[0]
+                current = row["status"]
                 if current not in allowed:
                     raise InvalidJobTransition(
                         f"Job {jid} is {current!r}; it can become {target!r} only from "

@@ -17,7 +17,14 @@ from pydantic import BaseModel, ConfigDict
 
 from agents_api import clock
 from datamachine.errors import DuplicateTokenName, InvalidTokenName
-from datamachine.storage._tx import Connected, connection_lock, db_label, immediate
+from datamachine.storage._tx import (
+    Connected,
+    connection_lock,
+    db_label,
+    immediate,
+    query,
+    query_one,
+)
 
 __all__ = ["TOKEN_PREFIX", "ApiToken", "TokenStore", "hash_token"]
 
@@ -101,21 +108,17 @@ class TokenStore:
             return None
         digest = hash_token(token)
         with self._lock:
-            row = self._db.conn.execute(
-                "SELECT name, token_hash FROM api_tokens "
-                "WHERE token_hash = ? AND revoked_at IS NULL",
-                [digest],
-            ).fetchone()
+            row = query_one(self._db.conn, "SELECT name, token_hash FROM api_tokens "
+                                           "WHERE token_hash = ? AND revoked_at IS NULL", [digest])
         # The lookup is by hash (an attacker cannot steer it byte by byte); the constant-time
         # comparison makes the final check independent of where two hashes differ.
-        if row is None or not hmac.compare_digest(str(row[1]), digest):
+        if row is None or not hmac.compare_digest(str(row["token_hash"]), digest):
             return None
-        return str(row[0])
+        return str(row["name"])
 
     def list(self) -> builtins.list[ApiToken]:
         """Every token, active and revoked, by name."""
         with self._lock:
-            rows = self._db.conn.execute(
-                "SELECT name, created_at, revoked_at FROM api_tokens ORDER BY name"
-            ).fetchall()
-        return [ApiToken(name=row[0], created_at=row[1], revoked_at=row[2]) for row in rows]
+            rows = query(self._db.conn,
+                         "SELECT name, created_at, revoked_at FROM api_tokens ORDER BY name")
+        return [ApiToken(**dict(row)) for row in rows]
