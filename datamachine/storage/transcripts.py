@@ -207,21 +207,20 @@ class TranscriptStore:
     def summary(self, session_id: str) -> TranscriptSummary:
         """Metadata of one transcript, without its messages; TranscriptNotFound if unknown."""
         with snapshot(self._db, self._lock, self._label) as conn:
-            row = query_one(conn, f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN} "
-                                  "WHERE t.id = ?", [clock.now(), session_id])
-        if row is None:
-            raise self._not_found(session_id)
-        return TranscriptSummary(**_summary_fields(row))
+            return TranscriptSummary(**self._fields(conn, session_id))
 
     def get_transcript(self, session_id: str) -> Transcript:
         """Metadata and messages of one transcript; TranscriptNotFound if unknown."""
-        with snapshot(self._db, self._lock, self._label) as conn:
-            row = query_one(conn, f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN} "
-                                  "WHERE t.id = ?", [clock.now(), session_id])
-            if row is None:
-                raise self._not_found(session_id)
-            messages = self.get(session_id)
-        return Transcript(**_summary_fields(row), messages=messages)
+        with snapshot(self._db, self._lock, self._label) as conn:  # one consistent read
+            fields = self._fields(conn, session_id)
+            return Transcript(**fields, messages=self.get(session_id))
+
+    def _fields(self, conn: Any, session_id: str) -> dict[str, Any]:
+        row = query_one(conn, f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN} "
+                              "WHERE t.id = ?", [clock.now(), session_id])
+        if row is None:
+            raise self._not_found(session_id)
+        return _summary_fields(row)
 
     def list(self, *, limit: int = 50,
              status: TranscriptStatus | None = None) -> builtins.list[TranscriptSummary]:

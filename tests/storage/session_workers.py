@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,38 +67,36 @@ def boot_host(db_path: str, steps: int = 0) -> Host:
                           load_entrypoints=False)
 
 
-def chat_many(db_path: str, name: str, session_id: str, count: int, barrier: Any,
-              out: Any) -> None:
-    """``count`` chats on one session; report ``(name, [(text, status), ...], error)``."""
+def _many(db_path: str, name: str, barrier: Any, out: Any, count: int,
+          one: Callable[[Host, str], str]) -> None:
+    """``count`` calls of ``one(host, text)`` after the barrier; report ``(name, [(text,
+    status), ...], error)`` and never raise."""
     outcomes: list[tuple[str, str]] = []
     try:
         host = boot_host(db_path)
         barrier.wait(timeout=60)
         for index in range(count):
             text = f"{name}-{index}"
-            outcomes.append((text, host.chat(session_id, text).status))
+            outcomes.append((text, one(host, text)))
         host.close()
     except Exception:
         out.put((name, outcomes, traceback.format_exc()))
         return
     out.put((name, outcomes, None))
+
+
+def chat_many(db_path: str, name: str, session_id: str, count: int, barrier: Any,
+              out: Any) -> None:
+    """``count`` chats on one session."""
+    _many(db_path, name, barrier, out, count,
+          lambda host, text: host.chat(session_id, text).status)
 
 
 def continue_many(db_path: str, name: str, session_id: str, count: int, barrier: Any,
                   out: Any) -> None:
-    """``count`` continuations (one turn each) of one transcript; report like chat_many."""
-    outcomes: list[tuple[str, str]] = []
-    try:
-        host = boot_host(db_path)
-        barrier.wait(timeout=60)
-        for index in range(count):
-            result = host.continue_conversation(session_id, extend_by=1)
-            outcomes.append((f"{name}-{index}", result.status))
-        host.close()
-    except Exception:
-        out.put((name, outcomes, traceback.format_exc()))
-        return
-    out.put((name, outcomes, None))
+    """``count`` continuations (one turn each) of one transcript."""
+    _many(db_path, name, barrier, out, count,
+          lambda host, text: host.continue_conversation(session_id, extend_by=1).status)
 
 
 class BlockingModel:

@@ -21,7 +21,6 @@ import multiprocessing
 import os
 import random
 import signal
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -31,19 +30,12 @@ from freezegun import freeze_time
 
 import bootstrap
 from tests.storage import session_workers as workers
+from tests.storage.workers import integrity_check as _integrity
 
 CTX = multiprocessing.get_context("forkserver")
 CTX.set_forkserver_preload(["bootstrap", "datamachine.conversation.chat",
                             "tests.storage.session_workers"])
 DEADLINE_S = 120.0
-
-
-def _integrity(path: Path) -> str:
-    conn = sqlite3.connect(path)
-    try:
-        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
-    finally:
-        conn.close()
 
 
 def _run_children(target: Any, args_for: list[tuple[Any, ...]], reports: int) -> list[Any]:

@@ -43,14 +43,6 @@ def _kill(process: Any) -> None:
     assert process.exitcode == -signal.SIGKILL
 
 
-def _integrity(path: Path) -> str:
-    conn = sqlite3.connect(path)
-    try:
-        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
-    finally:
-        conn.close()
-
-
 def test_eight_processes_fifty_runs_each_lose_and_interleave_nothing(tmp_path: Path) -> None:
     """8 workers boot the same new file at once (racing the migrations), then 50 runs each."""
     db_path = tmp_path / "shared.db"
@@ -86,7 +78,7 @@ def test_eight_processes_fifty_runs_each_lose_and_interleave_nothing(tmp_path: P
         assert conn.execute("SELECT COUNT(*) FROM transcript_locks").fetchone() == (0,)
     finally:
         conn.close()
-    assert _integrity(db_path) == "ok"
+    assert workers.integrity_check(db_path) == "ok"
 
 
 @pytest.mark.parametrize("finished", [0, 3])
@@ -101,7 +93,7 @@ def test_kill_between_turns_keeps_exactly_the_finished_turns(tmp_path: Path,
     _wait_for_file(ready, child)
     _kill(child)
 
-    assert _integrity(db_path) == "ok"
+    assert workers.integrity_check(db_path) == "ok"
     store = TranscriptStore(open_database(db_path))  # opens cleanly after the kill
     full = workers.expected_messages("crashy", finished + 2)
     stored = store.get("crashy")
@@ -134,7 +126,7 @@ def test_kill_at_an_arbitrary_moment_never_leaves_half_a_turn(tmp_path: Path) ->
         _wait_for_file(ready, child)
         _kill(child)
 
-        assert _integrity(db_path) == "ok"
+        assert workers.integrity_check(db_path) == "ok"
         store = TranscriptStore(open_database(db_path))
         stored = store.get("racy")
         record = store.get_transcript("racy")

@@ -8,6 +8,7 @@ each run must leave behind (:func:`expected_messages`) without trusting the chil
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import traceback
 from collections.abc import Callable
@@ -139,3 +140,12 @@ def contend(db_path: str, name: str, rounds: int, barrier: Any, lost: list[Any],
         if status == "transcript_lock_contention":
             lost[index].set()
         out.put((name, index, status, bool(calls), all(held) and bool(held)))
+
+
+def integrity_check(path: Path) -> str:
+    """SQLite's ``PRAGMA integrity_check`` of the file, through a connection of its own."""
+    conn = sqlite3.connect(path)
+    try:
+        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+    finally:
+        conn.close()
