@@ -18,7 +18,7 @@ from agents_api.message import Message
 from agents_api.records import LoopStatus
 
 __all__ = ["Decision", "LoopResult", "LoopStatus", "RunStop", "StopVerdict", "TurnResult",
-           "coerce_turn_result", "empty_usage"]
+           "coerce_turn_result", "empty_usage", "terminal_payload"]
 
 
 def empty_usage() -> dict[str, Any]:
@@ -98,6 +98,19 @@ class RunStop:
     flags: list[str] = field(default_factory=list)
     warning: str | None = None
 
+    @classmethod
+    def of(cls, result: LoopResult) -> RunStop:
+        """The stop a finished result describes (for a product deciding after the loop)."""
+        return cls(
+            status=result.status, budget=result.budget, error=result.error,
+            error_code=result.error_code, messages=result.messages,
+            final_content=result.final_content, turn_count=result.turn_count,
+            usage=dict(result.usage), budgets=result.budgets,
+            last_tool_calls=result.last_tool_calls,
+            tool_execution_results=result.tool_execution_results,
+            session_id=result.transcript_session_id, flags=list(result.flags),
+            warning=result.warning)
+
 
 class StopVerdict(BaseModel):
     """A stop handler's answer, applied to the result once, before it is stored or reported.
@@ -153,3 +166,14 @@ class LoopResult(BaseModel):
     # Product diagnostics a stop handler adds (a blocker, completion diagnostics); persisters
     # store them with the transcript.
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+def terminal_payload(result: Any) -> dict[str, Any]:
+    """The payload of a run's terminal event (``completed`` or ``failed``) from its result (a
+    ``LoopResult`` or anything with its fields): every emitter of that event uses this one."""
+    return {
+        "status": result.status, "turn": result.turn_count, "turn_count": result.turn_count,
+        "message_count": len(result.messages),
+        "tool_results": len(result.tool_execution_results), "budget": result.budget,
+        "budgets": result.budgets, "error": result.error, "error_code": result.error_code,
+    }

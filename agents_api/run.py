@@ -35,6 +35,7 @@ from agents_api.results import (
     TurnResult,
     coerce_turn_result,
     empty_usage,
+    terminal_payload,
 )
 from agents_api.transcript import HeldLock, LegacyTranscript, TranscriptWriter
 
@@ -581,12 +582,8 @@ class LoopRun:
             **fields)
 
     def _emit_terminal(self, result: LoopResult) -> None:
-        self.emitter.emit("failed" if result.status == "error" else "completed", {
-            "status": result.status, "turn": result.turn_count,
-            "turn_count": result.turn_count, "message_count": len(result.messages),
-            "tool_results": len(result.tool_execution_results), "budget": result.budget,
-            "budgets": result.budgets, "error": result.error, "error_code": result.error_code,
-        })
+        self.emitter.emit("failed" if result.status == "error" else "completed",
+                          terminal_payload(result))
 
 
 def _add_usage(total: dict[str, Any], usage: Mapping[str, Any]) -> None:

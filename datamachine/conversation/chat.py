@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agents_api import IterationBudget, LockLost, Message
+from agents_api.results import terminal_payload
 from datamachine.budgets_builtin import CHAT_TURNS
 from datamachine.conversation.payload import split_payload
 from datamachine.conversation.result import ConversationResult
@@ -229,6 +230,4 @@ def abort_before_run(services: Services, session: ChatSession, writer: Transcrip
 
 
 def _terminal(result: ConversationResult, mode: str) -> dict[str, Any]:
-    return {"mode": mode, "status": result.status, "turn": 0, "turn_count": 0,
-            "message_count": len(result.messages), "tool_results": 0, "budget": None,
-            "budgets": {}, "error": result.error, "error_code": result.error_code}
+    return {"mode": mode, **terminal_payload(result)}

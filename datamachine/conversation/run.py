@@ -310,7 +310,7 @@ class ConversationRun:
             # the lock: decide now, from what the loop says.
             warnings = ([*self.warnings, *self.completion.warnings, *loop.warnings]
                         if verdict is None else loop.warnings)
-            verdict = self.verdict = self._decide(_stop_of(loop))
+            verdict = self.verdict = self._decide(RunStop.of(loop))
         spec = self.spec
         result = ConversationResult.model_construct(
             messages=loop.messages, final_content=verdict.final_content,
@@ -330,15 +330,6 @@ class ConversationRun:
             **_result_diagnostics(verdict.diagnostics))
         self.completion.settle_job(_job_fields(result))
         return result
-
-
-def _stop_of(loop: LoopResult) -> RunStop:
-    return RunStop(
-        status=loop.status, budget=loop.budget, error=loop.error, error_code=loop.error_code,
-        messages=loop.messages, final_content=loop.final_content, turn_count=loop.turn_count,
-        usage=dict(loop.usage), budgets=loop.budgets, last_tool_calls=loop.last_tool_calls,
-        tool_execution_results=loop.tool_execution_results,
-        session_id=loop.transcript_session_id, flags=list(loop.flags), warning=loop.warning)
 
 
 _DIAGNOSTIC_DEFAULTS: dict[str, Any] = {
