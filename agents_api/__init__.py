@@ -31,7 +31,14 @@ if TYPE_CHECKING:
         tool_result_content,
     )
     from agents_api.message import Message, normalize_message, normalize_messages
-    from agents_api.results import Decision, LoopResult, RunStop, StopVerdict, TurnResult
+    from agents_api.results import (
+        Decision,
+        LoopResult,
+        RunStop,
+        StopVerdict,
+        TurnAnswer,
+        TurnResult,
+    )
     from agents_api.transcript import (
         HeldLock,
         TranscriptLock,
@@ -62,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     "LoopResult": "agents_api.results",
     "RunStop": "agents_api.results",
     "StopVerdict": "agents_api.results",
+    "TurnAnswer": "agents_api.results",
     "TurnResult": "agents_api.results",
 }
 
@@ -82,6 +90,7 @@ __all__ = [
     "TranscriptLock",
     "TranscriptPersister",
     "TranscriptWriter",
+    "TurnAnswer",
     "TurnResult",
     "arun_loop",
     "normalize_message",

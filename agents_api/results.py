@@ -17,8 +17,8 @@ from agents_api.errors import InvalidTurnResult
 from agents_api.message import Message
 from agents_api.records import LoopStatus
 
-__all__ = ["Decision", "LoopResult", "LoopStatus", "RunStop", "StopVerdict", "TurnResult",
-           "coerce_turn_result", "empty_usage", "terminal_payload"]
+__all__ = ["Decision", "LoopResult", "LoopStatus", "RunStop", "StopVerdict", "TurnAnswer",
+           "TurnResult", "coerce_turn_result", "empty_usage", "terminal_payload"]
 
 
 def empty_usage() -> dict[str, Any]:
@@ -45,13 +45,47 @@ class TurnResult(BaseModel):
     continuation_messages: list[Message] = Field(default_factory=list)
 
 
-def coerce_turn_result(value: object, turn: int) -> TurnResult:
-    """Accept a TurnResult or a mapping of its fields; anything else is an InvalidTurnResult."""
-    if isinstance(value, TurnResult):
+@dataclass(slots=True)
+class TurnAnswer:
+    """A turn's answer as the loop keeps it: :class:`TurnResult`'s fields, already checked.
+
+    The loop turns whatever a runner returns into one of these. A runner that makes every value
+    itself (datamachine's provider runner) may return one directly: it is taken as it is, with
+    no validation, which saves building and checking a pydantic model every turn. Anything a
+    runner cannot vouch for belongs in a :class:`TurnResult` or a dict. Not changed after the
+    loop receives it.
+    """
+
+    content: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, Any] = field(default_factory=dict)
+    request_metadata: dict[str, Any] = field(default_factory=dict)
+    complete: bool = False
+    continuation_messages: list[Message] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, result: TurnResult) -> TurnAnswer:
+        """The answer a validated ``TurnResult`` holds."""
+        return cls(result.content, result.tool_calls, result.usage, result.request_metadata,
+                   result.complete, result.continuation_messages)
+
+    def to_turn_result(self) -> TurnResult:
+        """The answer as the public model (what ``should_continue`` receives)."""
+        return TurnResult(content=self.content, tool_calls=self.tool_calls, usage=self.usage,
+                          request_metadata=self.request_metadata, complete=self.complete,
+                          continuation_messages=self.continuation_messages)
+
+
+def coerce_turn_result(value: object, turn: int) -> TurnAnswer:
+    """Accept a TurnAnswer, a TurnResult or a mapping of its fields; anything else is an
+    InvalidTurnResult."""
+    if type(value) is TurnAnswer:
         return value
+    if isinstance(value, TurnResult):
+        return TurnAnswer.of(value)
     if isinstance(value, Mapping):
         try:
-            return TurnResult(**dict(value))
+            return TurnAnswer.of(TurnResult(**dict(value)))
         except ValidationError as exc:
             fields = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()

@@ -32,6 +32,7 @@ from agents_api.results import (
     LoopResult,
     RunStop,
     StopVerdict,
+    TurnAnswer,
     TurnResult,
     coerce_turn_result,
     empty_usage,
@@ -48,7 +49,7 @@ T = TypeVar("T")
 MaybeAwaitable: TypeAlias = Union[T, Awaitable[T]]  # noqa: UP007
 
 TurnRunner = Callable[
-    [list[Message], dict[str, Any]], MaybeAwaitable[TurnResult | Mapping[str, Any]]
+    [list[Message], dict[str, Any]], MaybeAwaitable[TurnResult | TurnAnswer | Mapping[str, Any]]
 ]
 ToolResultHook = Callable[
     [dict[str, Any], dict[str, Any], dict[str, Any]], MaybeAwaitable[Decision | None]
@@ -176,7 +177,7 @@ class LoopRun:
     def _fail(self, code: str, exc: BaseException) -> None:
         self._stop(Outcome.failure(code, exc))
 
-    def _decide(self, turn: _Turn, answer: TurnResult, ran: _ToolsRan) -> None:
+    def _decide(self, turn: _Turn, answer: TurnAnswer, ran: _ToolsRan) -> None:
         """After a stored turn: stop (and why) or go on to the next turn."""
         if ran.hook_error is not None:
             self._fail("tool_result_hook_failed", ran.hook_error)
@@ -189,7 +190,7 @@ class LoopRun:
             return
         should_continue = self.settings.should_continue
         try:
-            keep_going = (bool(should_continue(answer, turn.context))
+            keep_going = (bool(should_continue(answer.to_turn_result(), turn.context))
                           if should_continue is not None
                           else bool(self.last_calls or answer.continuation_messages))
         except Exception as exc:
@@ -393,7 +394,7 @@ class LoopRun:
                 "message_count": len(self.messages)})
         return _Turn(number, len(self.messages), context)
 
-    def _ask_runner(self, turn: _Turn) -> Steps[TurnResult | None]:
+    def _ask_runner(self, turn: _Turn) -> Steps[TurnAnswer | None]:
         """The turn runner's answer (None when the turn failed or the clock cut it)."""
         try:
             raw = self.settings.turn_runner(self.messages, turn.context)
@@ -421,7 +422,7 @@ class LoopRun:
             self.messages.append(Message.text("assistant", answer.content))
         return answer
 
-    def _run_tools(self, turn: _Turn, answer: TurnResult) -> Steps[_ToolsRan]:
+    def _run_tools(self, turn: _Turn, answer: TurnAnswer) -> Steps[_ToolsRan]:
         """Run the turn's calls in order; tool budgets are checked before each call, every
         budget after it."""
         self.last_calls = calls = self._calls(turn, answer)
@@ -458,7 +459,7 @@ class LoopRun:
         return ran
 
     @staticmethod
-    def _calls(turn: _Turn, answer: TurnResult) -> list[ToolCall]:
+    def _calls(turn: _Turn, answer: TurnAnswer) -> list[ToolCall]:
         calls = []
         for index, raw in enumerate(answer.tool_calls, start=1):
             call = ToolCall.from_model(raw, turn.number, index)

@@ -63,8 +63,6 @@ class Settings:
         self._cache: dict[str, str] | None = None
         self._version: int | None = None
         self._trusted = False
-        # Inside batch(): the DATAMACHINE_* variables, read once for the whole batch.
-        self._env_snapshot: dict[str, str] | None = None
 
     @property
     def _env(self) -> Mapping[str, str]:
@@ -84,8 +82,9 @@ class Settings:
         """The environment override, else the stored value, else ``default``."""
         env_name = _env_name(key)
         if env_name not in RESERVED_ENV:
-            env = self._env_snapshot if self._env_snapshot is not None else self._env
-            raw = env.get(env_name)
+            # One lookup per read: a run reads about ten settings, while copying the
+            # environment's DATAMACHINE_* part means decoding every variable it has.
+            raw = self._env.get(env_name)
             if raw is not None:
                 return _parse_env(raw)
         encoded = self._rows().get(key)
@@ -121,15 +120,11 @@ class Settings:
                 yield
                 return
             self._rows()
-            # One pass over the environment instead of a failed lookup per unset setting.
-            self._env_snapshot = {name: value for name, value in self._env.items()
-                                  if name.startswith("DATAMACHINE_")}
             self._trusted = True
             try:
                 yield
             finally:
                 self._trusted = False
-                self._env_snapshot = None
 
     def source(self, key: str) -> Literal["env", "db"] | None:
         """Where ``get(key)`` reads from: ``"env"``, ``"db"`` or None (unset)."""

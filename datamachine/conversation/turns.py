@@ -1,4 +1,4 @@
-"""The turn runner: one provider turn, from transcript to ``TurnResult``.
+"""The turn runner: one provider turn, from transcript to the loop's ``TurnAnswer``.
 
 Per turn it projects the newly appended envelopes (never the whole history), builds the
 :class:`ProviderRequest` with its metadata, checks availability once per run, lets the
@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from agents_api import IterationBudget, Message, TurnResult
+from agents_api import IterationBudget, Message, TurnAnswer
 from agents_api.drive import awaitable
 from agents_api.jsontext import canonical_json, compact_bytes
 from datamachine.conversation.pressure import PressureTracker
@@ -99,9 +99,8 @@ class ProviderTurnRunner:
                            "connect_timeout": timeouts.connect}
         # Built-in providers answer in normal form already (see providers.normalize).
         self._trusted = bool(getattr(provider, "answers_normalized", False))
-        # Each turn's request and result are copies of these with the turn's parts (pydantic's
+        # Each turn's request is a copy of this one with the turn's parts (pydantic's
         # model_copy: the run's own values are not validated again every turn).
-        self._turn = TurnResult()
         self._request = ProviderRequest.model_construct(
             messages=[], tools=self.tools, provider=provider_name, model=model, mode=mode,
             payload=self.payload, turn=0, request_timeout=timeouts.request,
@@ -188,7 +187,7 @@ class ProviderTurnRunner:
         self._answer_trusted = self._trusted
         return self.provider.complete(request)
 
-    async def _finish_async(self, answer: Awaitable[Any], turn: int) -> TurnResult:
+    async def _finish_async(self, answer: Awaitable[Any], turn: int) -> TurnAnswer:
         try:
             response = await answer
         except (Exception, asyncio.CancelledError) as exc:
@@ -208,7 +207,7 @@ class ProviderTurnRunner:
             code="provider_bad_response", provider=self.provider_name,
         )
 
-    def _finish(self, answer: Any, turn: int) -> TurnResult:
+    def _finish(self, answer: Any, turn: int) -> TurnAnswer:
         try:
             if not isinstance(answer, ProviderResponse | Mapping):
                 raise ProviderError(
@@ -233,10 +232,10 @@ class ProviderTurnRunner:
         elif self.on_natural_completion is not None and not calls:
             messages, context = self._turn_input
             continuation = self.on_natural_completion(messages, response.content, context)
-        return self._turn.model_copy(update={
-            "content": response.content, "tool_calls": calls, "usage": response.usage,
-            "request_metadata": self.last_request_metadata, "complete": complete,
-            "continuation_messages": continuation})
+        # Every value here is the runner's own (the response was normalized above), so the
+        # loop takes it as it is instead of validating a TurnResult every turn.
+        return TurnAnswer(response.content, calls, response.usage, self.last_request_metadata,
+                          complete, continuation)
 
     def summarize(self, messages: list[Message], prompt: str) -> Any:
         """One tool-less request for a final summary (not a turn): its text, or an awaitable.

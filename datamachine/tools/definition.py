@@ -58,6 +58,8 @@ class Tool(BaseModel):
     _validator: ParameterValidator = PrivateAttr()
     _wants_context: bool = PrivateAttr(default=False)
     _is_async: bool = PrivateAttr(default=False)
+    # The JSON of to_provider_dict() and what it was written from (see provider_json).
+    _provider_json: tuple[tuple[str, str, int], str] | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -127,8 +129,16 @@ class Tool(BaseModel):
 
     def provider_json(self) -> str:
         """The JSON of :meth:`to_provider_dict` (sorted keys), which request metadata sizes and
-        hashes (once per run)."""
-        return canonical_json(self.to_provider_dict())
+        hashes once per run.
+
+        Written once per tool and kept: a tool is frozen, but ``model_copy(update=...)`` makes
+        one without validating, so the text is kept with the values it was written from.
+        """
+        source = (self.name, self.description, id(self.parameters))
+        cached = self._provider_json
+        if cached is None or cached[0] != source:
+            cached = self._provider_json = (source, canonical_json(self.to_provider_dict()))
+        return cached[1]
 
     @property
     def repeatable(self) -> bool:
