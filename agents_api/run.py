@@ -39,6 +39,7 @@ from agents_api.results import (
     terminal_payload,
 )
 from agents_api.transcript import HeldLock, LegacyTranscript, TranscriptWriter
+from agents_api.unchecked import unchecked
 
 __all__ = ["BudgetExhaustedHook", "LoopRun", "LoopSettings", "ShouldContinue", "StopHook",
            "ToolResultHook", "TurnRunner"]
@@ -573,7 +574,8 @@ class LoopRun:
             metadata = dict(verdict.metadata)
         fields.setdefault("final_content", _final_content(messages))
         status: LoopStatus = fields.pop("status")
-        return LoopResult.model_construct(
+        return unchecked(
+            LoopResult,
             messages=messages, turn_count=self.turn_count,
             completed=status == "completed", status=status, usage=usage,
             tool_execution_results=self._tool_records(),

@@ -20,6 +20,7 @@ from typing import Any, Protocol, cast
 from agents_api import IterationBudget, LoopResult, RunStop, StopVerdict, TranscriptWriter
 from agents_api.drive import Steps, run_steps
 from agents_api.loop import arun_loop, run_loop
+from agents_api.unchecked import unchecked
 from datamachine.budgets_builtin import CONVERSATION_TURNS, TOOL_CALLS, WALL_CLOCK
 from datamachine.completion.controller import CompletionRun
 from datamachine.conversation.exhaustion import FinalSummary
@@ -312,7 +313,8 @@ class ConversationRun:
                         if verdict is None else loop.warnings)
             verdict = self.verdict = self._decide(RunStop.of(loop))
         spec = self.spec
-        result = ConversationResult.model_construct(
+        result = unchecked(
+            ConversationResult,
             messages=loop.messages, final_content=verdict.final_content,
             turn_count=loop.turn_count,
             cumulative_turn_count=self.cumulative_base + loop.turn_count,
