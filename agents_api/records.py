@@ -3,6 +3,11 @@
 The loop hands user callables the documented dict shapes (a tool call is ``{"id", "name",
 "parameters"}``); inside, a call, its outcome and the run's stop are dataclasses, so the code
 that moves them around is checked by mypy instead of trusting string keys.
+
+Records made per run or per turn are slotted dataclasses that are never changed once made, but
+not ``frozen``: a frozen dataclass sets each field through ``object.__setattr__``, about five
+times the cost of a plain one (1.6 k against 0.3 k instructions per field), and a run makes
+dozens of them. The same rule holds for datamachine's per-run records.
 """
 
 from __future__ import annotations

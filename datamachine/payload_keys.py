@@ -16,7 +16,8 @@ __all__ = ["DEFAULT_LOCK_TTL", "RUNTIME_KEYS", "RuntimeOptions"]
 DEFAULT_LOCK_TTL = 300
 
 
-@dataclass(frozen=True)
+# Never changed once made; slotted, not frozen (see agents_api.records).
+@dataclass(slots=True)
 class RuntimeOptions:
     """The runtime objects of one run, taken out of its payload (validated)."""
 

@@ -112,7 +112,8 @@ class BudgetSpec(BaseModel):
 UNREGISTERED_SPEC = {"default": 10, "min": 1, "max": 100}
 
 
-@dataclass(frozen=True)
+# Never changed once made; slotted, not frozen (see agents_api.records).
+@dataclass(slots=True)
 class ResolvedCeiling:
     """How a budget's ceiling was chosen: the value, where it came from and any clamp."""
 

@@ -363,7 +363,8 @@ def _has_output(result: Mapping[str, Any], path: str) -> bool:
     return any(has_value(lookup_path(root, path)) for root in _output_roots(result))
 
 
-@dataclass(frozen=True)
+# Never changed once made; slotted, not frozen (see agents_api.records).
+@dataclass(slots=True)
 class RecordedCall:
     """One successful call: the parameters it was called with and its result."""
 
@@ -371,7 +372,8 @@ class RecordedCall:
     result: Mapping[str, Any]
 
 
-@dataclass(frozen=True)
+# Never changed once made; slotted, not frozen (see agents_api.records).
+@dataclass(slots=True)
 class Evaluation:
     """Where a run stands against its assertions.
 

@@ -58,7 +58,8 @@ NUDGE_METADATA_TYPE = "completion_nudge"
 Emit = Callable[[str, dict[str, Any]], None]
 
 
-@dataclass(frozen=True)
+# Never changed once made; slotted, not frozen (see agents_api.records).
+@dataclass(slots=True)
 class Judgement:
     """The completion rules' word on a stopped run: its status and warning."""
 

@@ -21,7 +21,8 @@ from datamachine.tools import Tool
 __all__ = ["RunSpec", "normalize_tools"]
 
 
-@dataclass(frozen=True)
+# Never changed once made; slotted, not frozen (see agents_api.records).
+@dataclass(slots=True)
 class RunSpec:
     """What one run was asked to do (DESIGN.md 5.1), checked."""
 

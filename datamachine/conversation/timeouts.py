@@ -20,7 +20,8 @@ MAX_REQUEST_TIMEOUT = 900.0
 MAX_CONNECT_TIMEOUT = 300.0
 
 
-@dataclass(frozen=True)
+# Never changed once made; slotted, not frozen (see agents_api.records).
+@dataclass(slots=True)
 class Timeouts:
     """The transport profile of a run, in seconds."""
 

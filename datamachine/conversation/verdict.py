@@ -29,7 +29,8 @@ _STORED_DIAGNOSTICS = ("blocker", "max_turns_reached", "completion_nudge_count",
                        "remaining_handlers")
 
 
-@dataclass(frozen=True)
+# Never changed once made; slotted, not frozen (see agents_api.records).
+@dataclass(slots=True)
 class ProductVerdict:
     """Why a run stopped, in the product's terms, and the completion diagnostics."""
 
