@@ -88,7 +88,8 @@ PositiveCount = Annotated[StrictInt, Field(ge=1)]
 
 class _Config(BaseModel):
     # extra="allow" keeps unknown keys visible so they can be reported instead of vanishing.
-    model_config = ConfigDict(defer_build=True, extra="allow")
+    # frozen: a parsed config is only read, so every run without assertions shares one.
+    model_config = ConfigDict(defer_build=True, extra="allow", frozen=True)
 
     def _unknown(self, where: str) -> list[str]:
         extra = sorted(self.model_extra or {})
@@ -203,14 +204,16 @@ class CompletionAssertions(_Config):
     @classmethod
     def _named_outcomes(cls, outcomes: list[Outcome]) -> list[Outcome]:
         seen: set[str] = set()
+        named = []
         for index, outcome in enumerate(outcomes, start=1):
             name = outcome.name or f"outcome_{index}"
             if name in seen:
                 # Two outcomes reported under one name could not be told apart.
                 name = f"{name}_{index}"
             seen.add(name)
-            outcome.name = name
-        return outcomes
+            named.append(outcome if name == outcome.name
+                         else outcome.model_copy(update={"name": name}))
+        return named
 
     @property
     def configured(self) -> bool:
@@ -262,6 +265,16 @@ def _location(loc: Sequence[int | str]) -> str:
     return text
 
 
+_EMPTY: list[CompletionAssertions] = []
+
+
+def _empty() -> CompletionAssertions:
+    """The config of a run without assertions (made on first use: the model is built lazily)."""
+    if not _EMPTY:
+        _EMPTY.append(CompletionAssertions())
+    return _EMPTY[0]
+
+
 def parse_assertions(
     raw: Mapping[str, Any] | CompletionAssertions | None,
 ) -> tuple[CompletionAssertions, list[str]]:
@@ -278,8 +291,7 @@ def parse_assertions(
             f"completion_assertions must be a dict, got {type(raw).__name__}."
         )
     if not raw:
-        empty = CompletionAssertions()
-        return empty, empty.warnings()
+        return _empty(), []
     try:
         parsed = CompletionAssertions.model_validate(dict(raw))
     except ValidationError as exc:

@@ -101,7 +101,7 @@ class ProviderTurnRunner:
         self._trusted = bool(getattr(provider, "answers_normalized", False))
         # Each turn's request is a copy of this one with the turn's parts (pydantic's
         # model_copy: the run's own values are not validated again every turn).
-        self._request = ProviderRequest.model_construct(
+        self._request = ProviderRequest(
             messages=[], tools=self.tools, provider=provider_name, model=model, mode=mode,
             payload=self.payload, turn=0, request_timeout=timeouts.request,
             connect_timeout=timeouts.connect)
