@@ -19,6 +19,7 @@ Alongside the chat list it keeps two running figures about what the model is sen
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from agents_api import Message
@@ -34,9 +35,12 @@ _ADOPT_BYTES = len(',"tool_calls":[]')
 class ChatProjector:
     """Stateful, append-only projection of one run's transcript (see module docstring)."""
 
-    __slots__ = ("_adopt", "_current", "_current_turn", "_hash", "_seen", "bytes", "chat")
+    __slots__ = ("_adopt", "_current", "_current_turn", "_hash", "_keys", "_seen", "bytes",
+                 "chat")
 
-    def __init__(self) -> None:
+    def __init__(self, keys: Mapping[str, tuple[object, str]] | None = None) -> None:
+        """``keys``: call id -> (parameters object, canonical JSON) that the run's tool index
+        already wrote (used when the parameters are that very object)."""
         self.chat: list[dict[str, Any]] = []
         self._seen = 0
         self._current: dict[str, Any] | None = None
@@ -44,6 +48,7 @@ class ChatProjector:
         self._adopt = False
         self._hash = hashlib.sha256()
         self.bytes = 2  # "[]"
+        self._keys = keys if keys is not None else {}
 
     def sync(self, messages: list[Message]) -> list[dict[str, Any]]:
         """Project the envelopes appended since the last call; return the whole chat list."""
@@ -91,8 +96,11 @@ class ChatProjector:
         call = {"id": call_id, "name": name, "parameters": parameters}
         # The call as the provider receives it, except that parameters' keys are sorted here
         # (id, name and parameters are in sorted order already).
+        known = self._keys.get(call_id)
+        encoded = (known[1].encode() if known is not None and known[0] is parameters
+                   else canonical_bytes(parameters))
         text = (b'{"id":' + compact_bytes(call_id) + b',"name":' + compact_bytes(name)
-                + b',"parameters":' + canonical_bytes(parameters) + b"}")
+                + b',"parameters":' + encoded + b"}")
         current = self._current
         if current is not None and (self._adopt or self._current_turn == turn):
             calls = current.get("tool_calls")

@@ -122,8 +122,8 @@ class ConversationRun:
         self.budgets = self._other_budgets()
         # What a confirmed extension adds by default: the budget's ceiling at the start.
         self.ceilings = {b.name(): b.ceiling() for b in (self.turn_budget, *self.budgets)}
-        self.runner = self._turn_runner()
         self.executor = self._executor()
+        self.runner = self._turn_runner()
         self.summary = FinalSummary(self.runner.summarize, self.emit,
                                     enabled=runtime.final_summary)
         self.persister, self.lock, self.session_id = self._transcript()
@@ -186,7 +186,7 @@ class ConversationRun:
             pressure=None if rules is False else PressureTracker(rules, self.emit),
             tools_json="[" + ",".join(t.provider_json() for t in tools.values()) + "]",
             on_natural_completion=self.completion.on_natural_completion,
-            turn_gate=self.turn_gate)
+            turn_gate=self.turn_gate, call_keys=self.executor.index.keys)
 
     def _executor(self) -> Any:
         from datamachine.tools import ToolExecutor

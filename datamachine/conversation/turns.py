@@ -64,7 +64,10 @@ class ProviderTurnRunner:
         tools_json: str | None = None,
         on_natural_completion: NaturalCompletion | None = None,
         turn_gate: TurnGate | None = None,
+        call_keys: Mapping[str, tuple[object, str]] | None = None,
     ) -> None:
+        """``call_keys``: the run's tool index's canonical parameters per call id, which the
+        prompt hash reuses (see ``ChatProjector``)."""
         self.host = host
         self.provider = provider
         self.provider_name = provider_name
@@ -82,7 +85,7 @@ class ProviderTurnRunner:
         self.on_natural_completion = on_natural_completion
         self.turn_gate = turn_gate
         self._turn_input: tuple[list[Message], dict[str, Any]] = ([], {})
-        self.projector = ChatProjector()
+        self.projector = ChatProjector(call_keys)
         # ``tools_json``: the JSON of ``tools`` when the caller has it (Tools keep theirs).
         encoded = (tools_json if tools_json is not None
                    else canonical_json(tools)).encode()

@@ -75,10 +75,14 @@ class _OpenCall:
 class TranscriptIndex:
     """Successful ``(tool name, canonical parameters)`` pairs and open calls of one run."""
 
-    __slots__ = ("_anonymous", "_cursor", "_observers", "_open", "_source", "successful")
+    __slots__ = ("_anonymous", "_cursor", "_observers", "_open", "_source", "keys",
+                 "successful")
 
     def __init__(self, observers: Sequence[CallObserver] = ()) -> None:
         self.successful: set[tuple[str, str]] = set()
+        # Call id -> (its parameters object, their canonical JSON), for the prompt hash of the
+        # same run (conversation.projection), which would otherwise encode them again.
+        self.keys: dict[str, tuple[object, str]] = {}
         self._open: dict[str, _OpenCall] = {}
         self._observers = tuple(observers)
         self._source: Sequence[Any] | None = None
@@ -137,11 +141,12 @@ class TranscriptIndex:
             name = payload.get("tool_name")
             if not isinstance(name, str):
                 return
-            params = coerce_parameters(payload.get("parameters"))
-            if params is None:
-                params = {}
+            raw: object = payload.get("parameters")
+            params = coerce_parameters(raw) or {}
             call_id = str(metadata.get("tool_call_id") or "")
             key = canonical_json(params)
+            if params is raw:
+                self.keys[call_id] = (raw, key)
             if not call_id:
                 self._anonymous += 1
                 call_id = f"\0anonymous-{self._anonymous}"

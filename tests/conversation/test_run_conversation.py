@@ -328,6 +328,33 @@ def test_prompt_hash_is_a_running_hash_over_what_the_model_is_sent(host: Host) -
     assert result.request_metadata["message_count"] == 3
 
 
+def test_prompt_hash_reuses_no_key_of_another_call_with_the_same_id(host: Host) -> None:
+    # The hash reuses the tool index's canonical parameters per call id; two calls of one turn
+    # sharing an id (as some model servers send) must each be hashed with their own.
+    from agents_api import normalize_messages
+    from datamachine.conversation.projection import ChatProjector
+
+    @tool
+    def echo(z: int = 0, a: int = 0) -> str:
+        """Echo.
+
+        Args:
+            z: A number.
+            a: Another.
+        """
+        return f"{z}-{a}"
+
+    same = [{"id": "dup", "name": "echo", "parameters": {"z": 1, "a": 2}},
+            {"id": "dup", "name": "echo", "parameters": {"z": 3, "a": 4}}]
+    script = [{"tool_calls": same}, {"content": "done"}]
+    result = host.run_conversation(USER, [echo], "scripted", "m", payload={"script": script})
+    assert result.transcript_session_id is not None
+    stored = host.transcripts.get(result.transcript_session_id)
+    again = ChatProjector()
+    again.sync(normalize_messages(stored[:-1]))
+    assert result.request_metadata["prompt_sha256"] == again.prompt_sha256()
+
+
 def test_prompt_hash_is_the_same_with_and_without_storage(host: Host) -> None:
     script = [{"tool_calls": [call(1)]}, {"tool_calls": [call(2)]}, {"content": "done"}]
     stored = host.run_conversation(USER, [double], "scripted", "m", payload={"script": script})
