@@ -108,7 +108,8 @@ class Decision(BaseModel):
     context: dict[str, Any] = Field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+# Never changed by the loop once made; slotted, not frozen (see agents_api.records).
+@dataclass(slots=True)
 class RunStop:
     """What a run's stop handler (``on_stop``) sees: the run as the loop stopped it.
 
