@@ -51,9 +51,9 @@ def _wire_message(message: ChatMessage) -> dict[str, Any]:
                           "arguments": compact_json(call.parameters)}}
             for call in message.tool_calls
         ]
-        if not message.content:
-            out["content"] = None  # the protocol's "no text, only calls"
-    elif out["content"] is None:
+    if out["content"] is None:
+        # Never null, even on an assistant message that only calls tools: OpenAI accepts ""
+        # there, and llama.cpp's server (and other strict ones) answer 500 to a null.
         out["content"] = ""
     if message.role == "tool":
         out["tool_call_id"] = message.tool_call_id

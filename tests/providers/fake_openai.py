@@ -66,10 +66,32 @@ class RecordingSleep:
         self.calls.append(seconds)
 
 
-class FakeOpenAIServer:
-    """Start with :meth:`start` (or use as a context manager); always :meth:`stop` it."""
+def strict_problem(body: Any) -> str | None:
+    """What llama.cpp's server (llama-cpp-python 0.3) refuses in a request body, or None.
 
-    def __init__(self) -> None:
+    Its request model types every message's ``content`` as a string (or a list of parts), so a
+    ``null`` content, even on an assistant message that only calls tools, is answered with a
+    500 "Input should be a valid string".
+    """
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        return "messages: Field required"
+    for index, message in enumerate(body["messages"]):
+        if not isinstance(message, dict):
+            return f"messages.{index}: Input should be a valid dictionary"
+        if "content" in message and not isinstance(message["content"], str | list):
+            return f"messages.{index}.content: Input should be a valid string"
+    return None
+
+
+class FakeOpenAIServer:
+    """Start with :meth:`start` (or use as a context manager); always :meth:`stop` it.
+
+    ``strict=True`` answers what :func:`strict_problem` finds with llama.cpp's 500, before any
+    enqueued reply is used.
+    """
+
+    def __init__(self, *, strict: bool = False) -> None:
+        self.strict = strict
         self.replies: deque[Reply] = deque()
         self.requests: list[Received] = []
         self._release = threading.Event()
@@ -83,8 +105,12 @@ class FakeOpenAIServer:
                 with server._lock:
                     server.requests.append(Received(
                         "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, raw))
-                    reply = server.replies.popleft() if server.replies else Reply(
-                        418, {"error": {"message": "the test enqueued no reply for this request"}})
+                    problem = strict_problem(json.loads(raw or b"null")) if server.strict else None
+                    if problem is not None:
+                        reply = Reply(500, {"error": {"message": problem, "type": "server_error"}})
+                    else:
+                        reply = server.replies.popleft() if server.replies else Reply(418, {
+                            "error": {"message": "the test enqueued no reply for this request"}})
                 if reply.delay:
                     server._release.wait(reply.delay)
                 body = reply.body

@@ -90,7 +90,7 @@ def test_request_hits_base_url_with_bearer_key_and_wire_shapes(
     assert body["temperature"] == 0
     assert body["messages"] == [
         {"role": "user", "content": "Find pluggy"},
-        {"role": "assistant", "content": None,
+        {"role": "assistant", "content": "",
          "tool_calls": [{"id": "c1", "type": "function",
                          "function": {"name": "search", "arguments": '{"q":"pluggy"}'}}]},
         {"role": "tool", "content": '{"hits": 3}', "tool_call_id": "c1"},

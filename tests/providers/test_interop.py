@@ -1,0 +1,80 @@
+"""Whole runs through the ``openai`` provider against servers that are stricter than OpenAI.
+
+The server here rejects what llama.cpp's server rejects (see ``strict_problem``); a tool loop
+must get through it turn after turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import bootstrap
+import datamachine
+from datamachine.host import Host
+from tests.providers.fake_openai import FakeOpenAIServer, Reply, completion, strict_problem
+
+
+@datamachine.tool
+def lookup(key: str) -> str:
+    """Look a key up.
+
+    Args:
+        key: What to look up.
+    """
+    return f"value of {key}"
+
+
+@pytest.fixture
+def strict_server() -> Iterator[FakeOpenAIServer]:
+    server = FakeOpenAIServer(strict=True).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def host(strict_server: FakeOpenAIServer) -> Iterator[Host]:
+    booted = bootstrap.boot(db_path=":memory:", load_entrypoints=False)
+    booted.settings.set("openai_base_url", strict_server.url + "/v1")
+    try:
+        yield booted
+    finally:
+        booted.close()
+
+
+def _call(call_id: str, key: str) -> dict[str, object]:
+    return {"id": call_id, "type": "function",
+            "function": {"name": "lookup", "arguments": f'{{"key": "{key}"}}'}}
+
+
+def test_strict_server_refuses_a_null_content() -> None:
+    # The check the server applies, so the test below cannot pass by accident.
+    assert strict_problem({"messages": [{"role": "assistant", "content": None}]}) == (
+        "messages.0.content: Input should be a valid string")
+    assert strict_problem({"messages": [{"role": "assistant", "content": ""}]}) is None
+
+
+def test_a_multi_turn_tool_loop_passes_a_strict_server(
+    strict_server: FakeOpenAIServer, host: Host,
+) -> None:
+    strict_server.enqueue(
+        Reply(body=completion(None, tool_calls=[_call("c1", "a")], finish_reason="tool_calls")),
+        Reply(body=completion(None, tool_calls=[_call("c2", "b"), _call("c3", "c")],
+                              finish_reason="tool_calls")),
+        Reply(body=completion("a, b and c looked up")),
+    )
+
+    result = host.run_conversation([{"role": "user", "content": "look up a, b, c"}], [lookup],
+                                   "openai", "test-model", mode="chat")
+
+    assert result.status == "completed", result.error
+    assert result.final_content == "a, b and c looked up"
+    assert len(strict_server.requests) == 3
+    last = strict_server.requests[-1].json["messages"]
+    assistant = [m for m in last if m["role"] == "assistant"]
+    assert [m["content"] for m in assistant] == ["", ""]
+    assert [len(m["tool_calls"]) for m in assistant] == [1, 2]
+    assert all(strict_problem(r.json) is None for r in strict_server.requests)
