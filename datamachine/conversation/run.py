@@ -295,7 +295,8 @@ class ConversationRun:
     def _decide(self, stop: RunStop, summary: Any = None,
                 summary_usage: dict[str, Any] | None = None) -> ProductVerdict:
         return decide(stop, turn_ceiling=self.turn_budget.ceiling(), completion=self.completion,
-                      summary=summary, summary_usage=summary_usage, chat_abort=self._abort())
+                      summary=summary, summary_usage=summary_usage, chat_abort=self._abort(),
+                      truncated=self.runner.answer_truncated)
 
     def _abort(self) -> str | None:
         gate = self.turn_gate

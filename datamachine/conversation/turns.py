@@ -94,6 +94,8 @@ class ProviderTurnRunner:
         self._payload_bytes = len(compact_bytes(self.payload)) if self.payload else 2
         self._available_checked = False
         self.last_request_metadata: dict[str, Any] = {}
+        # True while the latest answer is a final answer cut off by the output token limit.
+        self.answer_truncated = False
         # Tokens spent by the final summary call, which is not a turn of the loop.
         self.summary_usage: dict[str, Any] = {}
         self.has_text_result_hook = bool(host.pm.hook.text_result.get_hookimpls())
@@ -225,6 +227,9 @@ class ProviderTurnRunner:
             self._report(turn, success=False, error=exc)
             raise
         self.last_request_metadata["response"] = {"finish_reason": response.finish_reason}
+        # An answer without calls that the output token limit cut off (see verdict.decide).
+        self.answer_truncated = (response.finish_reason == "length"
+                                 and not response.tool_calls)
         self._report(turn, success=True)
         if self.pressure is not None:
             self.pressure.observe(response.content, response.tool_calls)

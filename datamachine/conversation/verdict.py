@@ -21,7 +21,13 @@ from datamachine.conversation.exhaustion import Summary
 if TYPE_CHECKING:
     from datamachine.completion.controller import CompletionRun
 
-__all__ = ["ProductVerdict", "decide"]
+__all__ = ["OUTPUT_TRUNCATED", "TRUNCATED_WARNING", "ProductVerdict", "decide"]
+
+# The flag and warning of a final answer the output token limit cut off (DESIGN 12).
+OUTPUT_TRUNCATED = "output_truncated"
+TRUNCATED_WARNING = ("The final answer was cut off by the output token limit "
+                     "(finish_reason 'length'); raise max_tokens in model_options or ask for a "
+                     "shorter answer.")
 
 # Result diagnostics the transcript store keeps with a finished run (when not empty).
 _STORED_DIAGNOSTICS = ("blocker", "max_turns_reached", "completion_nudge_count",
@@ -67,8 +73,12 @@ class ProductVerdict:
 
 def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
            summary: Summary | None = None, summary_usage: dict[str, Any] | None = None,
-           chat_abort: str | None = None) -> ProductVerdict:
-    """The verdict on ``stop`` (see the module docstring). Pure: reads, never writes."""
+           chat_abort: str | None = None, truncated: bool = False) -> ProductVerdict:
+    """The verdict on ``stop`` (see the module docstring). Pure: reads, never writes.
+
+    ``truncated``: the run ended on a final answer the output token limit cut off
+    (``finish_reason == "length"``), which is never a completed task.
+    """
     status, budget, flags, warning = stop.status, stop.budget, list(stop.flags), stop.warning
     max_turns_reached = status == "budget_exceeded" and budget == CONVERSATION_TURNS
     if max_turns_reached:
@@ -76,6 +86,10 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
                    "Response may be incomplete.")
     judgement = completion.judge(status, budget, warning, turn_ceiling)
     status, warning = judgement.status, judgement.warning
+    if truncated and status in ("completed", "incomplete"):
+        flags.append(OUTPUT_TRUNCATED)
+        if status == "completed":
+            status, warning = "incomplete", TRUNCATED_WARNING
     final_content = summary.text if summary is not None else stop.final_content
     if chat_abort is not None and status in ("completed", "budget_exceeded", "incomplete"):
         status, warning, budget, flags = "aborted", chat_abort, None, []

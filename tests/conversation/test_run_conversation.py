@@ -515,3 +515,29 @@ def test_an_echo_is_never_read_as_a_tool_call(host: Host) -> None:
     assert result.turn_count == 1
     assert called == []
     assert result.final_content.startswith("echo: please <tool_call")
+
+
+def test_a_final_answer_cut_off_by_the_token_limit_is_incomplete(host: Host) -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    class Sink:
+        def emit(self, event: str, payload: dict[str, Any]) -> None:
+            events.append((event, payload))
+
+    script = [{"tool_calls": [call(1)], "finish_reason": "tool_calls"},
+              {"content": "The answer is", "finish_reason": "length"}]
+    result = host.run_conversation(USER, [double], "scripted", "m",
+                                   payload={"script": script, "event_sink": Sink()})
+    assert (result.status, result.completed) == ("incomplete", False)
+    assert result.flags == ["output_truncated"]
+    assert result.warning is not None
+    assert "max_tokens" in result.warning
+    terminal = [payload for event, payload in events if event in ("completed", "failed")]
+    assert [p["status"] for p in terminal] == ["incomplete"]
+
+
+def test_tool_calls_cut_off_are_not_a_truncated_answer(host: Host) -> None:
+    script = [{"tool_calls": [call(1)], "finish_reason": "length"}, {"content": "done"}]
+    result = host.run_conversation(USER, [double], "scripted", "m", payload={"script": script})
+    assert result.status == "completed"
+    assert result.flags == []

@@ -78,3 +78,27 @@ def test_a_multi_turn_tool_loop_passes_a_strict_server(
     assert [m["content"] for m in assistant] == ["", ""]
     assert [len(m["tool_calls"]) for m in assistant] == [1, 2]
     assert all(strict_problem(r.json) is None for r in strict_server.requests)
+
+
+def test_an_answer_cut_off_by_the_token_limit_is_incomplete(
+    strict_server: FakeOpenAIServer, host: Host,
+) -> None:
+    strict_server.enqueue(
+        Reply(body=completion(None, tool_calls=[_call("c1", "a")], finish_reason="tool_calls")),
+        Reply(body=completion("The value of a is", finish_reason="length")),
+    )
+
+    result = host.run_conversation([{"role": "user", "content": "look up a"}], [lookup],
+                                   "openai", "test-model", mode="chat")
+
+    assert result.status == "incomplete"
+    assert result.completed is False
+    assert "output_truncated" in result.flags
+    assert result.warning is not None
+    assert "output token limit" in result.warning
+    assert result.final_content == "The value of a is"
+    # What is stored says the same as what is returned.
+    assert result.transcript_session_id is not None
+    stored = host.transcripts.summary(result.transcript_session_id)
+    assert stored.status == "incomplete"
+    assert "output_truncated" in stored.result["flags"]
