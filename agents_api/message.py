@@ -74,7 +74,8 @@ class Message(BaseModel):
     # The loop builds two or three messages per turn from values it made itself; validating
     # them cost more than anything else it does per message. So a builder copies a template of
     # its type with pydantic's model_copy (no validation) and sets the fields that differ,
-    # always replacing the mutable ones so nothing is shared with the template.
+    # always replacing the mutable ones so nothing is shared with the template. (Not
+    # agents_api.unchecked: for a model this small, its extra call measured 10 % slower.)
     @classmethod
     def text(cls, role: str, content: str, metadata: dict[str, Any] | None = None) -> Message:
         """A plain text message."""

@@ -110,7 +110,8 @@ class Settings:
 
     @contextmanager
     def batch(self) -> Iterator[None]:
-        """Read several settings as one consistent snapshot, checking for changes once.
+        """Read several stored settings as one consistent snapshot, checking the database for
+        changes once (environment overrides are still read per lookup).
 
         Holds the connection lock for the block (keep it short: a run's set-up uses it), so no
         other thread can write in between.
