@@ -59,6 +59,15 @@ def fallback_summary(budget: str, current: int, ceiling: int, tool_calls: int) -
     )
 
 
+# Failures that happen before a tool is reached: the call did not run.
+_NOT_RUN = frozenset({"tool_not_found", "invalid_arguments", "invalid_parameters"})
+
+
+def _ran(result: dict[str, Any]) -> bool:
+    # A rejected duplicate, a refused rule, an unknown tool or unusable arguments did not run.
+    return not result.get("rejected") and result.get("error_type") not in _NOT_RUN
+
+
 @dataclass(frozen=True)
 class Summary:
     """The final summary of a budget-stopped run: its text and where it came from."""
@@ -94,8 +103,7 @@ class FinalSummary:
         assert stop.budget is not None
         snapshot = stop.budgets.get(stop.budget, {})
         current, ceiling = int(snapshot.get("current", 0)), int(snapshot.get("ceiling", 0))
-        # Calls that ran: a rejected duplicate or a refused rule did not run.
-        calls = sum(1 for r in stop.tool_execution_results if not r["result"].get("rejected"))
+        calls = sum(1 for r in stop.tool_execution_results if _ran(r["result"]))
         prompt = summary_prompt(stop.budget, current, ceiling, calls)
         grace = (self.grace_seconds if deadline is None
                  else min(self.grace_seconds, max(deadline, 0) + 5))

@@ -24,6 +24,7 @@ from typing import Any
 
 from agents_api import Message
 from agents_api.jsontext import canonical_bytes, compact_bytes
+from datamachine.tools.arguments import sendable_parameters
 
 __all__ = ["ChatProjector"]
 
@@ -92,7 +93,9 @@ class ChatProjector:
         turn = payload.get("turn")
         call_id = str(message.metadata.get("tool_call_id", ""))
         name = str(payload.get("tool_name", ""))
-        parameters = payload.get("parameters") or {}
+        parameters = payload.get("parameters")
+        if type(parameters) is not dict:
+            parameters = sendable_parameters(parameters)
         call = {"id": call_id, "name": name, "parameters": parameters}
         # The call as the provider receives it, except that parameters' keys are sorted here
         # (id, name and parameters are in sorted order already).

@@ -20,7 +20,6 @@ each provider's business, not the request builder's.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -29,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from agents_api import Message
 from agents_api.jsontext import compact_json
 from agents_api.message import normalize_message
+from datamachine.tools.arguments import sendable_parameters
 
 __all__ = ["ChatMessage", "ChatToolCall", "to_chat_messages"]
 
@@ -48,12 +48,15 @@ class ChatToolCall(BaseModel):
         # The OpenAI wire form nests name/arguments under "function", arguments as JSON text.
         if isinstance(data, Mapping) and isinstance(data.get("function"), Mapping):
             function = data["function"]
-            arguments = function.get("arguments")
-            if isinstance(arguments, str):
-                arguments = json.loads(arguments) if arguments.strip() else {}
             return {"id": data.get("id"), "name": function.get("name"),
-                    "parameters": arguments if arguments is not None else {}}
+                    "parameters": function.get("arguments")}
         return data
+
+    @field_validator("parameters", mode="before")
+    @classmethod
+    def _sendable(cls, value: Any) -> dict[str, Any]:
+        # JSON text is decoded; arguments that never decoded are sent back as {}.
+        return sendable_parameters(value)
 
 
 class ChatMessage(BaseModel):
@@ -118,7 +121,7 @@ def to_chat_messages(messages: Iterable[Message | Mapping[str, Any]]) -> list[di
         if envelope.type == "tool_call":
             call = {"id": str(envelope.metadata.get("tool_call_id") or f"call_{index}"),
                     "name": str(envelope.payload.get("tool_name", "")),
-                    "parameters": envelope.payload.get("parameters") or {}}
+                    "parameters": sendable_parameters(envelope.payload.get("parameters"))}
             turn = envelope.payload.get("turn")
             if open_calls is not None and turn == open_turn:
                 out[open_calls]["tool_calls"].append(call)

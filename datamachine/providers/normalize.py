@@ -4,8 +4,11 @@ Both built-in providers pass their answer through :func:`normalize_response` bef
 and the adapter should pass ``text_result`` hook answers (a compact dict or a ProviderResponse)
 through it too, so every turn the loop sees has the same guarantees:
 
-* ``tool_calls`` are ``{"id", "name", "parameters"}`` with a non-empty name, a dict of
-  parameters and an id (``call_<turn>_<n>`` when the model gave none);
+* ``tool_calls`` are ``{"id", "name", "parameters"}`` with a non-empty name, an id
+  (``call_<turn>_<n>`` when the model gave none) and a dict of parameters, or, when the model's
+  arguments are not a JSON object, those arguments as text: the tool executor answers such a
+  call with an ``invalid_arguments`` result the model can correct, so a bad call never ends
+  the run;
 * when there are no structured calls, calls written as text are extracted
   (:mod:`datamachine.providers.text_tool_calls`); ``content`` is left as the model wrote it, so
   the transcript stays an honest record of the answer;
@@ -23,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agents_api.jsontext import compact_json
 from datamachine.errors import ProviderError
 from datamachine.providers.base import ProviderResponse
 from datamachine.providers.text_tool_calls import extract_text_tool_calls
@@ -60,13 +64,16 @@ def _call(raw: Any, turn: int, index: int) -> dict[str, Any]:
     parameters = raw.get("parameters")
     if parameters is None:
         parameters = {}
-    if not isinstance(parameters, Mapping):
-        raise _Invalid(f"{where}.parameters: must be an object, got {type(parameters).__name__}")
+    if isinstance(parameters, Mapping):
+        parameters = dict(parameters)
+    elif not isinstance(parameters, str):
+        # Kept as text, like arguments a provider could not decode: the executor explains.
+        parameters = compact_json(parameters)
     call_id = raw.get("id")
     if call_id is not None and not isinstance(call_id, str):
         raise _Invalid(f"{where}.id: must be a string, got {type(call_id).__name__}")
     return {"id": call_id or f"call_{turn}_{index}", "name": name.strip(),
-            "parameters": dict(parameters)}
+            "parameters": parameters}
 
 
 def _calls(value: Any, turn: int) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from datamachine.errors import ProviderError
 from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.providers.chat_messages import ChatMessage
 from datamachine.providers.normalize import normalize_response
-from datamachine.providers.openai import _bad_request, _excerpt
+from datamachine.providers.openai import _bad_request
 
 __all__ = ["build_chat_body", "parse_chat_completion"]
 
@@ -103,7 +103,7 @@ class _WireFunction(BaseModel):
     model_config = ConfigDict(defer_build=True, extra="ignore")
 
     name: str = Field(min_length=1)
-    arguments: str | dict[str, Any] | None = None
+    arguments: Any = None
 
 
 class _WireToolCall(BaseModel):
@@ -135,27 +135,22 @@ class _WireCompletion(BaseModel):
     usage: dict[str, Any] | None = None
 
 
-def _arguments(call: _WireToolCall, index: int, provider: str) -> dict[str, Any]:
+def _arguments(call: _WireToolCall) -> Any:
+    # Arguments that do not decode to an object are passed on as the model wrote them (as
+    # text): the tool executor turns the call into an invalid_arguments result the model can
+    # correct, instead of one bad call ending the run.
     raw = call.function.arguments
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
     if isinstance(raw, dict):
         return raw
+    if not isinstance(raw, str):
+        return compact_json(raw)
     try:
         decoded = json.loads(raw)
-    except ValueError as exc:
-        raise ProviderError(
-            f"The {provider} provider's tool call {index} ({call.function.name!r}) has arguments "
-            f"that are not valid JSON ({exc}): {_excerpt(raw, 200)}",
-            code="provider_bad_response", provider=provider,
-        ) from None
-    if not isinstance(decoded, dict):
-        raise ProviderError(
-            f"The {provider} provider's tool call {index} ({call.function.name!r}) has arguments "
-            f"that are JSON {type(decoded).__name__}, not an object: {_excerpt(raw, 200)}",
-            code="provider_bad_response", provider=provider,
-        )
-    return decoded
+    except ValueError:
+        return raw
+    return decoded if isinstance(decoded, dict) else raw
 
 
 def parse_chat_completion(
@@ -163,8 +158,9 @@ def parse_chat_completion(
 ) -> ProviderResponse:
     """A normalized ProviderResponse from a decoded Chat Completions body.
 
-    Anything that is not a chat completion (an error object, missing ``choices``, wrong types,
-    tool arguments that are not a JSON object) raises ProviderError ``provider_bad_response``.
+    Anything that is not a chat completion (an error object, missing ``choices``, wrong types)
+    raises ProviderError ``provider_bad_response``. Tool arguments that are not a JSON object
+    are not an error here: the call keeps them as text (see :mod:`datamachine.tools.arguments`).
     """
     if not isinstance(data, dict):
         raise ProviderError(
@@ -185,8 +181,8 @@ def parse_chat_completion(
         ) from None
     choice = completion.choices[0]
     calls = [{"id": call.id, "name": call.function.name,
-              "parameters": _arguments(call, index, provider)}
-             for index, call in enumerate(choice.message.tool_calls or [], start=1)]
+              "parameters": _arguments(call)}
+             for call in choice.message.tool_calls or []]
     content = choice.message.content or choice.message.refusal or ""
     return normalize_response(
         {"content": content, "tool_calls": calls, "usage": completion.usage,

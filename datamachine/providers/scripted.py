@@ -60,13 +60,21 @@ _UNNUMBERED = "\x00unnumbered"
 
 
 class ScriptedToolCall(BaseModel):
-    """One scripted tool call; ``id`` defaults to ``scripted-<turn>-<n>``."""
+    """One scripted tool call; ``id`` defaults to ``scripted-<turn>-<n>``.
+
+    ``parameters`` given as text play a model whose arguments did not decode: the call gets an
+    ``invalid_arguments`` result, as it would from a real provider.
+    """
 
     model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     id: str | None = None
     name: str = Field(min_length=1)
-    parameters: dict[str, Any] = Field(default_factory=dict)
+    parameters: dict[str, Any] | str = Field(default_factory=dict)
+
+
+def _fresh(parameters: Any) -> Any:
+    return dict(parameters) if type(parameters) is dict else parameters
 
 
 class ScriptedResponse(BaseModel):
@@ -263,7 +271,7 @@ class ScriptCursor:
         # Fresh calls (a tool may change its parameters); the script's own ids, else numbered.
         calls = [{"id": f"scripted-{request.turn}-{index}" if call["id"] == _UNNUMBERED
                         else call["id"],
-                  "name": call["name"], "parameters": dict(call["parameters"])}
+                  "name": call["name"], "parameters": _fresh(call["parameters"])}
                  for index, call in enumerate(normal.tool_calls, start=1)]
         return normal.model_copy(update={"tool_calls": calls, "usage": dict(normal.usage)})
 

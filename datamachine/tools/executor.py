@@ -22,10 +22,11 @@ from agents_api import IterationBudget
 from agents_api.drive import awaitable
 from datamachine.payload_keys import RUNTIME_KEYS
 from datamachine.registry import IterationBudgetRegistry
+from datamachine.tools.arguments import INVALID_ARGUMENTS, arguments_problem, coerce_parameters
 from datamachine.tools.context import ToolContext
 from datamachine.tools.definition import Tool
 from datamachine.tools.duplicates import check_duplicate
-from datamachine.tools.history import TranscriptIndex, canonical_json, coerce_parameters
+from datamachine.tools.history import TranscriptIndex, canonical_json
 from datamachine.tools.registry import normalize_tools
 from datamachine.tools.results import failed_result, normalize_return
 from datamachine.tools.runtime_rules import RuntimeRule, RuntimeRuleSet, parse_runtime_rules
@@ -101,7 +102,8 @@ class ToolExecutor:
     def __call__(
         self, tool_call: Mapping[str, Any], context: Mapping[str, Any]
     ) -> ToolResult | Awaitable[ToolResult]:
-        """Run one call: duplicate check → runtime rules → argument check → the tool."""
+        """Run one call: known tool → decodable arguments → duplicate check → runtime rules →
+        argument check against the schema → the tool."""
         name = tool_call.get("name") or tool_call.get("tool_name") or ""
         if type(name) is not str:
             name = str(name)
@@ -127,11 +129,9 @@ class ToolExecutor:
                 "tool_not_found", available_tools=available,
             ))
         if params is None:
+            # Arguments the provider could not decode: the model reads why and may retry.
             return self._done(tracked, call_id, failed_result(
-                name, None,
-                f'Tool "{name}" needs its parameters as a JSON object, got {raw!r}.',
-                "invalid_parameters",
-            ))
+                name, None, arguments_problem(name, raw), INVALID_ARGUMENTS))
         key = self.index.open_key(call_id) if tracked else None
         if key is None:
             key = canonical_json(params)

@@ -13,35 +13,17 @@ from earlier runs of a continued conversation count too. Calls are paired with t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agents_api import Message
 from agents_api.jsontext import canonical_json
+from datamachine.tools.arguments import coerce_parameters
 
 __all__ = ["CallObserver", "CompletedCall", "TranscriptIndex", "canonical_json",
            "coerce_parameters"]
 
-
-
-def coerce_parameters(raw: Any) -> dict[str, Any] | None:
-    """A tool call's arguments as a dict: ``None``/``""`` → ``{}``, a JSON object string is
-    decoded (some providers send arguments as a string); anything else is None (invalid)."""
-    if isinstance(raw, dict):
-        return raw
-    if isinstance(raw, Mapping):
-        return dict(raw)
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}
-    if isinstance(raw, str):
-        try:
-            decoded = json.loads(raw)
-        except ValueError:
-            return None
-        return decoded if isinstance(decoded, dict) else None
-    return None
 
 
 @dataclass(frozen=True, slots=True)

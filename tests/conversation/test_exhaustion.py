@@ -211,3 +211,30 @@ def test_hung_provider_is_cut_by_the_wall_clock_and_still_answers() -> None:
     assert result.budget == "wall_clock_seconds"
     assert result.final_content == "partial summary"
     assert len(result.tool_execution_results) == 1
+
+
+class Repeater:
+    """Calls ``step`` with n=1 every turn (duplicates after the first), and once with
+    arguments that do not decode; records the summary request."""
+
+    def __init__(self) -> None:
+        self.requests: list[ProviderRequest] = []
+
+    @hookimpl
+    def text_result(self, request: ProviderRequest) -> Any:
+        self.requests.append(request)
+        if request.messages[-1]["content"].startswith("[BUDGET EXHAUSTED]"):
+            return {"content": "One step done."}
+        parameters: Any = '{"n": ' if request.turn == 2 else {"n": 1}
+        return {"content": "", "tool_calls": [{"name": "step", "parameters": parameters}]}
+
+
+def test_summary_counts_only_the_calls_that_ran() -> None:
+    model = Repeater()
+    with boot(model) as host:
+        result, events = run(host, 5)
+    assert result.status == "budget_exceeded"
+    prompt = model.requests[-1].messages[-1]["content"]
+    assert "1 tool call(s) ran" in prompt
+    assert [p["tool_calls"] for e, p in events if e == "final_summary"] == [1]
+    assert result.budgets["tool_calls"]["current"] == 5

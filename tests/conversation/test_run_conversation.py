@@ -434,7 +434,6 @@ def test_result_dumps_to_plain_json(host: Host) -> None:
     {"content": 42},
     {"tool_calls": "call everything"},
     {"tool_calls": [{"parameters": {"x": 1}}]},
-    {"tool_calls": [{"name": "double", "parameters": "not a dict"}]},
 ])
 def test_provider_garbage_becomes_a_failed_turn_with_the_reason(garbage: dict[str, Any]) -> None:
     recorder = Recorder([garbage])
@@ -444,6 +443,34 @@ def test_provider_garbage_becomes_a_failed_turn_with_the_reason(garbage: dict[st
     assert result.error_code == "provider_bad_response"
     assert result.error
     assert result.turn_count == 1
+
+
+def test_a_call_with_broken_arguments_is_a_tool_result_the_model_corrects() -> None:
+    recorder = Recorder([
+        {"tool_calls": [{"id": "c1", "name": "double", "parameters": '{"n": 2'}]},
+        {"tool_calls": [{"id": "c2", "name": "double", "parameters": {"n": 2}}]},
+        {"content": "It is 4."},
+    ])
+    with boot_with(recorder) as host:
+        result = host.run_conversation(USER, [double], "scripted", "m",
+                                       payload={"max_tool_calls": 2})
+        stored = host.transcripts.get(result.transcript_session_id or "")
+    assert (result.status, result.final_content, result.turn_count) == ("completed", "It is 4.", 3)
+    first, second = result.tool_execution_results
+    assert first["result"]["error_type"] == "invalid_arguments"
+    assert "cut off" in first["result"]["error"]
+    assert second["result"]["result"] == 4
+    # The model read why, and the broken call went back to it with {} as its arguments.
+    turn2 = recorder.requests[1].messages
+    assert turn2[-2]["tool_calls"] == [{"id": "c1", "name": "double", "parameters": {}}]
+    assert turn2[-1] == {"role": "tool", "tool_call_id": "c1",
+                         "content": first["result"]["error"]}
+    # The transcript keeps what the model actually wrote.
+    assert stored is not None
+    calls = [m for m in stored if m["type"] == "tool_call"]
+    assert calls[0]["payload"]["parameters"] == '{"n": 2'
+    # It counted against tool_calls: the corrected call was the last one allowed.
+    assert result.budgets["tool_calls"]["current"] == 2
 
 
 @pytest.mark.parametrize(("payload", "match"), [

@@ -71,7 +71,8 @@ def strict_problem(body: Any) -> str | None:
 
     Its request model types every message's ``content`` as a string (or a list of parts), so a
     ``null`` content, even on an assistant message that only calls tools, is answered with a
-    500 "Input should be a valid string".
+    500 "Input should be a valid string". And every earlier tool call's ``arguments`` must parse
+    as a JSON object, as llama.cpp's native server requires when it renders its chat templates.
     """
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
         return "messages: Field required"
@@ -80,7 +81,18 @@ def strict_problem(body: Any) -> str | None:
             return f"messages.{index}: Input should be a valid dictionary"
         if "content" in message and not isinstance(message["content"], str | list):
             return f"messages.{index}.content: Input should be a valid string"
+        for number, call in enumerate(message.get("tool_calls") or []):
+            if not _object_text(call.get("function", {}).get("arguments")):
+                return (f"messages.{index}.tool_calls.{number}.function.arguments: "
+                        "not a JSON object")
     return None
+
+
+def _object_text(text: Any) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except (TypeError, ValueError):
+        return False
 
 
 class FakeOpenAIServer:

@@ -102,3 +102,29 @@ def test_an_answer_cut_off_by_the_token_limit_is_incomplete(
     stored = host.transcripts.summary(result.transcript_session_id)
     assert stored.status == "incomplete"
     assert "output_truncated" in stored.result["flags"]
+
+
+def test_a_call_with_broken_arguments_is_corrected_through_a_strict_server(
+    strict_server: FakeOpenAIServer, host: Host,
+) -> None:
+    broken = {"id": "c1", "type": "function",
+              "function": {"name": "lookup", "arguments": '{"key": "a"'}}
+    strict_server.enqueue(
+        Reply(body=completion(None, tool_calls=[broken], finish_reason="tool_calls")),
+        Reply(body=completion(None, tool_calls=[_call("c2", "a")], finish_reason="tool_calls")),
+        Reply(body=completion("a looked up")),
+    )
+
+    result = host.run_conversation([{"role": "user", "content": "look up a"}], [lookup],
+                                   "openai", "test-model", mode="chat")
+
+    assert result.status == "completed", result.error
+    assert result.final_content == "a looked up"
+    assert [r["result"].get("error_type") for r in result.tool_execution_results] == [
+        "invalid_arguments", None]
+    second = strict_server.requests[1].json["messages"]
+    assert second[-2]["tool_calls"][0]["function"]["arguments"] == "{}"
+    assert "cut off" in second[-1]["content"]
+    assert all(strict_problem(r.json) is None for r in strict_server.requests)
+    assert strict_problem({"messages": [{"role": "assistant", "content": "", "tool_calls": [
+        broken]}]}) == "messages.0.tool_calls.0.function.arguments: not a JSON object"

@@ -48,7 +48,6 @@ def test_explicit_finish_reason_is_kept() -> None:
 @pytest.mark.parametrize(("value", "reason"), [
     ({"tool_calls": [{"parameters": {}}]}, "tool_calls.0.name"),
     ({"tool_calls": [{"name": "  "}]}, "tool_calls.0.name"),
-    ({"tool_calls": [{"name": "x", "parameters": "a=1"}]}, "tool_calls.0.parameters"),
     ({"content": ["not", "text"]}, "content"),
     ("just a string", "not a response"),
 ])
@@ -58,6 +57,15 @@ def test_invalid_hook_answers_fail_with_the_reason(value: Any, reason: str) -> N
     assert caught.value.code == "provider_bad_response"
     assert reason in str(caught.value)
     assert "hooked" in str(caught.value)
+
+
+def test_arguments_that_are_not_an_object_are_kept_as_text_for_the_executor() -> None:
+    response = normalize_response({"tool_calls": [
+        {"id": "a", "name": "x", "parameters": "a=1"},
+        {"id": "b", "name": "x", "parameters": [1, 2]},
+        {"id": "c", "name": "x", "parameters": {"ok": True}},
+    ]})
+    assert [call["parameters"] for call in response.tool_calls] == ["a=1", "[1,2]", {"ok": True}]
 
 
 # -- to_chat_messages ------------------------------------------------------------------------

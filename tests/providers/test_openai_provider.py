@@ -145,18 +145,30 @@ def test_structured_calls_win_over_text_calls(openai_server: FakeOpenAIServer) -
     assert [call["name"] for call in response.tool_calls] == ["search"]
 
 
-@pytest.mark.parametrize("arguments", ['{"q": ', "[1, 2]", '"text"'])
-def test_tool_arguments_that_are_not_a_json_object_fail_the_turn(
+@pytest.mark.parametrize("arguments", ['{"q": ', "[1, 2]", '"text"', "{'q': 1}"])
+def test_tool_arguments_that_are_not_a_json_object_are_kept_as_text(
     openai_server: FakeOpenAIServer, arguments: str
 ) -> None:
     openai_server.enqueue(Reply(body=completion(None, tool_calls=[
         {"id": "c", "function": {"name": "search", "arguments": arguments}}])))
 
-    error = _fail(_provider(openai_server))
+    response = _complete(_provider(openai_server))
 
-    assert error.code == "provider_bad_response"
-    assert "'search'" in str(error)
-    assert "arguments" in str(error)
+    # Not the provider's failure: the executor answers the call with invalid_arguments.
+    assert response.tool_calls == [{"id": "c", "name": "search", "parameters": arguments}]
+
+
+def test_tool_arguments_sent_as_an_object_or_nothing_are_accepted(
+    openai_server: FakeOpenAIServer
+) -> None:
+    openai_server.enqueue(Reply(body=completion(None, tool_calls=[
+        {"id": "a", "function": {"name": "search", "arguments": {"q": 1}}},
+        {"id": "b", "function": {"name": "search", "arguments": None}},
+        {"id": "c", "function": {"name": "search", "arguments": [1]}}])))
+
+    response = _complete(_provider(openai_server))
+
+    assert [call["parameters"] for call in response.tool_calls] == [{"q": 1}, {}, "[1]"]
 
 
 # -- garbage ---------------------------------------------------------------------------------

@@ -215,7 +215,7 @@ def test_loads_a_json_file_given_as_a_string_path(tmp_path: Path) -> None:
      "entry 1: tool_calls.0.name: Field required"),
     ([{"content": "ok"}, {"content": "x", "tool_call": []}], "entry 1: tool_call: Extra inputs"),
     ([{"tool_calls": [{"name": "s", "arguments": "{}"}]}], "entry 0: tool_calls.0.arguments"),
-    ([{"tool_calls": [{"name": "s", "parameters": "q=1"}]}], "entry 0: tool_calls.0.parameters"),
+    ([{"tool_calls": [{"name": "s", "parameters": ["q"]}]}], "entry 0: tool_calls.0.parameters"),
     ([{"content": 5}], "entry 0: content"),
     ([{"usage": {"total_tokens": "many"}}], "entry 0: usage.total_tokens"),
     (["just text"], "entry 0: must be a mapping"),
@@ -257,3 +257,18 @@ def test_unreadable_script_files_are_invalid(tmp_path: Path, name: str, text: st
 def test_missing_script_file_is_invalid(tmp_path: Path) -> None:
     with pytest.raises(InvalidScript, match="does not exist"):
         ScriptedProvider(tmp_path / "nope.yaml")
+
+
+def test_parameters_scripted_as_text_play_a_model_whose_arguments_did_not_decode() -> None:
+    import bootstrap
+    from tests.conversation.test_run_conversation import double
+
+    script = [{"tool_calls": [{"name": "double", "parameters": '{"n": two}'}]},
+              {"content": "Sorry."}]
+    with bootstrap.boot(":memory:", load_entrypoints=False) as host:
+        result = host.run_conversation([{"role": "user", "content": "double two"}], [double],
+                                       "scripted", "m", payload={"script": script})
+    assert result.final_content == "Sorry."
+    failure = result.tool_execution_results[0]["result"]
+    assert failure["error_type"] == "invalid_arguments"
+    assert "not valid JSON (Expecting value at character 7)" in failure["error"]

@@ -134,8 +134,35 @@ def test_json_string_arguments_are_decoded_and_other_shapes_refused() -> None:
     assert ok["result"] == 2.0
     bad = executor({"id": "2", "name": "add", "parameters": "[1, 2]"}, {})
     assert isinstance(bad, dict)
-    assert bad["error_type"] == "invalid_parameters"
-    assert "as a JSON object" in bad["error"]
+    assert bad["error_type"] == "invalid_arguments"
+    assert "they are JSON a list, not an object" in bad["error"]
+    assert "You sent: [1, 2]" in bad["error"]
+
+
+def test_arguments_that_are_not_json_say_where_and_what_was_sent() -> None:
+    executor = ToolExecutor([add])
+    broken = executor({"id": "1", "name": "add", "parameters": '{"a": 1,, "b": 2}'}, {})
+    assert isinstance(broken, dict)
+    assert broken["success"] is False
+    assert broken["error_type"] == "invalid_arguments"
+    assert "not valid JSON (Expecting property name enclosed in double quotes at character 9)" \
+        in broken["error"]
+    assert "Call 'add' again with its arguments as one JSON object." in broken["error"]
+
+
+def test_arguments_cut_off_mid_object_are_called_cut_off() -> None:
+    executor = ToolExecutor([add])
+    for raw in ('{"a": 1, "b": ', '{"a": 1, "b": "tw', '{"a": 1'):
+        result = executor({"id": "1", "name": "add", "parameters": raw}, {})
+        assert isinstance(result, dict)
+        assert result["error_type"] == "invalid_arguments", raw
+        assert "cut off" in result["error"], raw
+
+
+def test_an_unknown_tool_with_broken_arguments_is_reported_as_unknown() -> None:
+    result = ToolExecutor([add])({"id": "1", "name": "nope", "parameters": "{"}, {})
+    assert isinstance(result, dict)
+    assert result["error_type"] == "tool_not_found"
 
 
 def test_unknown_tool_is_a_failed_result_listing_available_tools() -> None:
