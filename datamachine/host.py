@@ -91,8 +91,20 @@ class Host(Services):
         return chat_on(self, session_id, message, tools, provider, model, payload)
 
     def close(self) -> None:
-        """Close the database connection; the host is unusable afterwards."""
-        self.handle.conn.close()
+        """Close the providers' connection pools and the database connection; the host is
+        unusable afterwards."""
+        try:
+            self.providers.close()
+        finally:
+            self.handle.conn.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` for async apps: the running event loop's connection pools are closed
+        on that loop (awaited) rather than scheduled."""
+        try:
+            await self.providers.aclose()
+        finally:
+            self.handle.conn.close()
 
     def __enter__(self) -> Host:
         return self

@@ -35,6 +35,7 @@ class RuntimeOptions:
     script: Any = None
     max_seconds: float | None = None
     extend_by: int | None = None
+    model_options: dict[str, Any] = field(default_factory=dict)
 
 
 RUNTIME_KEYS = frozenset(option.name for option in fields(RuntimeOptions))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from datamachine.errors import InvalidSetting
+from datamachine.errors import InvalidSetting, UsageError
 from datamachine.registry import validate_budget_value
 
 __all__ = ["validate_known_setting"]
@@ -44,6 +44,30 @@ def _bytes(key: str, value: Any) -> None:
         raise InvalidSetting(f"Setting {key!r} must be a positive number of bytes, got {value!r}.")
 
 
+def _model_options(key: str, value: Any) -> None:
+    from datamachine.providers.options import validate_model_options
+
+    try:
+        validate_model_options(value, f"Setting {key!r}")
+    except UsageError as exc:
+        raise InvalidSetting(str(exc)) from None
+
+
+def _endpoints(key: str, value: Any) -> None:
+    from datamachine.providers.endpoints import parse_endpoints
+
+    try:
+        parse_endpoints(value, f"Setting {key!r}")
+    except UsageError as exc:
+        raise InvalidSetting(str(exc)) from None
+
+
+def _max_retries(key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10:
+        raise InvalidSetting(f"Setting {key!r} must be an integer from 0 to 10 (retries after "
+                             f"the first request), got {value!r}.")
+
+
 _RULES: dict[str, Callable[[str, Any], None]] = {
     "request_timeout": _number,
     "connect_timeout": _number,
@@ -54,6 +78,9 @@ _RULES: dict[str, Callable[[str, Any], None]] = {
     "openai_base_url": _text,
     "chat_max_turns": _chat_turns,
     "max_request_bytes": _bytes,
+    "model_options": _model_options,
+    "provider_max_retries": _max_retries,
+    "providers": _endpoints,
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from datamachine.errors import UsageError
 from datamachine.payload_keys import RUNTIME_KEYS, RuntimeOptions
+from datamachine.providers.options import validate_model_options
 from datamachine.registry import validate_budget_value
 from datamachine.storage.locks import MAX_TTL
 
@@ -105,6 +106,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "persist_transcript": _flag("persist_transcript"),
     "transcript_lock": _lock,
     "transcript_persister": _persister,
+    "model_options": validate_model_options,
 }
 
 

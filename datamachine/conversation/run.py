@@ -32,6 +32,11 @@ from datamachine.conversation.timeouts import resolve_timeouts
 from datamachine.conversation.turns import ProviderTurnRunner, TurnGate
 from datamachine.conversation.verdict import ProductVerdict, decide
 from datamachine.errors import UsageError
+from datamachine.providers.options import (
+    MODEL_OPTIONS_KEY,
+    merge_model_options,
+    validate_model_options,
+)
 from datamachine.services import Services
 
 __all__ = ["ConversationRun", "RunEmitter", "emit_outside_run", "run_emitter"]
@@ -186,7 +191,18 @@ class ConversationRun:
             pressure=None if rules is False else PressureTracker(rules, self.emit),
             tools_json="[" + ",".join(t.provider_json() for t in tools.values()) + "]",
             on_natural_completion=self.completion.on_natural_completion,
-            turn_gate=self.turn_gate, call_keys=self.executor.index.keys)
+            turn_gate=self.turn_gate, call_keys=self.executor.index.keys,
+            options=self._model_options())
+
+    def _model_options(self) -> dict[str, Any]:
+        """The setting ``model_options`` (checked here too: an environment variable is not
+        checked when it is set), under the payload's."""
+        setting = self.services.settings.get(MODEL_OPTIONS_KEY)
+        if setting is None:
+            return self.spec.runtime.model_options
+        return merge_model_options(
+            validate_model_options(setting, f"setting {MODEL_OPTIONS_KEY!r}"),
+            self.spec.runtime.model_options)
 
     def _executor(self) -> Any:
         from datamachine.tools import ToolExecutor

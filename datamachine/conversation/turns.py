@@ -24,6 +24,7 @@ from datamachine.conversation.timeouts import Timeouts
 from datamachine.errors import ProviderError
 from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.providers.normalize import normalize_response
+from datamachine.providers.options import without_tool_options
 from datamachine.services import Services
 
 __all__ = ["ProviderTurnRunner"]
@@ -65,9 +66,12 @@ class ProviderTurnRunner:
         on_natural_completion: NaturalCompletion | None = None,
         turn_gate: TurnGate | None = None,
         call_keys: Mapping[str, tuple[object, str]] | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         """``call_keys``: the run's tool index's canonical parameters per call id, which the
-        prompt hash reuses (see ``ChatProjector``)."""
+        prompt hash reuses (see ``ChatProjector``). ``options``: the run's model options
+        (checked), sent with every request; the tool-less summary request drops the tool
+        ones."""
         self.host = host
         self.provider = provider
         self.provider_name = provider_name
@@ -109,7 +113,7 @@ class ProviderTurnRunner:
         self._request = ProviderRequest(
             messages=[], tools=self.tools, provider=provider_name, model=model, mode=mode,
             payload=self.payload, turn=0, request_timeout=timeouts.request,
-            connect_timeout=timeouts.connect)
+            connect_timeout=timeouts.connect, options=dict(options or {}))
         self._answer_trusted = False
 
     # -- request building -----------------------------------------------------------------
@@ -129,8 +133,10 @@ class ProviderTurnRunner:
             sent.extend(extra)
         # A copy of the run's own request with this turn's parts (not validated: every value
         # is the run's own, checked at set-up, and the messages grow with every turn).
-        request = self._request.model_copy(
-            update={"messages": sent, "tools": tools, "turn": turn})
+        update: dict[str, Any] = {"messages": sent, "tools": tools, "turn": turn}
+        if not offer_tools and self._request.options:
+            update["options"] = without_tool_options(self._request.options)
+        request = self._request.model_copy(update=update)
         messages_bytes = self.projector.bytes
         self.last_request_metadata = {
             "provider": self.provider_name,

@@ -20,7 +20,10 @@ class ProviderRequest(BaseModel):
 
     ``messages`` are ``{"role", "content", ...}`` dicts (budget pressure messages included);
     ``tools`` are ``{"name", "description", "parameters"}`` dicts. Timeouts are resolved through
-    the settings and the ``request_timeout`` / ``connect_timeout`` hooks.
+    the settings and the ``request_timeout`` / ``connect_timeout`` hooks. ``options`` are the
+    run's model options (``temperature``, ``max_tokens``, ``tool_choice``...: the setting
+    ``model_options`` under the payload's), which a wire provider writes into its request; a
+    request without tools carries none of the tool-related ones.
     """
 
     model_config = ConfigDict(defer_build=True, extra="forbid")
@@ -34,6 +37,7 @@ class ProviderRequest(BaseModel):
     turn: int = 1
     request_timeout: float = 300.0
     connect_timeout: float = 15.0
+    options: dict[str, Any] = Field(default_factory=dict)
 
 
 class ProviderResponse(BaseModel):

@@ -19,6 +19,7 @@ from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.providers.chat_messages import ChatMessage
 from datamachine.providers.normalize import normalize_response
 from datamachine.providers.openai import _bad_request
+from datamachine.providers.options import RESERVED_KEYS, without_tool_options
 
 __all__ = ["build_chat_body", "parse_chat_completion"]
 
@@ -62,12 +63,13 @@ def _wire_message(message: ChatMessage) -> dict[str, Any]:
 
 def build_chat_body(
     request: ProviderRequest, *, provider: str = "openai",
-    extra_body: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON body of ``POST /chat/completions`` for ``request``.
 
-    ``extra_body`` adds protocol options (``temperature``, ``max_tokens``...) but never replaces
-    ``model``, ``messages``, ``tools`` or ``stream``. Raises ProviderError
+    Options: ``defaults`` (the provider's own, an endpoint's ``model_options``) under
+    ``request.options``; they never replace ``model``, ``messages``, ``tools`` or ``stream``,
+    and tool options (``tool_choice``...) go out only with tools. Raises ProviderError
     (``provider_bad_request``) naming the message or tool that has the wrong shape.
     """
     messages = []
@@ -88,12 +90,13 @@ def build_chat_body(
             raise _bad_request(provider, f"Cannot send tools[{index}] to the {provider} "
                                          f"provider: {_first_error(exc)}.") from None
         tools.append({"type": "function", "function": spec.model_dump()})
-    body: dict[str, Any] = dict(extra_body or {})
+    options = {**(defaults or {}), **request.options}
+    body: dict[str, Any] = (options if tools else without_tool_options(options))
+    for key in RESERVED_KEYS:
+        body.pop(key, None)
     body.update({"model": request.model, "messages": messages, "stream": False})
     if tools:
         body["tools"] = tools
-    else:
-        body.pop("tools", None)
     return body
 
 

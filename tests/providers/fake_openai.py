@@ -8,7 +8,9 @@ never hangs on a handler that is still "thinking".
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -34,6 +36,8 @@ class Received:
     path: str
     headers: dict[str, str]
     raw: bytes
+    # The client's port: requests on one kept-alive connection share it.
+    client_port: int = 0
 
     @property
     def json(self) -> Any:
@@ -57,12 +61,13 @@ def completion(content: str | None = "", *, tool_calls: list[dict[str, Any]] | N
 
 
 class RecordingSleep:
-    """An injectable async sleep: remembers each wait and returns at once."""
+    """An injectable sleep: remembers each wait and returns at once (a sync callable, which
+    sync and async runs both accept)."""
 
     def __init__(self) -> None:
         self.calls: list[float] = []
 
-    async def __call__(self, seconds: float) -> None:
+    def __call__(self, seconds: float) -> None:
         self.calls.append(seconds)
 
 
@@ -108,15 +113,30 @@ class FakeOpenAIServer:
         self.requests: list[Received] = []
         self._release = threading.Event()
         self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            # HTTP/1.1: connections are kept alive, so a client's pool reuse is visible.
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                with server._lock:
+                    server._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with server._lock:
+                    server._connections.discard(self.connection)
+                super().finish()
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
                 with server._lock:
                     server.requests.append(Received(
-                        "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, raw))
+                        "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, raw,
+                        self.client_address[1]))
                     problem = strict_problem(json.loads(raw or b"null")) if server.strict else None
                     if problem is not None:
                         reply = Reply(500, {"error": {"message": problem, "type": "server_error"}})
@@ -166,9 +186,20 @@ class FakeOpenAIServer:
         self._thread.start()
         return self
 
+    @property
+    def connections_used(self) -> int:
+        """How many client connections the requests so far came over."""
+        return len({request.client_port for request in self.requests})
+
     def stop(self) -> None:
         self._release.set()
         self._httpd.shutdown()
+        with self._lock:
+            # Kept-alive connections a pooled client still holds: end them, so the handler
+            # threads waiting for their next request return.
+            for connection in list(self._connections):
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
         self._httpd.server_close()
         self._thread.join(timeout=5)
         if self._thread.is_alive():

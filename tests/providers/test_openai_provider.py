@@ -6,6 +6,7 @@ import asyncio
 import json
 import socket
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
@@ -35,9 +36,32 @@ def _provider(server: FakeOpenAIServer, sleep: RecordingSleep | None = None,
                           sleep=sleep or RecordingSleep(), jitter=lambda: 0.0, **kwargs)
 
 
+# Every test here runs twice: on the synchronous path (no event loop, the pooled httpx.Client)
+# and inside an event loop (the loop's pooled httpx.AsyncClient).
+TRANSPORT = {"mode": "sync"}
+
+
+@pytest.fixture(autouse=True, params=["sync", "async"])
+def transport(request: pytest.FixtureRequest) -> Iterator[str]:
+    TRANSPORT["mode"] = request.param
+    yield request.param
+    TRANSPORT["mode"] = "sync"
+
+
 def _complete(provider: OpenAIProvider, request: ProviderRequest | None = None
               ) -> ProviderResponse:
-    return asyncio.run(provider.complete(request or _request()))
+    asked = request or _request()
+    if TRANSPORT["mode"] == "sync":
+        answer = provider.complete(asked)
+        assert isinstance(answer, ProviderResponse)
+        return answer
+
+    async def in_a_loop() -> ProviderResponse:
+        pending = provider.complete(asked)
+        assert not isinstance(pending, ProviderResponse)
+        return await pending
+
+    return asyncio.run(in_a_loop())
 
 
 def _fail(provider: OpenAIProvider, request: ProviderRequest | None = None) -> ProviderError:
@@ -79,7 +103,7 @@ def test_request_hits_base_url_with_bearer_key_and_wire_shapes(
                                "required": ["q"]}}],
     )
 
-    _complete(_provider(openai_server, extra_body={"temperature": 0}), request)
+    _complete(_provider(openai_server, model_options={"temperature": 0}), request)
 
     [received] = openai_server.requests
     assert received.path == "/v1/chat/completions"
@@ -239,13 +263,13 @@ def test_retry_after_as_http_date_is_honoured(
     assert 25 <= waited <= 30
 
 
-def test_503_is_retried_with_backoff_then_gives_up_after_max_attempts(
+def test_503_is_retried_with_backoff_then_gives_up_after_max_retries(
     openai_server: FakeOpenAIServer, recording_sleep: RecordingSleep
 ) -> None:
     openai_server.enqueue(*[Reply(503, {"error": {"message": "overloaded"}})] * 3,
                           Reply(body=completion("never reached")))
 
-    error = _fail(_provider(openai_server, recording_sleep, max_attempts=3))
+    error = _fail(_provider(openai_server, recording_sleep, max_retries=2))
 
     assert (error.code, error.status, error.attempts) == ("provider_http_error", 503, 3)
     assert "after 3 attempts" in str(error)
@@ -255,7 +279,7 @@ def test_503_is_retried_with_backoff_then_gives_up_after_max_attempts(
     assert recording_sleep.calls == [0.25, 0.5]
 
 
-def test_default_max_attempts_is_four(
+def test_default_is_three_retries_so_a_stuck_500_ends_after_four_requests(
     openai_server: FakeOpenAIServer, recording_sleep: RecordingSleep
 ) -> None:
     openai_server.enqueue(*[Reply(500, "boom")] * 5)
@@ -415,8 +439,10 @@ def test_malformed_message_is_a_bad_request_naming_its_index(
 
 
 def test_invalid_constructor_arguments_are_usage_errors() -> None:
-    with pytest.raises(UsageError, match="max_attempts"):
-        OpenAIProvider(max_attempts=0)
+    with pytest.raises(UsageError, match="max_retries"):
+        OpenAIProvider(max_retries=-1)
+    with pytest.raises(UsageError, match="max_retries"):
+        OpenAIProvider(max_retries=True)
 
 
 def test_complete_sync_runs_the_same_request(openai_server: FakeOpenAIServer) -> None:

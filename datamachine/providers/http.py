@@ -1,0 +1,404 @@
+"""The HTTP side every wire provider shares: pooled connections, retries, errors.
+
+A provider sends one JSON POST per turn. Opening a client per turn costs a TCP (and against a
+real endpoint a TLS) handshake every turn, so :class:`ProviderHTTP` keeps one connection pool
+per provider instance, which is one per provider per host, for as long as the host lives:
+
+* a synchronous run (no event loop in the thread) uses one ``httpx.Client``, shared by every
+  thread, and gets its answer without an event loop at all;
+* an async run uses one ``httpx.AsyncClient`` per event loop (an async client's connections
+  belong to the loop that opened them); clients of loops that have closed are dropped.
+
+``host.close()`` closes them (through ``ProviderRegistry.close``).
+
+Retries: HTTP 408, 409, 429 and 5xx (except 501 and 505, which will not change) are retried up
+to ``max_retries`` times, waiting what the server asked (``retry-after-ms``, else
+``Retry-After`` in seconds or as an HTTP date), else an exponential backoff with jitter; a
+server that says ``x-should-retry`` is obeyed. A wait longer than ``max_retry_wait`` is not
+waited for. The retry decisions live in one generator (:meth:`ProviderHTTP._exchange`) that both
+the sync and the async path drive, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, Any
+
+from agents_api import clock
+from datamachine.errors import ProviderError, UsageError
+from datamachine.providers.retry import DEFAULT_MAX_RETRIES, RetryPolicy, check_max_retries
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["DEFAULT_MAX_RETRIES", "MAX_RETRIES_SETTING", "ProviderHTTP", "RetryPolicy",
+           "Sleep", "error_detail", "excerpt", "parse_retry_after", "retry_after_seconds"]
+
+logger = logging.getLogger("datamachine.providers")
+
+MAX_RETRIES_SETTING = "provider_max_retries"
+
+# ``sleep(seconds)``: sync, or async (only usable by async runs).
+Sleep = Callable[[float], Awaitable[None] | None]
+
+
+def excerpt(text: str, limit: int = 300) -> str:
+    """``text`` on one line, at most ``limit`` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date), else None.
+
+    A date in the past means 0. ``now`` (epoch seconds) defaults to the project clock.
+    """
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        current = clock.now() if now is None else now
+        return max(0.0, when.timestamp() - current)
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):  # NaN / inf
+        return None
+    return max(0.0, seconds)
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """The wait a response asks for: ``retry-after-ms`` (milliseconds, the finer one, sent by
+    OpenAI and Anthropic) first, else ``Retry-After``; None when it asks for none."""
+    millis = parse_retry_after(headers.get("retry-after-ms"))
+    if millis is not None:
+        return millis / 1000.0
+    return parse_retry_after(headers.get("retry-after"))
+
+
+def error_detail(response: httpx.Response) -> str:
+    """The message of an error body (OpenAI's and Anthropic's ``{"error": {"message"}}``, a
+    plain ``{"error": "..."}`` or ``{"message"}``), else the start of the body."""
+    try:
+        data = json.loads(response.content)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+        if isinstance(data.get("message"), str):
+            return str(data["message"])
+    return excerpt(response.text) or "(empty body)"
+
+
+@functools.cache
+def _tls_verify() -> Any:
+    """The default TLS context, built once per process (tens of milliseconds each time)."""
+    import httpx
+
+    factory = getattr(httpx, "create_ssl_context", None)
+    return factory() if callable(factory) else True
+
+
+def _retryable(status: int) -> bool:
+    return status in (408, 409, 429) or (500 <= status <= 599 and status not in (501, 505))
+
+
+@dataclass(slots=True)
+class _Send:
+    """The retry loop asks for the request to be sent (again)."""
+
+
+@dataclass(slots=True)
+class _Wait:
+    """The retry loop asks for a wait before the next attempt."""
+
+    seconds: float
+
+
+@dataclass(slots=True)
+class Outbound:
+    """One POST as a provider prepared it."""
+
+    url: str
+    content: bytes
+    headers: dict[str, str]
+    request_timeout: float
+    connect_timeout: float
+
+
+class ProviderHTTP:
+    """The connection pools and the retry loop of one provider instance.
+
+    ``name`` labels errors; ``hints`` maps an HTTP status to a sentence appended to its error
+    (what to check); ``settings_lookup`` reads ``provider_max_retries`` when the policy leaves
+    it open. ``sleep`` and ``jitter`` are injectable so tests observe waits without waiting.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        retry: RetryPolicy | None = None,
+        hints: Mapping[int, str] | None = None,
+        sleep: Sleep | None = None,
+        jitter: Callable[[], float] | None = None,
+        settings_lookup: Callable[[str], Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.hints = dict(hints or {})
+        self.sleep = sleep
+        self.jitter = jitter if jitter is not None else random.random
+        self.settings_lookup = settings_lookup
+        self._client: httpx.Client | None = None
+        self._async_clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+
+    # -- configuration -----------------------------------------------------------------------
+    def max_retries(self) -> int:
+        """The retries allowed after a turn's first request, read now."""
+        if self.retry.max_retries is not None:
+            return self.retry.max_retries
+        if self.settings_lookup is not None:
+            value = self.settings_lookup(MAX_RETRIES_SETTING)
+            if value is not None:
+                return check_max_retries(f"Setting {MAX_RETRIES_SETTING!r}", value)
+        return DEFAULT_MAX_RETRIES
+
+    # -- clients ---------------------------------------------------------------------------
+    def sync_client(self) -> httpx.Client:
+        """The pool of sync runs (created on first use)."""
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.Client(follow_redirects=False, verify=_tls_verify())
+        return self._client
+
+    def async_client(self) -> httpx.AsyncClient:
+        """The pool of the running event loop (created on first use there)."""
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        client = self._async_clients.get(loop)
+        if client is None:
+            for stale in [other for other in self._async_clients if other.is_closed()]:
+                del self._async_clients[stale]
+            client = httpx.AsyncClient(follow_redirects=False, verify=_tls_verify())
+            self._async_clients[loop] = client
+        return client
+
+    def close(self) -> None:
+        """Close every pool this provider opened; the next request opens a new one."""
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+        clients, self._async_clients = self._async_clients, {}
+        for loop, async_client in clients.items():
+            _close_async_client(loop, async_client)
+
+    async def aclose(self) -> None:
+        """:meth:`close` from inside an event loop (awaits the running loop's own pool)."""
+        running = asyncio.get_running_loop()
+        own = self._async_clients.pop(running, None)
+        self.close()
+        if own is not None:
+            await own.aclose()
+
+    # -- one exchange ------------------------------------------------------------------------
+    def post(self, outbound: Outbound) -> httpx.Response | Awaitable[httpx.Response]:
+        """POST with retries: the final 2xx response, or an awaitable of it inside a running
+        event loop. Every failure is a ProviderError naming what to fix."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._post_sync(outbound)
+        return self._post_async(outbound)
+
+    def _post_sync(self, outbound: Outbound) -> httpx.Response:
+        client = self.sync_client()
+        steps = self._exchange(outbound)
+        ask: _Send | _Wait = next(steps)
+        try:
+            while True:
+                if isinstance(ask, _Wait):
+                    self._sleep_sync(ask.seconds)
+                    ask = steps.send(None)
+                    continue
+                try:
+                    response = client.post(outbound.url, content=outbound.content,
+                                           headers=outbound.headers,
+                                           timeout=self._timeout(outbound))
+                except Exception as exc:
+                    ask = steps.throw(exc)
+                else:
+                    ask = steps.send(response)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def _post_async(self, outbound: Outbound) -> httpx.Response:
+        client = self.async_client()
+        steps = self._exchange(outbound)
+        ask: _Send | _Wait = next(steps)
+        deadline = outbound.request_timeout if outbound.request_timeout > 0 else None
+        try:
+            while True:
+                if isinstance(ask, _Wait):
+                    await self._sleep_async(ask.seconds)
+                    ask = steps.send(None)
+                    continue
+                try:
+                    # Per-read timeouts do not bound a server that drips bytes: this does.
+                    async with asyncio.timeout(deadline):
+                        response = await client.post(
+                            outbound.url, content=outbound.content, headers=outbound.headers,
+                            timeout=self._timeout(outbound))
+                except Exception as exc:
+                    ask = steps.throw(exc)
+                else:
+                    ask = steps.send(response)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    def _sleep_sync(self, seconds: float) -> None:
+        if self.sleep is None:
+            time.sleep(seconds)
+            return
+        waited = self.sleep(seconds)
+        if inspect.isawaitable(waited):
+            close = getattr(waited, "close", None)
+            if close is not None:
+                close()
+            raise UsageError(f"The {self.name} provider's sleep is async; a synchronous run "
+                             "needs a sync sleep(seconds) (or none, for time.sleep).")
+
+    async def _sleep_async(self, seconds: float) -> None:
+        if self.sleep is None:
+            await asyncio.sleep(seconds)
+            return
+        waited = self.sleep(seconds)
+        if inspect.isawaitable(waited):
+            await waited
+
+    @staticmethod
+    def _timeout(outbound: Outbound) -> httpx.Timeout:
+        import httpx
+
+        request = outbound.request_timeout if outbound.request_timeout > 0 else None
+        connect = outbound.connect_timeout if outbound.connect_timeout > 0 else None
+        return httpx.Timeout(request, connect=connect)
+
+    def _exchange(
+        self, outbound: Outbound
+    ) -> Generator[_Send | _Wait, httpx.Response | None, httpx.Response]:
+        """The retry decisions: yields a send or a wait, receives the response (or has the
+        transport's exception thrown in), returns the final 2xx response."""
+        retries = self.max_retries()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = yield _Send()
+            except Exception as exc:
+                raise self._transport_error(exc, outbound, attempt) from None
+            assert response is not None
+            if 200 <= response.status_code < 300:
+                return response
+            delay = self._retry_delay(response, attempt, retries)
+            if delay is None:
+                raise self._http_error(response, outbound.url, attempt, retries)
+            logger.info("%s: HTTP %s from %s, retrying in %.2f s (attempt %d of %d)", self.name,
+                        response.status_code, outbound.url, delay, attempt + 1, retries + 1)
+            yield _Wait(delay)
+
+    def _retry_delay(self, response: httpx.Response, attempt: int, retries: int) -> float | None:
+        """Seconds to wait before the next attempt, or None when this answer is final."""
+        told = response.headers.get("x-should-retry", "").strip().lower()
+        if attempt > retries or told == "false":
+            return None
+        if told != "true" and not _retryable(response.status_code):
+            return None
+        asked = retry_after_seconds(response.headers)
+        if asked is not None:
+            return asked if asked <= self.retry.max_retry_wait else None
+        ceiling = min(self.retry.backoff_max, self.retry.backoff_base * 2.0 ** (attempt - 1))
+        return ceiling * (0.5 + 0.5 * self.jitter())  # jitter spreads out synchronized clients
+
+    def _http_error(self, response: httpx.Response, url: str, attempt: int,
+                    retries: int) -> ProviderError:
+        status = response.status_code
+        if attempt > 1:
+            attempts = f"after {attempt} attempts"
+        elif _retryable(status) and retries == 0:
+            attempts = f"({MAX_RETRIES_SETTING}=0, so not retried)"
+        else:
+            attempts = "(not retried)"
+        asked = retry_after_seconds(response.headers)
+        if attempt <= retries and asked is not None and asked > self.retry.max_retry_wait:
+            attempts = (f"(the server asked to wait {asked:g} s, more than max_retry_wait="
+                        f"{self.retry.max_retry_wait:g} s)")
+        return ProviderError(
+            f"The {self.name} provider answered HTTP {status} from {url} {attempts}: "
+            f"{error_detail(response)}.{self.hints.get(status, '')}",
+            code="provider_http_error", provider=self.name, status=status, attempts=attempt,
+        )
+
+    def _transport_error(self, exc: Exception, outbound: Outbound,
+                         attempt: int) -> ProviderError:
+        import httpx
+
+        url = outbound.url
+        if isinstance(exc, httpx.ConnectTimeout):
+            return ProviderError(
+                f"The {self.name} provider could not connect to {url} within the connect "
+                f"timeout of {outbound.connect_timeout:g} s. Is the server running? (The "
+                "connect_timeout setting or hook raises the limit.)",
+                code="provider_timeout", provider=self.name, attempts=attempt)
+        if isinstance(exc, httpx.TimeoutException | TimeoutError):
+            return ProviderError(
+                f"The {self.name} provider got no answer from {url} within the request "
+                f"timeout of {outbound.request_timeout:g} s. Raise the request_timeout setting "
+                "(or hook) for slow models.",
+                code="provider_timeout", provider=self.name, attempts=attempt)
+        if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol):
+            return ProviderError(f"The {self.name} provider's URL {url!r} is invalid: {exc}.",
+                                 code="provider_bad_request", provider=self.name)
+        if isinstance(exc, httpx.HTTPError):
+            return ProviderError(
+                f"The {self.name} provider cannot reach {url}: {type(exc).__name__}: {exc}. "
+                "Check its base URL and that the server is running.",
+                code="provider_connection_error", provider=self.name, attempts=attempt)
+        raise exc
+
+
+def _close_async_client(loop: asyncio.AbstractEventLoop, client: httpx.AsyncClient) -> None:
+    # An async client closes on its own loop. A closed loop took its sockets with it.
+    if loop.is_closed():
+        return
+    if loop.is_running():
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            loop.create_task(client.aclose())
+        else:
+            asyncio.run_coroutine_threadsafe(client.aclose(), loop)
+        return
+    loop.run_until_complete(client.aclose())

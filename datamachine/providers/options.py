@@ -1,0 +1,91 @@
+"""Model options: sampling and tool-choice parameters a run passes to its provider.
+
+``model_options`` is a payload key and a host setting (the payload's keys win, key by key); the
+CLI's ``-o KEY VALUE`` fills it too. The run puts the merged dict on every
+``ProviderRequest.options``, and each wire provider writes it into its request body. The
+documented keys are type-checked here, once, when a run starts or a setting is written, so a
+typo like ``temperature="hot"`` fails at once, naming the key; any other key is passed through to
+the provider unchecked (servers have their own extensions: ``top_k``, ``min_p``, ``logit_bias``).
+
+The final summary request offers no tools, and OpenAI refuses ``tool_choice`` without
+``tools``: :func:`without_tool_options` drops every tool-related option from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+
+from datamachine.errors import UsageError
+
+__all__ = ["MODEL_OPTIONS_KEY", "RESERVED_KEYS", "TOOL_OPTIONS", "ModelOptions",
+           "merge_model_options", "validate_model_options", "without_tool_options"]
+
+MODEL_OPTIONS_KEY = "model_options"
+
+# The request's own parts: an option can never replace them.
+RESERVED_KEYS = frozenset({"model", "messages", "tools", "stream", "system"})
+
+# Options that only mean something when tools are offered.
+TOOL_OPTIONS = frozenset({"tool_choice", "parallel_tool_calls", "disable_parallel_tool_use"})
+
+
+class ModelOptions(BaseModel):
+    """The documented options and their types; other keys pass through as given."""
+
+    model_config = ConfigDict(defer_build=True, extra="allow", strict=True)
+
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    seed: StrictInt | None = None
+    stop: str | list[str] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: StrictBool | None = None
+    response_format: dict[str, Any] | None = None
+
+
+def validate_model_options(value: Any, where: str = "payload['model_options']") -> dict[str, Any]:
+    """``value`` checked as model options (a dict), or a UsageError naming ``where`` and the key.
+
+    Integers are accepted where a float is documented (``temperature=1``).
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise UsageError(f"{where} must be a dict of option -> value (for example "
+                         f"{{'temperature': 0.2}}), got {type(value).__name__}.")
+    options = dict(value)
+    for key in options:
+        if not isinstance(key, str) or not key:
+            raise UsageError(f"{where} has the key {key!r}; option names are strings.")
+        if key in RESERVED_KEYS:
+            raise UsageError(f"{where}[{key!r}] cannot be set: the run decides the request's "
+                             f"{key}. Remove it from the options.")
+    for key in ("temperature", "top_p"):
+        if type(options.get(key)) is int:
+            options[key] = float(options[key])
+    try:
+        ModelOptions.model_validate(options)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"])
+        raise UsageError(f"{where}[{field!r}]: {error['msg']} (got "
+                         f"{error.get('input')!r}).") from None
+    return options
+
+
+def merge_model_options(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Later layers win key by key (setting, then payload)."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        if layer:
+            merged.update(layer)
+    return merged
+
+
+def without_tool_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` for a request that offers no tools."""
+    return {key: value for key, value in options.items() if key not in TOOL_OPTIONS}
