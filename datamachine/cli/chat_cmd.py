@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from datamachine.cli.app import State, exit_code_for, handle_errors
+from datamachine.cli.model_options import model_option
 from datamachine.cli.progress import Progress
 from datamachine.errors import SessionAborted, UsageError
 from datamachine.hookspecs import hookimpl
@@ -74,10 +75,11 @@ def _limit(value: str | None) -> int | str | None:
 @click.option("--model", default=None, help="Model id (default: setting default_model).")
 @click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="JSON or YAML script for the scripted provider (replayed for each message).")
+@model_option
 @click.pass_obj
 @handle_errors
 def chat(state: State, session_id: str | None, max_turns: str | None, provider: str | None,
-         model: str | None, script: Path | None) -> None:
+         model: str | None, script: Path | None, model_options: dict[str, Any]) -> None:
     """Chat with an agent on a stored session, with its turn limit enforced."""
     limit = _limit(max_turns)
     host = state.host
@@ -102,6 +104,8 @@ def chat(state: State, session_id: str | None, max_turns: str | None, provider: 
             with Progress() as progress:
                 confirm.progress = progress
                 payload: dict[str, Any] = {"event_sink": progress}
+                if model_options:
+                    payload["model_options"] = model_options
                 if script is not None:
                     payload["script"] = str(script)
                 result = host.chat(session.id, text, provider=provider, model=model,

@@ -9,6 +9,7 @@ import click
 
 from agents_api.jsontext import pretty_json
 from datamachine.cli.app import State, exit_code_for, handle_errors
+from datamachine.cli.model_options import model_option
 from datamachine.cli.output import print_run_summary
 from datamachine.cli.progress import Progress
 from datamachine.errors import InvalidBudgetValue, UsageError
@@ -40,12 +41,13 @@ def parse_max_turns(ctx: click.Context, param: click.Parameter, value: int | Non
               help="JSON or YAML script for the scripted provider.")
 @click.option("--tools", "tool_names", default="",
               help="Comma-separated names of registered tools to offer.")
+@model_option
 @click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON.")
 @click.pass_obj
 @handle_errors
 def run(state: State, prompt: str, mode: str, provider: str | None, model: str | None,
         max_turns: int | None, single_turn: bool, script: Path | None, tool_names: str,
-        as_json: bool) -> None:
+        model_options: dict[str, Any], as_json: bool) -> None:
     """Run one conversation with PROMPT as the user message."""
     host = state.host
     tools = []
@@ -56,6 +58,8 @@ def run(state: State, prompt: str, mode: str, provider: str | None, model: str |
             raise UsageError(f"--tools: no registered tool named {name!r} (registered: {known}).")
         tools.append(found)
     payload: dict[str, Any] = {}
+    if model_options:
+        payload["model_options"] = model_options
     if script is not None:
         payload["script"] = str(script)
     with Progress(enabled=None if not as_json else False) as progress:

@@ -211,3 +211,33 @@ def test_jobs_and_sessions_can_be_browsed(runner: CliRunner, tmp_path: Path) -> 
     assert json.loads(out)["max_turns"] == 4
     code, out = invoke(runner, db, "jobs", "show", "999")
     assert code == 1
+
+
+def test_run_sends_dash_o_model_options_to_the_provider(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    from tests.providers.fake_openai import FakeOpenAIServer, Reply, completion
+
+    with FakeOpenAIServer() as server:
+        server.enqueue(Reply(body=completion("configured")))
+        invoke(runner, tmp_path / "d.db", "settings", "set", "openai_base_url",
+               json.dumps(server.url + "/v1"))
+        code, out = invoke(runner, tmp_path / "d.db", "run", "hi", "--provider", "openai",
+                           "--model", "m", "-o", "temperature", "0.2", "-o", "stop", '["###"]',
+                           "--option", "tool_choice", "none", "--json")
+        assert code == 0, out
+        body = server.requests[0].json
+    assert (body["temperature"], body["stop"]) == (0.2, ["###"])
+    assert "tool_choice" not in body  # no tools offered: tool options stay home
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["-o", "temperature", "hot"], "-o['temperature']"),
+    (["-o", "model", "x"], "the run decides the request's model"),
+])
+def test_run_refuses_bad_dash_o_with_exit_2(
+    runner: CliRunner, tmp_path: Path, args: list[str], message: str
+) -> None:
+    code, out = invoke(runner, tmp_path / "d.db", "run", "hi", *args)
+    assert code == 2
+    assert message in out

@@ -186,6 +186,12 @@ class FakeOpenAIServer:
         self._thread.start()
         return self
 
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     @property
     def connections_used(self) -> int:
         """How many client connections the requests so far came over."""

@@ -450,3 +450,103 @@ def test_complete_sync_runs_the_same_request(openai_server: FakeOpenAIServer) ->
     response = _provider(openai_server).complete_sync(_request())
     assert response.content == "sync"
     assert json.loads(openai_server.requests[0].raw)["messages"][-1]["content"] == "Hi"
+
+
+# -- retries: the finer points --------------------------------------------------------------
+
+def test_retry_after_ms_wins_over_retry_after(
+    openai_server: FakeOpenAIServer, recording_sleep: RecordingSleep
+) -> None:
+    openai_server.enqueue(
+        Reply(429, "slow down", headers={"retry-after-ms": "1500", "Retry-After": "9"}),
+        Reply(body=completion("ok")))
+
+    assert _complete(_provider(openai_server, recording_sleep)).content == "ok"
+
+    assert recording_sleep.calls == [1.5]
+
+
+@pytest.mark.parametrize(("status", "should_retry", "requests"), [
+    (503, "false", 1),  # the server says it will not get better
+    (400, "true", 2),   # the server says it will
+    (501, None, 1),     # not implemented: retrying cannot help
+])
+def test_x_should_retry_and_final_5xx_statuses(
+    openai_server: FakeOpenAIServer, recording_sleep: RecordingSleep, status: int,
+    should_retry: str | None, requests: int,
+) -> None:
+    headers = {"x-should-retry": should_retry} if should_retry else {}
+    openai_server.enqueue(Reply(status, "no", headers=headers), Reply(body=completion("ok")))
+
+    provider = _provider(openai_server, recording_sleep)
+    if requests == 1:
+        assert _fail(provider).status == status
+    else:
+        assert _complete(provider).content == "ok"
+    assert len(openai_server.requests) == requests
+
+
+def test_the_provider_max_retries_setting_is_read_per_request(
+    openai_server: FakeOpenAIServer, recording_sleep: RecordingSleep
+) -> None:
+    settings: dict[str, Any] = {"provider_max_retries": 0}
+    provider = _provider(openai_server, recording_sleep, settings_lookup=settings.get)
+    openai_server.enqueue(Reply(500, "boom"), Reply(body=completion("ok")))
+
+    error = _fail(provider)
+    assert (error.status, error.attempts) == (500, 1)
+    assert "provider_max_retries=0, so not retried" in str(error)
+
+    settings["provider_max_retries"] = 1
+    assert _complete(provider).content == "ok"
+
+    settings["provider_max_retries"] = "lots"
+    with pytest.raises(UsageError, match="provider_max_retries"):
+        _complete(provider)
+
+
+# -- the connection pool --------------------------------------------------------------------
+
+def test_one_connection_serves_every_request_until_close(
+    openai_server: FakeOpenAIServer, transport: str
+) -> None:
+    provider = _provider(openai_server)
+    openai_server.enqueue(*[Reply(body=completion(f"answer {i}")) for i in range(4)])
+
+    if transport == "sync":
+        answers = [_complete(provider).content for _ in range(3)]
+    else:
+        async def three_requests() -> list[str]:
+            answers = []
+            for _ in range(3):
+                pending = provider.complete(_request())
+                assert not isinstance(pending, ProviderResponse)
+                answers.append((await pending).content)
+            await provider.aclose()
+            return answers
+
+        answers = asyncio.run(three_requests())
+
+    assert answers == ["answer 0", "answer 1", "answer 2"]
+    assert openai_server.connections_used == 1
+    provider.close()
+    _complete(provider)  # a closed pool is reopened by the next request
+    assert openai_server.connections_used == 2
+    provider.close()
+
+
+def test_an_async_sleep_cannot_serve_a_synchronous_run(
+    openai_server: FakeOpenAIServer, transport: str
+) -> None:
+    async def sleep(seconds: float) -> None:
+        return None
+
+    provider = OpenAIProvider(base_url=openai_server.url + "/v1", api_key="k",
+                              sleep=sleep, jitter=lambda: 0.0)
+    openai_server.enqueue(Reply(503, "busy"), Reply(body=completion("ok")))
+    if transport == "async":
+        assert _complete(provider).content == "ok"
+    else:
+        with pytest.raises(UsageError, match="sync sleep"):
+            _complete(provider)
+    provider.close()
