@@ -61,6 +61,50 @@ def _wire_message(message: ChatMessage) -> dict[str, Any]:
     return out
 
 
+_PLAIN_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
+
+
+def _plain_wire_message(raw: Any) -> dict[str, Any] | None:
+    """The wire form of a message already in the documented shape, without building a model;
+    None for anything else (which then goes through ChatMessage and its error messages).
+
+    The history is re-sent on every turn, so validating each message as a model made a run's
+    request building grow with the square of its turns; a run's own messages always have
+    this shape.
+    """
+    if type(raw) is not dict or not _PLAIN_KEYS.issuperset(raw):
+        return None
+    role, content = raw.get("role"), raw.get("content")
+    if type(role) is not str or not role or (content is not None and type(content) is not str):
+        return None
+    out: dict[str, Any] = {"role": role, "content": content or ""}
+    calls = raw.get("tool_calls")
+    if calls:
+        if type(calls) is not list:
+            return None
+        wire_calls = []
+        for call in calls:
+            if (type(call) is not dict or type(call.get("id")) is not str or not call["id"]
+                    or type(call.get("name")) is not str or not call["name"]
+                    or type(call.get("parameters")) is not dict or "function" in call):
+                return None
+            wire_calls.append({"id": call["id"], "type": "function",
+                               "function": {"name": call["name"],
+                                            "arguments": compact_json(call["parameters"])}})
+        out["tool_calls"] = wire_calls
+    name = raw.get("name")
+    if name:
+        if type(name) is not str:
+            return None
+        out["name"] = name
+    if role == "tool":
+        call_id = raw.get("tool_call_id")
+        if type(call_id) is not str or not call_id:
+            return None
+        out["tool_call_id"] = call_id
+    return out
+
+
 def build_chat_body(
     request: ProviderRequest, *, provider: str = "openai",
     defaults: Mapping[str, Any] | None = None,
@@ -74,6 +118,10 @@ def build_chat_body(
     """
     messages = []
     for index, raw in enumerate(request.messages):
+        plain = _plain_wire_message(raw)
+        if plain is not None:
+            messages.append(plain)
+            continue
         try:
             messages.append(_wire_message(ChatMessage.model_validate(raw)))
         except ValidationError as exc:

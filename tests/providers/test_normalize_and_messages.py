@@ -133,3 +133,32 @@ def test_structured_tool_content_is_sent_as_json_text() -> None:
     message = ChatMessage.model_validate({"role": "tool", "tool_call_id": "c",
                                           "content": {"hits": 3}})
     assert message.content == '{"hits":3}'
+
+
+@pytest.mark.parametrize("message", [
+    {"role": "user", "content": "hi"},
+    {"role": "system", "content": ""},
+    {"role": "assistant", "content": None,
+     "tool_calls": [{"id": "c1", "name": "search", "parameters": {"q": "x", "n": [1, 2]}}]},
+    {"role": "assistant", "content": "Looking.", "tool_calls": []},
+    {"role": "tool", "tool_call_id": "c1", "content": "3 hits"},
+    {"role": "user", "content": "hi", "name": "ada"},
+])
+def test_the_plain_message_fast_path_matches_the_validated_one(message: dict[str, Any]) -> None:
+    from datamachine.providers.chat_messages import ChatMessage
+    from datamachine.providers.openai_wire import _plain_wire_message, _wire_message
+
+    assert _plain_wire_message(message) == _wire_message(ChatMessage.model_validate(message))
+
+
+@pytest.mark.parametrize("message", [
+    {"role": "user", "content": ["part"]},  # content parts: the model path
+    {"role": "user", "content": "hi", "metadata": {}},  # an unknown key
+    {"role": "tool", "content": "orphan"},  # no tool_call_id: the model path explains
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "x", "arguments": "{}"}}]},
+])
+def test_other_shapes_take_the_validated_path(message: dict[str, Any]) -> None:
+    from datamachine.providers.openai_wire import _plain_wire_message
+
+    assert _plain_wire_message(message) is None
