@@ -191,8 +191,13 @@ def pydantic_ai_runner(base_url: str) -> AsyncRun:
 
 
 def openai_agents_runner(base_url: str) -> AsyncRun:
-    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
-    from agents import set_tracing_disabled
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
     from openai import AsyncOpenAI
 
     set_tracing_disabled(True)
