@@ -61,3 +61,22 @@ def test_persistence_script_runs_through_a_writer() -> None:
 
     overall, first, last = persistence.one_run(3)
     assert min(overall, first, last) > 0
+
+
+def test_http_bench_floor_and_datamachine_reach_the_answer_over_loopback() -> None:
+    import asyncio
+
+    from bench import http_bench
+
+    server, base_url = http_bench.start_server()
+    loop = asyncio.new_event_loop()
+    try:
+        floor = http_bench.floor_runner(base_url)
+        datamachine_run = http_bench.datamachine_runner(base_url)
+        assert loop.run_until_complete(floor(2)) == answer_text(2)
+        result: Any = loop.run_until_complete(datamachine_run(2))
+        assert result.turn_count == 3
+    finally:
+        loop.close()
+        server.kill()
+        server.wait()
