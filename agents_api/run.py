@@ -363,6 +363,13 @@ class LoopRun:
                 left = seconds
         return None if left is None else max(0.0, left)
 
+    def _out_of_time(self) -> bool:
+        """A time rail has run out (within a millisecond of clock jitter)."""
+        if not self._has_time_rail():
+            return False
+        left = self._deadline_left()
+        return left is not None and left <= 0.001
+
     def _has_time_rail(self) -> bool:
         # Checked for every turn with tool calls; budgets only join a run (a tool's own), so
         # the answer changes only when their number does.
@@ -389,6 +396,9 @@ class LoopRun:
         number = self.turn_count
         context = {**self.settings.context, "turn": number, "budgets": self.budgets,
                    "session_id": self.session_id}
+        if self._has_time_rail():
+            # A runner whose call cannot be cut (a synchronous HTTP request) bounds it itself.
+            context["deadline"] = self._deadline_left()
         if self.emitter.listening:
             self.emitter.emit("turn_started", {
                 "turn": number, "max_turns": self.settings.turn_budget.ceiling(),
@@ -403,18 +413,19 @@ class LoopRun:
                 left = self._deadline_left()
                 raw = yield (raw if left is None else bounded(raw, left))
             answer = coerce_turn_result(raw, turn.number)
-        except DeadlineReached:
-            # The wall clock ran out while the provider was still answering: the call was
-            # cancelled and the run stops on its time budget.
+        except Exception as exc:
+            if not (isinstance(exc, DeadlineReached) or self._out_of_time()):
+                # Reported once, by the terminal ``failed`` event (it carries the error).
+                logger.info("agents_api: turn %d failed: %s", turn.number, exc)
+                self._fail("turn_failed", exc)
+                return None
+            # The wall clock ran out while the provider was still answering (the call was
+            # cancelled, or gave up at the deadline it was given): the run stops on its time
+            # budget.
             budget = self._spend_time()
             self.emitter.emit("turn_interrupted", {"turn": turn.number, "reason": "deadline",
                                                    "budget": budget.name()})
             self._stop(Outcome("budget_exceeded", budget=budget))
-            return None
-        except Exception as exc:
-            # Reported once, by the terminal ``failed`` event (it carries the error).
-            logger.info("agents_api: turn %d failed: %s", turn.number, exc)
-            self._fail("turn_failed", exc)
             return None
         _add_usage(self.usage, answer.usage)
         if answer.request_metadata:

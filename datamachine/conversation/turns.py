@@ -177,6 +177,11 @@ class ProviderTurnRunner:
         turn = int(context["turn"])
         self._turn_input = (messages, context)
         request = self.build_request(messages, turn, context.get("budgets"))
+        left = context.get("deadline")
+        if left is not None and (request.request_timeout <= 0 or left < request.request_timeout):
+            # Under the run's time rail: a provider whose call cannot be cancelled (a
+            # synchronous HTTP request) gives up when the run's time does.
+            request = request.model_copy(update={"request_timeout": max(left, 0.001)})
         try:
             answer = self._dispatch(request, turn)
         except Exception as exc:

@@ -128,3 +128,29 @@ def test_a_call_with_broken_arguments_is_corrected_through_a_strict_server(
     assert all(strict_problem(r.json) is None for r in strict_server.requests)
     assert strict_problem({"messages": [{"role": "assistant", "content": "", "tool_calls": [
         broken]}]}) == "messages.0.tool_calls.0.function.arguments: not a JSON object"
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_the_run_time_limit_cuts_a_slow_http_answer(
+    asynchronous: bool, host: Host,
+) -> None:
+    # A synchronous run's request cannot be cancelled from outside: it is given the run's
+    # remaining time as its timeout. Either way the run stops on its time budget.
+    import asyncio
+    import time
+
+    with FakeOpenAIServer() as slow:
+        host.settings.set("openai_base_url", slow.url + "/v1")
+        slow.enqueue(Reply(body=completion("too late"), delay=5))
+        started = time.perf_counter()
+        args = ([{"role": "user", "content": "hi"}], [], "openai", "m")
+        payload = {"max_seconds": 0.3}
+        if asynchronous:
+            result = asyncio.run(host.arun_conversation(*args, payload=payload))
+        else:
+            result = host.run_conversation(*args, payload=payload)
+        elapsed = time.perf_counter() - started
+
+    assert result.status == "budget_exceeded", result.error
+    assert result.budget == "wall_clock_seconds"
+    assert elapsed < 3
