@@ -143,12 +143,13 @@ def test_the_run_time_limit_cuts_a_slow_http_answer(
         host.settings.set("openai_base_url", slow.url + "/v1")
         slow.enqueue(Reply(body=completion("too late"), delay=5))
         started = time.perf_counter()
-        args = ([{"role": "user", "content": "hi"}], [], "openai", "m")
+        messages = [{"role": "user", "content": "hi"}]
         payload = {"max_seconds": 0.3}
         if asynchronous:
-            result = asyncio.run(host.arun_conversation(*args, payload=payload))
+            result = asyncio.run(host.arun_conversation(messages, None, "openai", "m",
+                                                        payload=payload))
         else:
-            result = host.run_conversation(*args, payload=payload)
+            result = host.run_conversation(messages, None, "openai", "m", payload=payload)
         elapsed = time.perf_counter() - started
 
     assert result.status == "budget_exceeded", result.error
