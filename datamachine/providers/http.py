@@ -170,6 +170,8 @@ class ProviderHTTP:
         self.settings_lookup = settings_lookup
         self._client: httpx.Client | None = None
         self._async_clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        # The last URL, parsed: httpx parses a string URL on every request.
+        self._url: tuple[str, httpx.URL] | None = None
 
     # -- configuration -----------------------------------------------------------------------
     def max_retries(self) -> int:
@@ -231,8 +233,19 @@ class ProviderHTTP:
             return self._post_sync(outbound)
         return self._post_async(outbound)
 
+    def _parsed(self, url: str) -> httpx.URL:
+        cached = self._url
+        if cached is not None and cached[0] == url:
+            return cached[1]
+        import httpx
+
+        parsed = httpx.URL(url)
+        self._url = (url, parsed)
+        return parsed
+
     def _post_sync(self, outbound: Outbound) -> httpx.Response:
         client = self.sync_client()
+        url = self._parsed(outbound.url)
         steps = self._exchange(outbound)
         ask: _Send | _Wait = next(steps)
         try:
@@ -242,7 +255,7 @@ class ProviderHTTP:
                     ask = steps.send(None)
                     continue
                 try:
-                    response = client.post(outbound.url, content=outbound.content,
+                    response = client.post(url, content=outbound.content,
                                            headers=outbound.headers,
                                            timeout=self._timeout(outbound))
                 except Exception as exc:
@@ -254,6 +267,7 @@ class ProviderHTTP:
 
     async def _post_async(self, outbound: Outbound) -> httpx.Response:
         client = self.async_client()
+        url = self._parsed(outbound.url)
         steps = self._exchange(outbound)
         ask: _Send | _Wait = next(steps)
         deadline = outbound.request_timeout if outbound.request_timeout > 0 else None
@@ -267,7 +281,7 @@ class ProviderHTTP:
                     # Per-read timeouts do not bound a server that drips bytes: this does.
                     async with asyncio.timeout(deadline):
                         response = await client.post(
-                            outbound.url, content=outbound.content, headers=outbound.headers,
+                            url, content=outbound.content, headers=outbound.headers,
                             timeout=self._timeout(outbound))
                 except Exception as exc:
                     ask = steps.throw(exc)

@@ -178,7 +178,9 @@ class OpenAIProvider:
 
     def availability(self) -> Literal[True] | str:
         """True, or the reason this provider cannot be used as configured."""
-        base_url = self.resolved_base_url()
+        return self._availability(self.resolved_base_url())
+
+    def _availability(self, base_url: str) -> Literal[True] | str:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             return (f"The {self.name} provider's base URL {base_url!r} is not an http(s) URL; "
@@ -248,7 +250,8 @@ class OpenAIProvider:
         from datamachine.providers.http import Outbound
         from datamachine.providers.openai_wire import build_chat_body
 
-        available = self.availability()
+        base_url = self.resolved_base_url()  # read once per request: a setting lookup
+        available = self._availability(base_url)
         if available is not True:
             raise ProviderError(available, code="provider_unavailable", provider=self.name)
         if not request.model.strip():
@@ -260,7 +263,7 @@ class OpenAIProvider:
         except (TypeError, ValueError) as exc:
             raise _bad_request(self.name, f"The request for the {self.name} provider is not "
                                           f"JSON-serializable: {exc}.") from None
-        return Outbound(self.resolved_base_url().rstrip("/") + "/chat/completions", content,
+        return Outbound(base_url.rstrip("/") + "/chat/completions", content,
                         self._request_headers(), request.request_timeout,
                         request.connect_timeout)
 
