@@ -41,20 +41,18 @@ Response. ``choices[0].message.content``, ``tool_calls[].function.{name, argumen
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from agents_api.jsontext import compact_bytes
-from datamachine.errors import ProviderError, UsageError
+from datamachine.errors import ProviderError
 from datamachine.providers.base import ProviderRequest, ProviderResponse
+from datamachine.providers.wire_provider import WireProvider
 
 if TYPE_CHECKING:
     import httpx
 
-    from datamachine.providers.http import Outbound, ProviderHTTP, Sleep, parse_retry_after
+    from datamachine.providers.http import Outbound, parse_retry_after
     from datamachine.providers.openai_wire import build_chat_body, parse_chat_completion
 
 __all__ = [
@@ -77,83 +75,18 @@ def _bad_request(provider: str, message: str) -> ProviderError:
     return ProviderError(message, code="provider_bad_request", provider=provider)
 
 
-def _excerpt(text: str, limit: int = 300) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[:limit] + "..."
-
-
 # -- the provider ----------------------------------------------------------------------------
 
-class OpenAIProvider:
+class OpenAIProvider(WireProvider):
     """A provider for any OpenAI-compatible Chat Completions server.
 
-    ``model_options``: options sent with every request under the run's own (an endpoint's
-    defaults); ``headers``: extra HTTP headers. ``max_retries`` (None: the host setting
-    ``provider_max_retries``, default 3), ``backoff_base``, ``backoff_max`` and
-    ``max_retry_wait`` shape retries (a ``Retry-After`` longer than ``max_retry_wait`` seconds
-    is not waited for: the turn fails at once with the server's answer). ``sleep`` (sync, or
-    async for async runs only) and ``jitter`` are injectable so tests observe waits without
-    waiting.
+    Arguments as :class:`~datamachine.providers.wire_provider.WireProvider`'s; the key's
+    variable defaults to ``OPENAI_API_KEY``; the host setting ``openai_base_url`` is read
+    through ``bind_settings``.
     """
 
-    answers_normalized = True
-
-    def __init__(
-        self,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        *,
-        name: str = "openai",
-        api_key_env: str = API_KEY_ENV,
-        model_options: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        max_retries: int | None = None,
-        backoff_base: float = 0.5,
-        backoff_max: float = 20.0,
-        max_retry_wait: float = 60.0,
-        sleep: Sleep | None = None,
-        jitter: Callable[[], float] | None = None,
-        environ: Mapping[str, str] | None = None,
-        settings_lookup: Callable[[str], Any] | None = None,
-    ) -> None:
-        from datamachine.providers.retry import RetryPolicy
-
-        self.name = name
-        self.base_url = base_url
-        self.api_key = api_key
-        self.api_key_env = api_key_env
-        self.retry = RetryPolicy(max_retries, backoff_base, backoff_max, max_retry_wait)
-        self.sleep = sleep
-        self.jitter = jitter
-        self.model_options = dict(model_options or {})
-        self.headers = dict(headers or {})
-        self._environ = environ
-        self._settings_lookup = settings_lookup
-        self._http: ProviderHTTP | None = None
-
-    def for_endpoint(
-        self, *, name: str, base_url: str | None = None, api_key_env: str | None = None,
-        model_options: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None,
-    ) -> OpenAIProvider:
-        """A provider named ``name`` for one entry of the ``providers`` setting: this one's
-        retry and test hooks, that entry's URL, key variable, options and headers."""
-        return OpenAIProvider(
-            base_url, None, name=name, api_key_env=api_key_env or self.api_key_env,
-            model_options=model_options, headers=headers, max_retries=self.retry.max_retries,
-            backoff_base=self.retry.backoff_base, backoff_max=self.retry.backoff_max,
-            max_retry_wait=self.retry.max_retry_wait, sleep=self.sleep, jitter=self.jitter,
-            environ=self._environ, settings_lookup=self._settings_lookup)
-
-    # -- configuration -----------------------------------------------------------------------
-    def bind_settings(self, lookup: Callable[[str], Any]) -> None:
-        """Read host settings (``openai_base_url``, ``provider_max_retries``) through
-        ``lookup`` (a host's ``settings.get``)."""
-        self._settings_lookup = lookup
-        if self._http is not None:
-            self._http.settings_lookup = lookup
-
-    def _env(self) -> Mapping[str, str]:
-        return os.environ if self._environ is None else self._environ
+    API_KEY_ENV = API_KEY_ENV
+    DEFAULT_NAME = "openai"
 
     def resolved_base_url(self) -> str:
         """The base URL this provider would call now (argument, env, setting, default)."""
@@ -167,14 +100,6 @@ class OpenAIProvider:
             if isinstance(setting, str) and setting.strip():
                 return setting.strip()
         return DEFAULT_BASE_URL
-
-    def resolved_api_key(self) -> str | None:
-        """The API key this provider would send now (argument, else its environment
-        variable, ``OPENAI_API_KEY`` unless an endpoint names another)."""
-        if self.api_key:
-            return self.api_key
-        key = self._env().get(self.api_key_env, "").strip()
-        return key or None
 
     def availability(self) -> Literal[True] | str:
         """True, or the reason this provider cannot be used as configured."""
@@ -192,61 +117,17 @@ class OpenAIProvider:
                     "local OpenAI-compatible server (Ollama, vLLM, llama.cpp), which needs none.")
         return True
 
-    def http(self) -> ProviderHTTP:
-        """This provider's connection pools and retry loop (made on first use)."""
-        if self._http is None:
-            from datamachine.providers.http import ProviderHTTP
-
-            self._http = ProviderHTTP(self.name, retry=self.retry, hints=self._hints(),
-                                      sleep=self.sleep, jitter=self.jitter,
-                                      settings_lookup=self._settings_lookup)
-        return self._http
-
-    def _hints(self) -> dict[int, str]:
+    def hints(self) -> dict[int, str]:
+        """What to check, per HTTP status."""
         return {
             401: f" Check {self.api_key_env}.",
             403: f" Check that {self.api_key_env} may use this model.",
             404: f" Check the base URL ({BASE_URL_SETTING} / {BASE_URL_ENV}) and the model id.",
         }
 
-    def close(self) -> None:
-        """Close this provider's connection pools (``host.close()`` calls it)."""
-        if self._http is not None:
-            self._http.close()
-
-    async def aclose(self) -> None:
-        """:meth:`close` from inside an event loop."""
-        if self._http is not None:
-            await self._http.aclose()
-
-    # -- one turn ----------------------------------------------------------------------------
-    def complete_sync(self, request: ProviderRequest) -> ProviderResponse:
-        """:meth:`complete` for callers that need a response, not an awaitable (not callable
-        inside a running event loop)."""
-        answer = self.complete(request)
-        if isinstance(answer, ProviderResponse):
-            return answer
-        close = getattr(answer, "close", None)
-        if close is not None:
-            close()
-        raise UsageError("complete_sync() cannot run inside an event loop; await complete().")
-
-    def complete(
-        self, request: ProviderRequest
-    ) -> ProviderResponse | Awaitable[ProviderResponse]:
-        """Send one Chat Completions request (retrying 429/5xx) and return the parsed answer:
-        at once in a synchronous run, as an awaitable inside a running event loop."""
-        outbound = self._outbound(request)
-        response = self.http().post(outbound)
-        if isinstance(response, Awaitable):
-            return self._parse_later(response, request.turn)
-        return self._parse(response, request.turn)
-
-    async def _parse_later(self, pending: Awaitable[httpx.Response],
-                           turn: int) -> ProviderResponse:
-        return self._parse(await pending, turn)
-
-    def _outbound(self, request: ProviderRequest) -> Outbound:
+    # -- the wire format ---------------------------------------------------------------------
+    def outbound(self, request: ProviderRequest) -> Outbound:
+        """The ``POST {base_url}/chat/completions`` for ``request``."""
         from datamachine.providers.http import Outbound
         from datamachine.providers.openai_wire import build_chat_body
 
@@ -278,17 +159,11 @@ class OpenAIProvider:
         headers.update(self.headers)
         return headers
 
-    def _parse(self, response: httpx.Response, turn: int) -> ProviderResponse:
+    def parse(self, response: httpx.Response, turn: int) -> ProviderResponse:
+        """The normalized answer in a Chat Completions response."""
         from datamachine.providers.openai_wire import parse_chat_completion
 
-        try:
-            data = json.loads(response.content)
-        except ValueError:
-            raise ProviderError(
-                f"The {self.name} provider answered HTTP {response.status_code} with a body "
-                f"that is not JSON: {_excerpt(response.text) or '(empty body)'}",
-                code="provider_bad_response", provider=self.name) from None
-        return parse_chat_completion(data, provider=self.name, turn=turn)
+        return parse_chat_completion(self.decode(response), provider=self.name, turn=turn)
 
 
 def __getattr__(name: str) -> Any:

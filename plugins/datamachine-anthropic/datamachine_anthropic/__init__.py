@@ -42,12 +42,12 @@ from urllib.parse import urlsplit
 from agents_api.jsontext import compact_bytes
 from datamachine import ProviderRequest, ProviderResponse, hookimpl
 from datamachine.errors import ProviderError, UsageError
-from datamachine.providers.retry import RetryPolicy
+from datamachine.providers.wire_provider import WireProvider
 
 if TYPE_CHECKING:
     import httpx
 
-    from datamachine.providers.http import Outbound, ProviderHTTP, Sleep
+    from datamachine.providers.http import Outbound
     from datamachine_anthropic.wire import DEFAULT_MAX_TOKENS, build_messages_body, parse_message
 
 __all__ = ["ANTHROPIC_VERSION", "DEFAULT_BASE_URL", "DEFAULT_MAX_TOKENS", "AnthropicProvider",
@@ -64,71 +64,22 @@ def _bad_request(provider: str, message: str) -> ProviderError:
 
 # -- the provider ----------------------------------------------------------------------------
 
-class AnthropicProvider:
+class AnthropicProvider(WireProvider):
     """A provider for Anthropic's Messages API (and servers that copy it).
 
-    Arguments as :class:`datamachine.providers.openai.OpenAIProvider`'s: ``base_url`` /
-    ``api_key`` (else ``ANTHROPIC_BASE_URL`` / the ``api_key_env`` variable), endpoint
-    ``model_options`` and ``headers``, the retry policy, and injectable ``sleep`` / ``jitter``.
+    Arguments as :class:`datamachine.providers.wire_provider.WireProvider`'s; the base URL is
+    the ``base_url`` argument, else ``ANTHROPIC_BASE_URL``, else the public API; the key's
+    variable defaults to ``ANTHROPIC_API_KEY``.
     """
 
-    answers_normalized = True
-
-    def __init__(
-        self, base_url: str | None = None, api_key: str | None = None, *,
-        name: str = "anthropic", api_key_env: str = API_KEY_ENV,
-        model_options: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None, max_retries: int | None = None,
-        backoff_base: float = 0.5, backoff_max: float = 20.0, max_retry_wait: float = 60.0,
-        sleep: Sleep | None = None, jitter: Callable[[], float] | None = None,
-        environ: Mapping[str, str] | None = None,
-        settings_lookup: Callable[[str], Any] | None = None,
-    ) -> None:
-        self.name = name
-        self.base_url = base_url
-        self.api_key = api_key
-        self.api_key_env = api_key_env
-        self.model_options = dict(model_options or {})
-        self.headers = dict(headers or {})
-        self.retry = RetryPolicy(max_retries, backoff_base, backoff_max, max_retry_wait)
-        self.sleep = sleep
-        self.jitter = jitter
-        self._environ = environ
-        self._settings_lookup = settings_lookup
-        self._http: ProviderHTTP | None = None
-
-    def for_endpoint(
-        self, *, name: str, base_url: str | None = None, api_key_env: str | None = None,
-        model_options: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None,
-    ) -> AnthropicProvider:
-        """A provider named ``name`` for one entry of the ``providers`` setting."""
-        return AnthropicProvider(
-            base_url, None, name=name, api_key_env=api_key_env or self.api_key_env,
-            model_options=model_options, headers=headers, max_retries=self.retry.max_retries,
-            backoff_base=self.retry.backoff_base, backoff_max=self.retry.backoff_max,
-            max_retry_wait=self.retry.max_retry_wait, sleep=self.sleep, jitter=self.jitter,
-            environ=self._environ, settings_lookup=self._settings_lookup)
-
-    def bind_settings(self, lookup: Callable[[str], Any]) -> None:
-        """Read host settings (``provider_max_retries``) through ``lookup``."""
-        self._settings_lookup = lookup
-        if self._http is not None:
-            self._http.settings_lookup = lookup
-
-    def _env(self) -> Mapping[str, str]:
-        return os.environ if self._environ is None else self._environ
+    API_KEY_ENV = API_KEY_ENV
+    DEFAULT_NAME = "anthropic"
 
     def resolved_base_url(self) -> str:
         """The base URL this provider would call now (argument, environment, default)."""
         if self.base_url:
             return self.base_url.strip()
         return self._env().get(BASE_URL_ENV, "").strip() or DEFAULT_BASE_URL
-
-    def resolved_api_key(self) -> str | None:
-        """The API key this provider would send now."""
-        if self.api_key:
-            return self.api_key
-        return self._env().get(self.api_key_env, "").strip() or None
 
     def availability(self) -> Literal[True] | str:
         """True, or the reason this provider cannot be used as configured."""
@@ -141,54 +92,14 @@ class AnthropicProvider:
             return f"The {self.name} provider needs an API key: set {self.api_key_env}."
         return True
 
-    def http(self) -> ProviderHTTP:
-        """This provider's connection pools and retry loop (made on first use)."""
-        if self._http is None:
-            from datamachine.providers.http import ProviderHTTP
+    def hints(self) -> dict[int, str]:
+        """What to check, per HTTP status."""
+        return {401: f" Check {self.api_key_env}.",
+                404: f" Check the base URL ({BASE_URL_ENV}) and the model id.",
+                529: " Anthropic is overloaded; try again later."}
 
-            self._http = ProviderHTTP(
-                self.name, retry=self.retry, sleep=self.sleep, jitter=self.jitter,
-                settings_lookup=self._settings_lookup,
-                hints={401: f" Check {self.api_key_env}.",
-                       404: f" Check the base URL ({BASE_URL_ENV}) and the model id.",
-                       529: " Anthropic is overloaded; try again later."})
-        return self._http
-
-    def close(self) -> None:
-        """Close this provider's connection pools (``host.close()`` calls it)."""
-        if self._http is not None:
-            self._http.close()
-
-    async def aclose(self) -> None:
-        """:meth:`close` from inside an event loop."""
-        if self._http is not None:
-            await self._http.aclose()
-
-    def complete_sync(self, request: ProviderRequest) -> ProviderResponse:
-        """:meth:`complete` outside an event loop."""
-        answer = self.complete(request)
-        if isinstance(answer, ProviderResponse):
-            return answer
-        close = getattr(answer, "close", None)
-        if close is not None:
-            close()
-        raise UsageError("complete_sync() cannot run inside an event loop; await complete().")
-
-    def complete(
-        self, request: ProviderRequest
-    ) -> ProviderResponse | Awaitable[ProviderResponse]:
-        """Send one Messages request; the answer at once in a synchronous run, an awaitable
-        inside a running event loop."""
-        response = self.http().post(self._outbound(request))
-        if isinstance(response, Awaitable):
-            return self._parse_later(response, request.turn)
-        return self._parse(response, request.turn)
-
-    async def _parse_later(self, pending: Awaitable[httpx.Response],
-                           turn: int) -> ProviderResponse:
-        return self._parse(await pending, turn)
-
-    def _outbound(self, request: ProviderRequest) -> Outbound:
+    def outbound(self, request: ProviderRequest) -> Outbound:
+        """The ``POST {base_url}/v1/messages`` for ``request``."""
         from datamachine import __version__
         from datamachine.providers.http import Outbound
         from datamachine_anthropic.wire import build_messages_body
@@ -213,17 +124,11 @@ class AnthropicProvider:
         return Outbound(self.resolved_base_url().rstrip("/") + "/v1/messages", content, headers,
                         request.request_timeout, request.connect_timeout)
 
-    def _parse(self, response: httpx.Response, turn: int) -> ProviderResponse:
+    def parse(self, response: httpx.Response, turn: int) -> ProviderResponse:
+        """The normalized answer in a Messages response."""
         from datamachine_anthropic.wire import parse_message
 
-        try:
-            data = json.loads(response.content)
-        except ValueError:
-            raise ProviderError(
-                f"The {self.name} provider answered HTTP {response.status_code} with a body "
-                f"that is not JSON: {response.text[:300]!r}",
-                code="provider_bad_response", provider=self.name) from None
-        return parse_message(data, provider=self.name, turn=turn)
+        return parse_message(self.decode(response), provider=self.name, turn=turn)
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,187 @@
+"""What every provider speaking a JSON-over-HTTP wire format shares: :class:`WireProvider`.
+
+The ``openai`` provider and ``datamachine-anthropic`` differ only in their wire format (the body
+sent, the answer parsed, the URL and headers) and their hints. Configuration (an endpoint's
+URL, key variable, options and headers), the pooled transport and its retry policy, closing,
+the sync-or-async ``complete`` and ``for_endpoint`` live here once, so a plugin for another API
+writes only :meth:`WireProvider.outbound` and :meth:`WireProvider.parse`.
+
+This module stays light (no httpx, no asyncio): providers are built at boot, their transport on
+the first request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from datamachine.errors import ProviderError, UsageError
+from datamachine.providers.base import ProviderRequest, ProviderResponse
+from datamachine.providers.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    import httpx
+
+    from datamachine.providers.http import Outbound, ProviderHTTP, Sleep
+
+__all__ = ["WireProvider"]
+
+P = TypeVar("P", bound="WireProvider")
+
+
+class WireProvider:
+    """Base of the HTTP providers: subclasses set ``API_KEY_ENV`` and implement
+    :meth:`outbound`, :meth:`parse` and :meth:`availability` (and may add :meth:`hints`).
+
+    ``base_url`` / ``api_key`` win over the environment; ``api_key_env`` names the key's
+    variable; ``model_options`` are sent under each run's own; ``headers`` are added to every
+    request. ``max_retries`` (None: the host setting ``provider_max_retries``, default 3),
+    ``backoff_base``, ``backoff_max`` and ``max_retry_wait`` shape retries. ``sleep`` (sync, or
+    async for async runs only) and ``jitter`` are injectable so tests observe waits without
+    waiting; ``environ`` replaces ``os.environ``.
+    """
+
+    API_KEY_ENV = ""
+    DEFAULT_NAME = ""
+    answers_normalized = True
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        name: str | None = None,
+        api_key_env: str | None = None,
+        model_options: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        max_retries: int | None = None,
+        backoff_base: float = 0.5,
+        backoff_max: float = 20.0,
+        max_retry_wait: float = 60.0,
+        sleep: Sleep | None = None,
+        jitter: Callable[[], float] | None = None,
+        environ: Mapping[str, str] | None = None,
+        settings_lookup: Callable[[str], Any] | None = None,
+    ) -> None:
+        self.name = name or self.DEFAULT_NAME
+        self.base_url = base_url
+        self.api_key = api_key
+        self.api_key_env = api_key_env or self.API_KEY_ENV
+        self.retry = RetryPolicy(max_retries, backoff_base, backoff_max, max_retry_wait)
+        self.sleep = sleep
+        self.jitter = jitter
+        self.model_options = dict(model_options or {})
+        self.headers = dict(headers or {})
+        self._environ = environ
+        self._settings_lookup = settings_lookup
+        self._http: ProviderHTTP | None = None
+
+    def for_endpoint(
+        self: P, *, name: str, base_url: str | None = None, api_key_env: str | None = None,
+        model_options: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None,
+    ) -> P:
+        """A provider named ``name`` for one entry of the ``providers`` setting: this one's
+        retry policy and test hooks, that entry's URL, key variable, options and headers."""
+        return type(self)(
+            base_url, None, name=name, api_key_env=api_key_env or self.api_key_env,
+            model_options=model_options, headers=headers, max_retries=self.retry.max_retries,
+            backoff_base=self.retry.backoff_base, backoff_max=self.retry.backoff_max,
+            max_retry_wait=self.retry.max_retry_wait, sleep=self.sleep, jitter=self.jitter,
+            environ=self._environ, settings_lookup=self._settings_lookup)
+
+    # -- configuration -----------------------------------------------------------------------
+    def bind_settings(self, lookup: Callable[[str], Any]) -> None:
+        """Read host settings (``provider_max_retries``, and what a subclass reads) through
+        ``lookup`` (a host's ``settings.get``)."""
+        self._settings_lookup = lookup
+        if self._http is not None:
+            self._http.settings_lookup = lookup
+
+    def _env(self) -> Mapping[str, str]:
+        return os.environ if self._environ is None else self._environ
+
+    def resolved_api_key(self) -> str | None:
+        """The API key this provider would send now (argument, else its variable)."""
+        if self.api_key:
+            return self.api_key
+        key = self._env().get(self.api_key_env, "").strip()
+        return key or None
+
+    def availability(self) -> Literal[True] | str:
+        """True, or the reason this provider cannot be used as configured."""
+        raise NotImplementedError
+
+    def hints(self) -> dict[int, str]:
+        """A sentence per HTTP status, appended to that error (what to check)."""
+        return {401: f" Check {self.api_key_env}."}
+
+    # -- the transport -----------------------------------------------------------------------
+    def http(self) -> ProviderHTTP:
+        """This provider's connection pools and retry loop (made on first use)."""
+        if self._http is None:
+            from datamachine.providers.http import ProviderHTTP
+
+            self._http = ProviderHTTP(self.name, retry=self.retry, hints=self.hints(),
+                                      sleep=self.sleep, jitter=self.jitter,
+                                      settings_lookup=self._settings_lookup)
+        return self._http
+
+    def close(self) -> None:
+        """Close this provider's connection pools (``host.close()`` calls it)."""
+        if self._http is not None:
+            self._http.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` from inside an event loop."""
+        if self._http is not None:
+            await self._http.aclose()
+
+    # -- one turn ----------------------------------------------------------------------------
+    def complete(
+        self, request: ProviderRequest
+    ) -> ProviderResponse | Awaitable[ProviderResponse]:
+        """Send one request (retrying what is worth retrying) and return the parsed answer:
+        at once in a synchronous run, as an awaitable inside a running event loop."""
+        response = self.http().post(self.outbound(request))
+        if isinstance(response, Awaitable):
+            return self._parse_later(response, request.turn)
+        return self.parse(response, request.turn)
+
+    def complete_sync(self, request: ProviderRequest) -> ProviderResponse:
+        """:meth:`complete` for callers that need a response, not an awaitable (not callable
+        inside a running event loop)."""
+        answer = self.complete(request)
+        if isinstance(answer, ProviderResponse):
+            return answer
+        close = getattr(answer, "close", None)
+        if close is not None:
+            close()
+        raise UsageError("complete_sync() cannot run inside an event loop; await complete().")
+
+    async def _parse_later(self, pending: Awaitable[httpx.Response],
+                           turn: int) -> ProviderResponse:
+        return self.parse(await pending, turn)
+
+    def decode(self, response: httpx.Response) -> Any:
+        """The JSON of a 2xx ``response``; ProviderError ``provider_bad_response`` saying what
+        came instead."""
+        try:
+            return json.loads(response.content)
+        except ValueError:
+            flat = " ".join(response.text.split())[:300]
+            raise ProviderError(
+                f"The {self.name} provider answered HTTP {response.status_code} with a body "
+                f"that is not JSON: {flat or '(empty body)'}",
+                code="provider_bad_response", provider=self.name) from None
+
+    def outbound(self, request: ProviderRequest) -> Outbound:
+        """The POST for ``request`` (URL, body, headers, timeouts); a ProviderError
+        (``provider_unavailable``, ``provider_bad_request``) when it cannot be made."""
+        raise NotImplementedError
+
+    def parse(self, response: httpx.Response, turn: int) -> ProviderResponse:
+        """The normalized answer in a 2xx ``response``; ProviderError
+        ``provider_bad_response`` when it is not one."""
+        raise NotImplementedError
