@@ -33,15 +33,12 @@ notices, the tool-less final summary, bad arguments):
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from agents_api.jsontext import compact_bytes
 from datamachine import ProviderRequest, ProviderResponse, hookimpl
-from datamachine.errors import ProviderError, UsageError
+from datamachine.errors import ProviderError
 from datamachine.providers.wire_provider import WireProvider
 
 if TYPE_CHECKING:
