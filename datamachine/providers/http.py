@@ -27,6 +27,7 @@ import inspect
 import json
 import logging
 import random
+import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
@@ -170,6 +171,7 @@ class ProviderHTTP:
         self.settings_lookup = settings_lookup
         self._client: httpx.Client | None = None
         self._async_clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self._lock = threading.Lock()
         # The last URL, parsed: httpx parses a string URL on every request.
         self._url: tuple[str, httpx.URL] | None = None
 
@@ -186,32 +188,40 @@ class ProviderHTTP:
 
     # -- clients ---------------------------------------------------------------------------
     def sync_client(self) -> httpx.Client:
-        """The pool of sync runs (created on first use)."""
-        if self._client is None:
+        """The pool of sync runs (created on first use; shared by every thread)."""
+        client = self._client
+        if client is None:
             import httpx
 
-            self._client = httpx.Client(follow_redirects=False, verify=_tls_verify())
-        return self._client
+            with self._lock:  # two threads' first requests must not open two pools
+                client = self._client
+                if client is None:
+                    client = self._client = httpx.Client(follow_redirects=False,
+                                                         verify=_tls_verify())
+        return client
 
     def async_client(self) -> httpx.AsyncClient:
         """The pool of the running event loop (created on first use there)."""
-        import httpx
-
         loop = asyncio.get_running_loop()
         client = self._async_clients.get(loop)
         if client is None:
-            for stale in [other for other in self._async_clients if other.is_closed()]:
-                del self._async_clients[stale]
-            client = httpx.AsyncClient(follow_redirects=False, verify=_tls_verify())
-            self._async_clients[loop] = client
+            import httpx
+
+            with self._lock:  # event loops of other threads may be adding theirs
+                for stale in [other for other in list(self._async_clients)
+                              if other.is_closed()]:
+                    del self._async_clients[stale]
+                client = httpx.AsyncClient(follow_redirects=False, verify=_tls_verify())
+                self._async_clients[loop] = client
         return client
 
     def close(self) -> None:
         """Close every pool this provider opened; the next request opens a new one."""
-        client, self._client = self._client, None
+        with self._lock:
+            client, self._client = self._client, None
+            clients, self._async_clients = self._async_clients, {}
         if client is not None:
             client.close()
-        clients, self._async_clients = self._async_clients, {}
         for loop, async_client in clients.items():
             _close_async_client(loop, async_client)
 

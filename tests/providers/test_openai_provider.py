@@ -550,3 +550,29 @@ def test_an_async_sleep_cannot_serve_a_synchronous_run(
         with pytest.raises(UsageError, match="sync sleep"):
             _complete(provider)
     provider.close()
+
+
+def test_threads_share_one_pool(openai_server: FakeOpenAIServer, transport: str) -> None:
+    import threading
+
+    if transport == "async":
+        pytest.skip("the sync pool is the one threads share")
+    provider = _provider(openai_server)
+    openai_server.enqueue(*[Reply(body=completion("ok")) for _ in range(24)])
+    answers: list[str] = []
+    start = threading.Barrier(8)
+
+    def work() -> None:
+        start.wait()  # every thread's first request at once: still one pool
+        for _ in range(3):
+            answers.append(_complete(provider).content)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    provider.close()
+
+    assert answers == ["ok"] * 24
+    assert openai_server.connections_used <= 8  # kept-alive connections, reused
