@@ -46,7 +46,7 @@ def _gguf(python: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def smollm2_url() -> Iterator[str]:
+def smollm2_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Base URL (``.../v1``) of a llama-cpp-python server running SmolLM2-135M with the
     ``chatml-function-calling`` chat format, on a free loopback port, for the session."""
     python = os.environ.get("DATAMACHINE_LLAMA_PYTHON", sys.executable)
@@ -54,18 +54,20 @@ def smollm2_url() -> Iterator[str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    # The server logs a lot: into a file, since an unread pipe fills and blocks it.
+    log_path = tmp_path_factory.mktemp("llama") / "server.log"
+    log = log_path.open("w")
     server = subprocess.Popen(
         [python, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
          "--port", str(port), "--chat_format", "chatml-function-calling", "--n_ctx", "4096",
          "--seed", "7"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + STARTUP_SECONDS
     try:
         while True:
             if server.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited: {server.stderr.read()[-2000:]}"
-                            if server.stderr else "llama_cpp.server exited")
+                pytest.fail(f"llama_cpp.server exited: {log_path.read_text()[-2000:]}")
             try:
                 if httpx.get(url + "/models", timeout=1.0).status_code == 200:
                     break
@@ -81,3 +83,4 @@ def smollm2_url() -> Iterator[str]:
             server.wait(timeout=10)
         except subprocess.TimeoutExpired:
             server.kill()
+        log.close()
