@@ -362,10 +362,14 @@ def is_successful(result: Mapping[str, Any]) -> bool:
 
 
 def _output_roots(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    # What the tool returned sits under the normalized result's "result"; tools put their data
+    # at its root, under its "data" or under its own "result" ({"result": {"html_url": ...}}).
     roots: list[Mapping[str, Any]] = [result]
     inner = result.get("result")
-    for candidate in (result.get("data"), inner,
-                      inner.get("data") if isinstance(inner, Mapping) else None):
+    candidates = [result.get("data"), inner]
+    if isinstance(inner, Mapping):
+        candidates += [inner.get("data"), inner.get("result")]
+    for candidate in candidates:
         if isinstance(candidate, Mapping):
             roots.append(candidate)
     return roots

@@ -53,9 +53,9 @@ def normalize_return(
     """Turn a tool function's return value into a tool result.
 
     A mapping with a boolean ``success`` is the tool speaking for itself: on success its
-    ``result`` (or, without one, the other keys) is the result; on failure its ``error``
-    (default ``"Tool execution failed."``) is what the model reads, and ``error_type`` defaults
-    to ``tool_error``. Anything else is a successful result as is.
+    ``result`` (or, without one, the other keys) is the result; on failure its ``error``, else
+    its ``message`` (else ``"Tool execution failed."``) is what the model reads, and
+    ``error_type`` defaults to ``tool_error``. Anything else is a successful result as is.
     """
     if type(value) in _PRIMITIVES:
         # The common case (a number, a string): nothing to convert.
@@ -72,7 +72,10 @@ def normalize_return(
             else:
                 out = {"success": True, "result": _json_ready(body)}
         else:
+            # The tool's own words reach the model: its error, else its message.
             error = body.get("error")
+            if error in (None, ""):
+                error = body.get("message")
             out = {"success": False, **{k: _json_ready(v) for k, v in body.items()}}
             out["error"] = str(error) if error not in (None, "") else "Tool execution failed."
             out.setdefault("error_type", "tool_error")

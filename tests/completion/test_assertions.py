@@ -137,6 +137,15 @@ def test_required_output_is_found_at_root_under_data_and_under_result() -> None:
     assert t.evaluate().satisfied == {"complete_when_any": ["o"]}
 
 
+def test_required_output_is_found_under_the_tools_own_result_key() -> None:
+    # The normalized result wraps what the tool returned; the tool put its data under "result".
+    t = tracker({"complete_when_any": [{"name": "o", "tools": [
+        {"name": "a", "required_output": ["html_url", "number"]}]}]})
+    t.record("a", {"success": True,
+                   "result": {"result": {"html_url": "https://x/1"}, "data": {"number": 1}}})
+    assert t.evaluate().satisfied == {"complete_when_any": ["o"]}
+
+
 def test_missing_entries_name_the_outcome_and_what_it_lacks() -> None:
     t = tracker({"complete_when_any": [
         {"name": "live", "tools": [{"name": "publish", "required_output": ["url", "id"]},

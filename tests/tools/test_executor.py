@@ -189,6 +189,8 @@ def test_tool_reported_failures_and_successes_are_normalized() -> None:
             return {"success": False, "error": "Title rejected by the site.", "code": 422}
         if title == "silent":
             return {"success": False}
+        if title == "card":
+            return {"success": False, "message": "card declined", "code": 402}
         return {"success": True, "url": "https://example.test/1"}
 
     executor = ToolExecutor([post])
@@ -198,6 +200,9 @@ def test_tool_reported_failures_and_successes_are_normalized() -> None:
     assert failed["code"] == 422
     assert failed["error_type"] == "tool_error"
     assert run_one(executor, "post", title="silent")["error"] == "Tool execution failed."
+    # Without an error, the tool's message is what the model reads.
+    declined = run_one(executor, "post", title="card")
+    assert (declined["error"], declined["code"]) == ("card declined", 402)
 
 
 def test_non_json_values_are_made_json_ready_instead_of_failing() -> None:
