@@ -62,6 +62,11 @@ def boot(
                 tokens=TokenStore(handle))
     # Every host has a site id from its first boot (agent-to-agent chains use it).
     ensure_site_id(host)
+    try:
+        pm.hook.host_started(host=host)
+    except BaseException:
+        host.close()  # what started before the failure is stopped again
+        raise
     return host
 
 

@@ -79,3 +79,17 @@ def on_loop_event(event: str, payload: dict[str, Any]) -> None:
 @hookspec
 def register_commands(cli: Any) -> None:
     """Called when the CLI starts: add click commands to the ``cli`` group."""
+
+
+@hookspec
+def host_started(host: Any) -> None:
+    """Called once at the end of boot with the new host: a plugin that needs the host's
+    settings to offer anything (MCP servers from ``mcp_servers``) starts it here and adds its
+    tools with ``host.tools.register(...)``. An exception fails the boot, so report a part that
+    cannot start (log it, leave its tools out) instead of raising."""
+
+
+@hookspec
+def host_closing(host: Any) -> None:
+    """Called by ``host.close()`` before the host's connections close: stop what
+    ``host_started`` started (servers, threads, processes). Exceptions are logged."""

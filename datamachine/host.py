@@ -8,12 +8,15 @@ that only boots (registers budgets, opens storage) never pays for it.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from datamachine.services import Services
 
 if TYPE_CHECKING:
     from datamachine.conversation.result import ConversationResult
+
+logger = logging.getLogger("datamachine")
 
 __all__ = ["Host"]
 
@@ -91,9 +94,10 @@ class Host(Services):
         return chat_on(self, session_id, message, tools, provider, model, payload)
 
     def close(self) -> None:
-        """Close the providers' connection pools and the database connection; the host is
-        unusable afterwards."""
+        """Stop what plugins started (``host_closing``), close the providers' connection pools
+        and the database connection; the host is unusable afterwards."""
         try:
+            self._closing()
             self.providers.close()
         finally:
             self.handle.conn.close()
@@ -102,9 +106,21 @@ class Host(Services):
         """:meth:`close` for async apps: the running event loop's connection pools are closed
         on that loop (awaited) rather than scheduled."""
         try:
+            self._closing()
             await self.providers.aclose()
         finally:
             self.handle.conn.close()
+
+    def _closing(self) -> None:
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        for impl in self.pm.hook.host_closing.get_hookimpls():
+            try:
+                impl.function(host=self)
+            except Exception:
+                logger.warning("datamachine: plugin %r failed to close", impl.plugin_name,
+                               exc_info=True)
 
     def __enter__(self) -> Host:
         return self

@@ -151,3 +151,66 @@ def test_register_tools_puts_the_tool_in_host_tools_ready_for_a_run() -> None:
         assert [(r["tool_name"], r["result"]["result"]) for r in result.tool_execution_results] \
             == [("roll_die", 6)]
         assert result.final_content == "You rolled a 6."
+
+
+# -- host_started / host_closing ----------------------------------------------------------------
+
+
+class Lifecycle:
+    """Adds a tool built from a setting once the host exists; records its closing."""
+
+    def __init__(self) -> None:
+        self.closed: list[Any] = []
+
+    @hookimpl
+    def host_started(self, host: Any) -> None:
+        greeting = host.settings.get("greeting", "hello")
+
+        @tool(name="greet")
+        def greet() -> str:
+            """Greet."""
+            return str(greeting)
+
+        host.tools.register(greet, plugin="lifecycle")
+
+    @hookimpl
+    def host_closing(self, host: Any) -> None:
+        self.closed.append(host)
+
+
+class BrokenCloser:
+    @hookimpl
+    def host_closing(self, host: Any) -> None:
+        raise RuntimeError("cannot close")
+
+
+def test_host_started_sees_settings_and_host_closing_runs_once_even_past_a_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DATAMACHINE_GREETING", '"hi"')
+    plugin = Lifecycle()
+    host = bootstrap.boot(":memory:", plugins=[BrokenCloser(), plugin], load_entrypoints=False)
+    greet = host.tools.get("greet")
+    assert greet is not None
+    assert greet.plugin == "lifecycle"
+    result = host.run_conversation([{"role": "user", "content": "x"}], [greet], "scripted", "m",
+                                   payload={"script": [
+                                       {"tool_calls": [{"name": "greet", "parameters": {}}]},
+                                       {"content": "done"}]})
+    assert result.tool_execution_results[0]["result"]["result"] == "hi"
+    host.close()
+    host.close()
+    assert plugin.closed == [host]
+
+
+class FailsToStart:
+    @hookimpl
+    def host_started(self, host: Any) -> None:
+        raise RuntimeError("no server")
+
+
+def test_a_host_started_failure_fails_the_boot_and_closes_what_started() -> None:
+    plugin = Lifecycle()
+    with pytest.raises(RuntimeError, match="no server"):
+        bootstrap.boot(":memory:", plugins=[plugin, FailsToStart()], load_entrypoints=False)
+    assert len(plugin.closed) == 1

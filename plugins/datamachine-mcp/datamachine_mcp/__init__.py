@@ -1,0 +1,1 @@
+"""datamachine-mcp (work in progress)."""
