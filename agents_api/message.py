@@ -165,10 +165,9 @@ def normalize_message(item: Message | Mapping[str, Any], index: int | None = Non
     """Turn an envelope, an envelope dict or a plain ``{"role", "content"}`` dict into a Message."""
     if isinstance(item, Message):
         return item
-    where = f"messages[{index}]" if index is not None else "message"
-    if not isinstance(item, Mapping):
+    if type(item) is not dict and not isinstance(item, Mapping):
         raise InvalidMessage(
-            f"{where} must be a dict with 'role' and 'content' or an agents_api.Message, "
+            f"{_where(index)} must be a dict with 'role' and 'content' or an agents_api.Message, "
             f"got {type(item).__name__}."
         )
     try:
@@ -176,7 +175,11 @@ def normalize_message(item: Message | Mapping[str, Any], index: int | None = Non
             return Message(**dict(item))
         return _from_plain(item)
     except InvalidMessage as exc:
-        raise InvalidMessage(f"{where}: {exc}") from None
+        raise InvalidMessage(f"{_where(index)}: {exc}") from None
+
+
+def _where(index: int | None) -> str:
+    return f"messages[{index}]" if index is not None else "message"
 
 
 def _from_plain(item: Mapping[str, Any]) -> Message:
@@ -210,7 +213,8 @@ def _from_plain(item: Mapping[str, Any]) -> Message:
 
 def normalize_messages(items: Iterable[Message | Mapping[str, Any]]) -> list[Message]:
     """Normalize a list of messages; the error names the index of the first bad entry."""
-    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+    if type(items) is not list and (isinstance(items, str | bytes | Mapping)
+                                    or not isinstance(items, Iterable)):
         raise InvalidMessage(
             "messages must be a list of {'role', 'content'} dicts or agents_api.Message "
             f"envelopes, got {type(items).__name__}."
