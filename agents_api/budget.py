@@ -169,13 +169,22 @@ class IterationBudget:
 
     def snapshot(self) -> dict[str, int | bool | str | None]:
         """A JSON-ready picture of the budget for results, events and storage."""
+        # The time rail is read once (a result snapshots every budget, twice per run).
+        current, ceiling, hard = self._current, self._ceiling, self._hard_ceiling
+        rail: BudgetRail | None = None
+        if self._time_spent():
+            rail = "time"
+        elif hard is not None and current >= hard:
+            rail = "hard_ceiling"
+        elif current >= ceiling:
+            rail = "ceiling"
         return {
-            "current": self._current,
-            "ceiling": self._ceiling,
-            "remaining": self.remaining(),
-            "exceeded": self.exceeded(),
-            "hard_ceiling": self._hard_ceiling,
-            "rail": self.exhausted_rail(),
+            "current": current,
+            "ceiling": ceiling,
+            "remaining": max(0, ceiling - current),
+            "exceeded": rail is not None,
+            "hard_ceiling": hard,
+            "rail": rail,
         }
 
     def __repr__(self) -> str:

@@ -579,8 +579,8 @@ class LoopRun:
             noted += [w for w in verdict.warnings if w not in noted]
         if verdict is not None and not self._lock_lost():
             messages = [*messages, *verdict.messages]
-            fields.update({name: getattr(verdict, name) for name in _OVERRIDES
-                           if name in verdict.model_fields_set})
+            given = verdict.model_fields_set  # a property: read once, not once per name
+            fields.update({name: getattr(verdict, name) for name in _OVERRIDES if name in given})
             _add_usage(usage, verdict.usage)
             metadata = dict(verdict.metadata)
         fields.setdefault("final_content", _final_content(messages))

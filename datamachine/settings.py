@@ -32,6 +32,33 @@ def _env_name(key: str) -> str:
     return f"DATAMACHINE_{key.upper()}"
 
 
+# A run reads about ten settings; these two small caches keep a read to one environment lookup
+# and, for a stored number, string or boolean, no JSON decoding.
+_override_names: dict[str, str | None] = {}  # key -> its variable, None when reserved
+_scalars: dict[str, Any] = {}  # stored JSON text -> its value, for immutable values only
+_SCALAR_TYPES = frozenset({int, float, str, bool, type(None)})
+
+
+def _override_name(key: str) -> str | None:
+    """The environment variable that overrides ``key``, or None when that name is reserved."""
+    if key in _override_names:
+        return _override_names[key]
+    env_name = _env_name(key)
+    name = _override_names[key] = None if env_name in RESERVED_ENV else env_name
+    return name
+
+
+def _decode(encoded: str) -> Any:
+    """A stored value from its JSON text; a dict or list is decoded afresh every time (the
+    caller may change it), a scalar once."""
+    value = _scalars.get(encoded, _MISSING)
+    if value is _MISSING:
+        value = json.loads(encoded)
+        if type(value) in _SCALAR_TYPES and len(_scalars) < 1024:
+            _scalars[encoded] = value
+    return value
+
+
 def _parse_env(raw: str) -> Any:
     # Env values are text; numbers, booleans and JSON objects are read as JSON so
     # DATAMACHINE_MAX_TURNS=30 means the integer 30, while plain words stay strings.
@@ -80,15 +107,15 @@ class Settings:
 
     def get(self, key: str, default: Any = None) -> Any:
         """The environment override, else the stored value, else ``default``."""
-        env_name = _env_name(key)
-        if env_name not in RESERVED_ENV:
+        env_name = _override_name(key)
+        if env_name is not None:
             # One lookup per read: a run reads about ten settings, while copying the
             # environment's DATAMACHINE_* part means decoding every variable it has.
-            raw = self._env.get(env_name)
+            raw = (os.environ if self._environ is None else self._environ).get(env_name)
             if raw is not None:
                 return _parse_env(raw)
         encoded = self._rows().get(key)
-        return default if encoded is None else json.loads(encoded)
+        return default if encoded is None else _decode(encoded)
 
     def _rows(self) -> dict[str, str]:
         """Every stored key and its JSON text, read again only when the database changed.
@@ -137,7 +164,7 @@ class Settings:
     def stored(self, key: str, default: Any = None) -> Any:
         """The value in the database only, ignoring the environment."""
         encoded = self._rows().get(key)
-        return default if encoded is None else json.loads(encoded)
+        return default if encoded is None else _decode(encoded)
 
     def set(self, key: str, value: Any) -> None:
         """Validate and store ``value`` (any JSON value) under ``key``."""

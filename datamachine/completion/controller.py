@@ -195,13 +195,13 @@ class CompletionRun:
                 "runtime" not in result):
             return None
         parameters = call.get("parameters")
-        if not isinstance(parameters, Mapping):
+        if type(parameters) is not dict and not isinstance(parameters, Mapping):
             parameters = result.get("parameters")
         if is_blocker_tool(tool):
             return self._blocker(call, result, context)
         policy_context = self._context(context)
-        policy_context["parameters"] = (dict(parameters) if isinstance(parameters, Mapping)
-                                        else {})
+        policy_context["parameters"] = (dict(parameters) if type(parameters) is dict
+                                        or isinstance(parameters, Mapping) else {})
         policy_context["tool_call_id"] = call.get("id")
         if self.builtin:
             decision: Decision | None = self.policy.record_tool_result(name, tool, result,

@@ -347,7 +347,8 @@ class ConversationRun:
             warnings=list(warnings), unavailable_required_tool_names=[],
             available_tool_names=[], mode=spec.mode, provider=spec.provider, model=spec.model,
             **_result_diagnostics(verdict.diagnostics))
-        self.completion.settle_job(_job_fields(result))
+        if self.completion.job is not None:  # a pipeline job's record, read only for one
+            self.completion.settle_job(_job_fields(result))
         return result
 
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agents_api.jsontext import canonical_json
 from datamachine.errors import InvalidToolDefinition
@@ -54,12 +56,6 @@ class Tool(BaseModel):
     handler: str | None = None
     runtime: dict[str, Any] = Field(default_factory=dict)
     plugin: str | None = None
-
-    _validator: ParameterValidator = PrivateAttr()
-    _wants_context: bool = PrivateAttr(default=False)
-    _is_async: bool = PrivateAttr(default=False)
-    # The JSON of to_provider_dict() and what it was written from (see provider_json).
-    _provider_json: tuple[tuple[str, str, int], str] | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -103,23 +99,22 @@ class Tool(BaseModel):
             )
         _check_schema(self.parameters)
         _check_runtime(self.runtime)
-        signature = _signature(self.function)
-        accepted: frozenset[str] | None = None
-        wants_context = False
-        if signature is not None:
-            params = signature.parameters
-            wants_context = CONTEXT_PARAMETER in params
-            takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
-            if not takes_kwargs:
-                accepted = frozenset(
-                    name for name, p in params.items()
-                    if name != CONTEXT_PARAMETER
-                    and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                )
-        self._wants_context = wants_context
-        self._is_async = _is_coroutine_function(self.function)
-        self._validator = ParameterValidator(self.name, self.parameters, accepted)
         return self
+
+    # -- what calling and offering the tool needs, worked out once --------------------------
+    # A functools.cached_property, not a pydantic PrivateAttr: reading a private attribute goes
+    # through BaseModel.__getattr__ (about 18 k instructions, a run reads four), while a cached
+    # property is a plain instance attribute once computed. model_copy copies it along, so
+    # _derived() checks it was made from this tool's own values.
+    @cached_property
+    def _compiled(self) -> _Compiled:
+        return _compile(self)
+
+    def _derived(self) -> _Compiled:
+        compiled = self._compiled
+        if compiled.source != _source(self):
+            return _compile(self)  # a copy with other values: worked out again, not kept
+        return compiled
 
     # -- what the rest of the package reads ------------------------------------------------
     def to_provider_dict(self) -> dict[str, Any]:
@@ -129,16 +124,8 @@ class Tool(BaseModel):
 
     def provider_json(self) -> str:
         """The JSON of :meth:`to_provider_dict` (sorted keys), which request metadata sizes and
-        hashes once per run.
-
-        Written once per tool and kept: a tool is frozen, but ``model_copy(update=...)`` makes
-        one without validating, so the text is kept with the values it was written from.
-        """
-        source = (self.name, self.description, id(self.parameters))
-        cached = self._provider_json
-        if cached is None or cached[0] != source:
-            cached = self._provider_json = (source, canonical_json(self.to_provider_dict()))
-        return cached[1]
+        hashes once per run (written once per tool and kept)."""
+        return self._derived().provider_json
 
     @property
     def repeatable(self) -> bool:
@@ -153,17 +140,17 @@ class Tool(BaseModel):
     @property
     def wants_context(self) -> bool:
         """Whether the function declares a ``context`` parameter (it gets a ToolContext)."""
-        return self._wants_context
+        return self._derived().wants_context
 
     @property
     def is_async(self) -> bool:
         """Whether calling the function returns a coroutine."""
-        return self._is_async
+        return self._derived().is_async
 
     @property
     def validator(self) -> ParameterValidator:
         """The compiled argument checker for this tool's schema."""
-        return self._validator
+        return self._derived().validator
 
     def _identity(self) -> tuple[Any, ...]:
         return (self.name, self.description, self.parameters, self.function, self.handler,
@@ -183,6 +170,43 @@ class Tool(BaseModel):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (handy in tests and plain Python code)."""
         return self.function(*args, **kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """What the executor and the turn runner read of a tool, and the values it was made from
+    (``source``: name, description, the parameters and the function object)."""
+
+    source: tuple[str, str, int, int]
+    wants_context: bool
+    is_async: bool
+    validator: ParameterValidator
+    provider_json: str
+
+
+def _source(tool: Tool) -> tuple[str, str, int, int]:
+    return (tool.name, tool.description, id(tool.parameters), id(tool.function))
+
+
+def _compile(tool: Tool) -> _Compiled:
+    signature = _signature(tool.function)
+    accepted: frozenset[str] | None = None
+    wants_context = False
+    if signature is not None:
+        params = signature.parameters
+        wants_context = CONTEXT_PARAMETER in params
+        takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        if not takes_kwargs:
+            accepted = frozenset(
+                name for name, p in params.items()
+                if name != CONTEXT_PARAMETER
+                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            )
+    return _Compiled(
+        source=_source(tool), wants_context=wants_context,
+        is_async=_is_coroutine_function(tool.function),
+        validator=ParameterValidator(tool.name, tool.parameters, accepted),
+        provider_json=canonical_json(tool.to_provider_dict()))
 
 
 def _signature(function: Callable[..., Any]) -> inspect.Signature | None:

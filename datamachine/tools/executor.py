@@ -95,8 +95,9 @@ class ToolExecutor:
         self.index = TranscriptIndex(observers=[self.rules] if self.rules else ())
         # Budgets created by tools when the caller's context has no budgets mapping.
         self._own_budgets: dict[str, IterationBudget] = {}
-        # Per tool: (tool, validator, wants_context). Reading a pydantic private attribute costs
-        # microseconds, so each tool's are read once; the identity check notices a swapped tool.
+        # Per tool: (tool, validator, wants_context), read once per run (each read checks the
+        # tool's values against what they were worked out from); the identity check notices a
+        # swapped tool.
         self._compiled: dict[str, tuple[Tool, ParameterValidator, bool]] = {}
 
     def __call__(
