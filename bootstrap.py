@@ -8,10 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from datamachine.budgets_builtin import BUILTIN_BUDGETS, BUILTIN_OWNER
 from datamachine.db import default_db_path, open_handle
-from datamachine.errors import DuplicateBudgetError, InvalidBudgetSpec, PluginLoadError
+from datamachine.errors import (
+    DuplicateBudgetError,
+    InvalidBudgetSpec,
+    InvalidSetting,
+    PluginLoadError,
+)
 from datamachine.host import Host
 from datamachine.plugins import collect, make_plugin_manager
 from datamachine.providers.registry import ProviderRegistry
@@ -45,6 +51,7 @@ def boot(
     def validate(key: str, value: object) -> None:
         registry.validate_setting(key, value)
         validate_known_setting(key, value)
+        _plugin_setting_check(pm, key, value)
 
     settings = Settings(handle, validator=validate)
     registry.settings_lookup = settings.get
@@ -68,6 +75,17 @@ def boot(
         host.close()  # what started before the failure is stopped again
         raise
     return host
+
+
+def _plugin_setting_check(pm: Any, key: str, value: object) -> None:
+    """A plugin's word on a setting it owns (the ``validate_setting`` hook)."""
+    try:
+        pm.hook.validate_setting(key=key, value=value)
+    except InvalidSetting:
+        raise
+    except ValueError as exc:  # UsageError included
+        text = str(exc)
+        raise InvalidSetting(text if key in text else f"Setting {key!r}: {text}") from None
 
 
 def _register_plugin_budgets(pm: object, registry: IterationBudgetRegistry) -> None:

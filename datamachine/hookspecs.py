@@ -82,6 +82,13 @@ def register_commands(cli: Any) -> None:
 
 
 @hookspec
+def validate_setting(key: str, value: Any) -> None:
+    """Called when a setting is written: for a key this plugin owns, raise ``ValueError``
+    saying what is wrong with ``value`` (the host reports it as ``InvalidSetting``). Ignore
+    other keys."""
+
+
+@hookspec
 def host_started(host: Any) -> None:
     """Called once at the end of boot with the new host: a plugin that needs the host's
     settings to offer anything (MCP servers from ``mcp_servers``) starts it here and adds its

@@ -214,3 +214,24 @@ def test_a_host_started_failure_fails_the_boot_and_closes_what_started() -> None
     with pytest.raises(RuntimeError, match="no server"):
         bootstrap.boot(":memory:", plugins=[plugin, FailsToStart()], load_entrypoints=False)
     assert len(plugin.closed) == 1
+
+
+# -- validate_setting -----------------------------------------------------------------------------
+
+
+class OwnsColour:
+    @hookimpl
+    def validate_setting(self, key: str, value: Any) -> None:
+        if key == "colour" and value not in ("red", "blue"):
+            raise ValueError(f"must be 'red' or 'blue', got {value!r}")
+
+
+def test_validate_setting_refuses_a_plugin_s_own_key_and_ignores_others() -> None:
+    from datamachine.errors import InvalidSetting
+
+    with bootstrap.boot(":memory:", plugins=[OwnsColour()], load_entrypoints=False) as host:
+        host.settings.set("colour", "red")
+        with pytest.raises(InvalidSetting, match="Setting 'colour': must be 'red' or 'blue'"):
+            host.settings.set("colour", "green")
+        assert host.settings.get("colour") == "red"
+        host.settings.set("shade", "green")  # not its key

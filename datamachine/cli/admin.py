@@ -255,4 +255,24 @@ def plugins(state: State, as_json: bool) -> None:
              ", ".join(r["hooks"])] for r in rows])
 
 
-COMMANDS = [budgets, settings, transcripts, jobs, sessions, plugins]
+@click.command("tools")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+@handle_errors
+def tools(state: State, as_json: bool) -> None:
+    """Every tool this host offers (plugins' and MCP servers'), with the plugin it came from."""
+    host = state.host
+    rows = []
+    for name in host.tools.names():
+        found = host.tools.get(name)
+        description = (found.description or "").strip().splitlines()
+        rows.append({"name": name, "plugin": found.plugin,
+                     "description": description[0] if description else ""})
+    if as_json:
+        _emit_json(rows)
+        return
+    _table(["name", "plugin", "description"],
+           [[r["name"], r["plugin"] or "-", r["description"][:70]] for r in rows])
+
+
+COMMANDS = [budgets, settings, transcripts, jobs, sessions, plugins, tools]

@@ -47,6 +47,12 @@ class State:
             self._host = bootstrap.boot(db_path=self.db)
         return self._host
 
+    def close(self) -> None:
+        """Close the host, if this invocation booted one."""
+        host, self._host = self._host, None
+        if host is not None:
+            host.close()
+
 
 def handle_errors(func: F) -> F:
     """Print a DataMachineError as one line and exit 1 (2 for usage errors)."""
@@ -73,7 +79,9 @@ def handle_errors(func: F) -> F:
 @click.pass_context
 def cli(ctx: click.Context, db: Path | None, debug: bool) -> None:
     """datamachine: bounded LLM agent loops with named budgets."""
-    ctx.obj = State(db, debug)
+    state = ctx.obj = State(db, debug)
+    # Whatever the command, the host it booted is closed (plugins' servers and processes too).
+    ctx.call_on_close(state.close)
 
 
 _plugin_commands_loaded = False

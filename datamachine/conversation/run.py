@@ -20,6 +20,7 @@ from typing import Any, Protocol, cast
 from agents_api import IterationBudget, LoopResult, RunStop, StopVerdict, TranscriptWriter
 from agents_api.drive import Steps, run_steps
 from agents_api.loop import arun_loop, run_loop
+from agents_api.names import per_tool_budget
 from agents_api.unchecked import unchecked
 from datamachine.budgets_builtin import CONVERSATION_TURNS, TOOL_CALLS, WALL_CLOCK
 from datamachine.completion.controller import CompletionRun
@@ -159,7 +160,12 @@ class ConversationRun:
         return provider
 
     def _other_budgets(self) -> list[IterationBudget]:
-        budgets = [self.services.budgets.create(TOOL_CALLS, warnings=self.warnings)]
+        registry = self.services.budgets
+        budgets = [registry.create(TOOL_CALLS, warnings=self.warnings)]
+        # A registered tool_calls_<tool> budget bounds that tool in every run that offers it.
+        budgets += [registry.create(name, warnings=self.warnings)
+                    for name in map(per_tool_budget, self.completion.tools)
+                    if registry.is_registered(name)]
         max_seconds = self.spec.runtime.max_seconds
         if max_seconds is None:
             setting = self.services.settings.get("max_run_seconds")

@@ -1,1 +1,72 @@
-"""datamachine-mcp (work in progress)."""
+"""datamachine-mcp: the tools of MCP servers as datamachine tools.
+
+The setting ``mcp_servers`` names the servers, each either a command to start (stdio) or a URL
+(streamable HTTP)::
+
+    {"time": {"command": ["mcp-server-time", "--local-timezone", "UTC"], "env": {}},
+     "docs": {"url": "http://127.0.0.1:8000/mcp"}}
+
+At boot (``host_started``) the plugin connects to every server once, lists its tools and
+registers each as the tool ``<server>__<tool>`` in ``host.tools``, so a run offers it like any
+other tool: its schema is the server's, and every tool budget (``tool_calls``,
+``tool_calls_<name>``, a completion policy) counts it. The sessions live on one background
+event loop per host (the SDK is async, and a session must be used on the loop that opened it);
+``host.close()`` (``host_closing``) ends them, and a stdio server's process with them.
+
+Nothing a server does can crash a run or a boot: a server that fails to start is logged and its
+tools are absent; a call that the server answers with an error, a server that died, and a call
+that does not answer within the setting ``mcp_call_timeout`` (seconds, default 60) are failed
+tool results naming the server, which the model reads.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from datamachine import hookimpl
+
+__all__ = ["DEFAULT_CALL_TIMEOUT", "SEPARATOR", "host_closing", "host_started",
+           "validate_setting"]
+
+logger = logging.getLogger("datamachine.mcp")
+
+DEFAULT_CALL_TIMEOUT = 60.0
+SEPARATOR = "__"
+
+# Per host: its running servers (host id -> McpServers).
+_RUNNING: dict[int, Any] = {}
+
+
+@hookimpl
+def host_started(host: Any) -> None:
+    """Connect to the servers of ``mcp_servers`` and register their tools."""
+    from datamachine_mcp.servers import McpServers, parse_servers
+
+    configured = host.settings.get("mcp_servers")
+    if not configured:
+        return
+    servers = McpServers(parse_servers(configured), settings_lookup=host.settings.get)
+    _RUNNING[id(host)] = servers
+    for tool in servers.start():
+        host.tools.register(tool, plugin="datamachine-mcp")
+
+
+@hookimpl
+def validate_setting(key: str, value: Any) -> None:
+    """``mcp_servers`` entries and ``mcp_call_timeout`` are checked when written."""
+    if key == "mcp_servers":
+        from datamachine_mcp.servers import parse_servers
+
+        parse_servers(value, f"Setting {key!r}")
+    elif key == "mcp_call_timeout" and (isinstance(value, bool)
+                                        or not isinstance(value, int | float) or value <= 0):
+        raise ValueError(f"Setting {key!r} must be a positive number of seconds, got {value!r}.")
+
+
+@hookimpl
+def host_closing(host: Any) -> None:
+    """Close this host's sessions and stop its stdio servers."""
+    servers = _RUNNING.pop(id(host), None)
+    if servers is not None:
+        servers.close()
