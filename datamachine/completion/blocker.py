@@ -26,7 +26,7 @@ def _report_blocker(reason: str) -> dict[str, Any]:
     text = reason.strip()
     if not text:
         return {"success": False, "error": "Give the reason you cannot finish the task.",
-                "error_type": "invalid_parameters"}
+                "error_type": "invalid_arguments"}
     return {"success": True,
             "result": {"blocker": text[:_REASON_LIMIT],
                        "message": "Blocker recorded. The run stops here and the reason is "

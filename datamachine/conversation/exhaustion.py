@@ -60,7 +60,7 @@ def fallback_summary(budget: str, current: int, ceiling: int, tool_calls: int) -
 
 
 # Failures that happen before a tool is reached: the call did not run.
-_NOT_RUN = frozenset({"tool_not_found", "invalid_arguments", "invalid_parameters"})
+_NOT_RUN = frozenset({"tool_not_found", "invalid_arguments"})
 
 
 def _ran(result: dict[str, Any]) -> bool:

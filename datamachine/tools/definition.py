@@ -9,6 +9,7 @@ worked out here too, once.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import re
 from collections.abc import Callable
@@ -21,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from agents_api.jsontext import canonical_json
 from datamachine.errors import InvalidToolDefinition
 from datamachine.tools.docstrings import parse_docstring
-from datamachine.tools.schema import CONTEXT_PARAMETER, function_schema
-from datamachine.tools.validation import ParameterValidator
+from datamachine.tools.typed import CONTEXT_PARAMETER, signature_arguments
+from datamachine.tools.validation import ArgumentValidator, ParameterValidator
 
 __all__ = ["DUPLICATE_POLICIES", "TOOL_NAME_PATTERN", "Tool"]
 
@@ -79,11 +80,12 @@ class Tool(BaseModel):
         needs_description = not data.get("description")
         if needs_schema:
             try:
-                schema, description = function_schema(function)
+                arguments = signature_arguments(function)
             except InvalidToolDefinition as exc:
                 # Reported with the tool's name by __init__, like every other field error.
                 raise ValueError(str(exc)) from None
-            data["parameters"] = schema
+            data["parameters"] = copy.deepcopy(arguments.schema)
+            description = arguments.description
         elif needs_description:
             description = parse_docstring(inspect.getdoc(function)).description
         if needs_description:
@@ -148,8 +150,9 @@ class Tool(BaseModel):
         return self._derived().is_async
 
     @property
-    def validator(self) -> ParameterValidator:
-        """The compiled argument checker for this tool's schema."""
+    def validator(self) -> ArgumentValidator:
+        """The compiled argument checker: pydantic's, from the function's signature, when the
+        schema was made from it; else a checker of the schema the tool was given."""
         return self._derived().validator
 
     def _identity(self) -> tuple[Any, ...]:
@@ -180,7 +183,7 @@ class _Compiled:
     source: tuple[str, str, int, int]
     wants_context: bool
     is_async: bool
-    validator: ParameterValidator
+    validator: ArgumentValidator
     provider_json: str
 
 
@@ -205,8 +208,21 @@ def _compile(tool: Tool) -> _Compiled:
     return _Compiled(
         source=_source(tool), wants_context=wants_context,
         is_async=_is_coroutine_function(tool.function),
-        validator=ParameterValidator(tool.name, tool.parameters, accepted),
+        validator=_validator(tool, accepted),
         provider_json=canonical_json(tool.to_provider_dict()))
+
+
+def _validator(tool: Tool, accepted: frozenset[str] | None) -> ArgumentValidator:
+    # The function's own types when the schema is the one its signature gives (the typed
+    # path: conversion, models, constraints); a schema given by hand (an MCP server's, a
+    # plugin's) is checked as a schema.
+    try:
+        typed = signature_arguments(tool.function)
+    except InvalidToolDefinition:
+        typed = None
+    if typed is not None and typed.schema == tool.parameters:
+        return typed.named(tool.name)
+    return ParameterValidator(tool.name, tool.parameters, accepted)
 
 
 def _signature(function: Callable[..., Any]) -> inspect.Signature | None:

@@ -30,7 +30,7 @@ from datamachine.tools.history import TranscriptIndex, canonical_json
 from datamachine.tools.registry import normalize_tools
 from datamachine.tools.results import failed_result, normalize_return
 from datamachine.tools.runtime_rules import RuntimeRule, RuntimeRuleSet, parse_runtime_rules
-from datamachine.tools.validation import ParameterError, ParameterValidator
+from datamachine.tools.validation import ArgumentValidator, ParameterError
 
 __all__ = ["RUNTIME_PAYLOAD_KEYS", "ToolExecutor"]
 
@@ -98,7 +98,7 @@ class ToolExecutor:
         # Per tool: (tool, validator, wants_context), read once per run (each read checks the
         # tool's values against what they were worked out from); the identity check notices a
         # swapped tool.
-        self._compiled: dict[str, tuple[Tool, ParameterValidator, bool]] = {}
+        self._compiled: dict[str, tuple[Tool, ArgumentValidator, bool]] = {}
 
     def __call__(
         self, tool_call: Mapping[str, Any], context: Mapping[str, Any]

@@ -9,15 +9,25 @@ tool, so a call costs one pass over the arguments it was given.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from agents_api.jsontext import plain_json
+from datamachine.tools.arguments import INVALID_ARGUMENTS
 
-__all__ = ["ParameterError", "ParameterValidator", "type_problem"]
+__all__ = ["ArgumentValidator", "ParameterError", "ParameterValidator", "type_problem"]
 
 _TYPE_NAMES = {"string": "a string", "integer": "an integer", "number": "a number",
                "boolean": "a boolean", "array": "an array", "object": "an object",
                "null": "null"}
+
+
+class ArgumentValidator(Protocol):
+    """What the executor calls: the arguments to call the tool with, or ParameterError."""
+
+    accepted: frozenset[str] | None
+
+    def validate(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Checked (and, for typed tools, converted) keyword arguments."""
 
 
 class ParameterError(Exception):
@@ -126,7 +136,7 @@ class ParameterValidator:
             raise ParameterError(
                 f'Tool "{self._tool_name}" requires the following parameters: '
                 f"{', '.join(missing)}.",
-                "missing_required_parameters",
+                INVALID_ARGUMENTS,
                 {"missing_parameters": missing},
             )
         if self.accepted is not None:
@@ -136,7 +146,7 @@ class ParameterValidator:
                 raise ParameterError(
                     f'Tool "{self._tool_name}" does not accept the parameter(s) '
                     f"{', '.join(unknown)}. Accepted parameters: {allowed}.",
-                    "unknown_parameters",
+                    INVALID_ARGUMENTS,
                     {"unknown_parameters": unknown},
                 )
         problems: list[str] = []
@@ -161,7 +171,7 @@ class ParameterValidator:
         if problems:
             raise ParameterError(
                 f'Tool "{self._tool_name}" received invalid parameters: {"; ".join(problems)}.',
-                "invalid_parameters",
-                {"invalid_parameters": problems},
+                INVALID_ARGUMENTS,
+                {"invalid_arguments": problems},
             )
         return arguments

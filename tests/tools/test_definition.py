@@ -20,7 +20,7 @@ def test_tool_built_with_keywords_fills_schema_and_description_from_function() -
     t = Tool(name="echo", function=echo)
     assert t.description == "Say it back."
     assert t.parameters == {"type": "object", "properties": {"text": {"type": "string"}},
-                            "required": ["text"]}
+                            "required": ["text"], "additionalProperties": False}
     assert t.runtime == {}
     assert t.handler is None
     assert t("hi") == "hi"  # a Tool still calls like its function

@@ -58,7 +58,7 @@ def test_missing_required_parameters_message_is_exact() -> None:
     result = run_one(ToolExecutor([add]), "add")
     assert result["success"] is False
     assert result["error"] == 'Tool "add" requires the following parameters: a, b.'
-    assert result["error_type"] == "missing_required_parameters"
+    assert result["error_type"] == "invalid_arguments"
     assert result["missing_parameters"] == ["a", "b"]
 
 
@@ -74,12 +74,14 @@ def test_empty_required_values_count_as_missing() -> None:
 
 
 def test_wrong_types_are_reported_per_parameter() -> None:
-    result = run_one(ToolExecutor([add]), "add", a="two", b=True)
-    assert result["error_type"] == "invalid_parameters"
+    result = run_one(ToolExecutor([add]), "add", a="two", b=[1], scale="x")
+    assert result["error_type"] == "invalid_arguments"
     assert result["error"] == (
-        'Tool "add" received invalid parameters: a must be an integer (got "two"); '
-        "b must be an integer (got true)."
-    )
+        'Tool "add" received invalid arguments: a: Input should be a valid integer, unable to '
+        'parse string as an integer (got "two"); b: Input should be a valid integer (got [1]); '
+        'scale: Input should be a valid number, unable to parse string as a number (got "x"). '
+        "Fix them and call again.")
+    assert len(result["invalid_arguments"]) == 3
 
 
 def test_integral_floats_are_passed_as_ints_and_null_optionals_use_defaults() -> None:
@@ -113,9 +115,11 @@ def test_enum_and_array_item_types_are_checked() -> None:
 
 def test_unknown_parameters_are_named_when_the_function_cannot_take_them() -> None:
     result = run_one(ToolExecutor([add]), "add", a=1, b=2, c=3)
-    assert result["error_type"] == "unknown_parameters"
-    assert result["error"] == ('Tool "add" does not accept the parameter(s) c. '
-                               "Accepted parameters: a, b, scale.")
+    assert result["error_type"] == "invalid_arguments"
+    assert result["unknown_parameters"] == ["c"]
+    assert result["error"] == ('Tool "add" received invalid arguments: c is not a parameter of '
+                               "this tool. Its parameters are: a, b, scale. Fix them and call "
+                               "again.")
 
 
 def test_kwargs_functions_receive_every_parameter() -> None:

@@ -85,9 +85,10 @@ def test_pydantic_models_keep_resolvable_references() -> None:
         """Draw."""
 
     schema = draw.parameters
-    ref = schema["properties"]["shape"]["properties"]["corners"]["items"]["$ref"]
+    # Models are definitions at the root, so every reference resolves against the tool schema.
+    assert schema["properties"]["shape"] == {"$ref": "#/$defs/Shape"}
+    ref = schema["$defs"]["Shape"]["properties"]["corners"]["items"]["$ref"]
     assert ref == "#/$defs/Point"
-    # Hoisted to the root so the reference resolves against the whole tool schema.
     assert schema["$defs"]["Point"]["required"] == ["x", "y"]
 
 

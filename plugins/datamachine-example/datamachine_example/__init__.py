@@ -4,8 +4,9 @@ Copy this distribution to start a plugin. It shows the two halves every bounded 
 
 - a budget the plugin owns, registered through ``register_budgets()``: ``notes_written``
   (default 5 per run, clamp [1, 50], setting ``max_notes_written``);
-- a tool that consumes it through ``ToolContext.budget(name)``: ``write_note(text)`` appends the
-  note to the run's engine data (``engine_data["notes"]``) and spends one unit.
+- a typed tool that consumes it through ``ToolContext.budget(name)``: ``write_note(text,
+  kind)`` (the model's arguments checked by pydantic against the type hints) appends the note
+  to the run's engine data (``engine_data["notes"]``) and spends one unit.
 
 The loop checks every budget of the run after each tool call, so the note that reaches the
 ceiling is the last one: the run stops with ``status="budget_exceeded"`` and
@@ -15,7 +16,9 @@ stays bounded when it is called outside ``run_conversation`` (a bare loop, a dir
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from datamachine import BudgetSpec, hookimpl
 from datamachine.tools import Tool, ToolContext, tool
@@ -33,13 +36,18 @@ NOTES_WRITTEN = BudgetSpec(
 
 
 @tool
-def write_note(text: str, context: ToolContext) -> dict[str, Any]:
+def write_note(
+    text: Annotated[str, Field(max_length=500)],
+    context: ToolContext,
+    kind: Literal["fact", "todo", "question"] = "fact",
+) -> dict[str, Any]:
     """Write down a short note to keep for the rest of the task.
 
     Each note uses one unit of this run's notes_written budget, so note only what matters.
 
     Args:
         text: The note, one or two sentences.
+        kind: What the note is: a fact found, something still to do, or an open question.
     """
     note = text.strip()
     if not note:
@@ -53,7 +61,7 @@ def write_note(text: str, context: ToolContext) -> dict[str, Any]:
                           f"of {budget.ceiling()}); answer with the notes you have.")}
     budget.increment()
     notes = context.engine_data.setdefault("notes", [])
-    notes.append(note)
+    notes.append({"kind": kind, "text": note})
     return {"note_number": len(notes), "notes_left": budget.remaining()}
 
 

@@ -96,8 +96,9 @@ def test_notes_go_to_the_engine_data_and_each_spends_one_unit(make_host: Any) ->
     result = ask(make_host(NoteTaker(stop_after=2)), payload={"engine_data": engine_data})
     assert result.status == "completed"
     assert result.final_content == "Done taking notes."
-    assert engine_data == {"topic": "quarterly report",
-                           "notes": ["Observation number 1.", "Observation number 2."]}
+    assert engine_data == {"topic": "quarterly report", "notes": [
+        {"kind": "fact", "text": "Observation number 1."},
+        {"kind": "fact", "text": "Observation number 2."}]}
     assert result.budgets["notes_written"]["current"] == 2
     assert [r["result"]["result"] for r in result.tool_execution_results] == [
         {"note_number": 1, "notes_left": 4}, {"note_number": 2, "notes_left": 3}]
@@ -146,3 +147,26 @@ def test_an_empty_note_is_refused_without_spending_budget(make_host: Any) -> Non
     assert (outcome["success"], outcome["error_type"]) == (False, "empty_note")
     # The budget is created on first use, and the empty note never got that far.
     assert "notes_written" not in result.budgets
+
+
+def test_typed_arguments_are_checked_before_the_note_is_written() -> None:
+    from datamachine_example import write_note
+
+    from datamachine.tools import ToolExecutor
+
+    assert write_note.parameters["properties"]["kind"] == {
+        "enum": ["fact", "todo", "question"], "type": "string", "default": "fact",
+        "description": "What the note is: a fact found, something still to do, or an open "
+                       "question."}
+    assert write_note.parameters["properties"]["text"]["maxLength"] == 500
+    executor = ToolExecutor([write_note])
+    engine_data: dict[str, Any] = {}
+    executor.engine_data = engine_data
+    result = executor({"id": "c", "name": "write_note",
+                       "parameters": {"text": "x" * 600, "kind": "idea"}}, {})
+    assert isinstance(result, dict)
+    assert result["error_type"] == "invalid_arguments"
+    assert result["invalid_arguments"] == [
+        "text: String should have at most 500 characters (got \"" + "x" * 56 + "...)",
+        "kind: Input should be 'fact', 'todo' or 'question' (got \"idea\")"]
+    assert engine_data == {}
