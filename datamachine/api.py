@@ -23,6 +23,8 @@ def run_conversation(
     payload: dict[str, Any] | None = None,
     max_turns: int | None = None,
     single_turn: bool = False,
+    *,
+    output_type: Any = None,
 ) -> ConversationResult:
     """Run one bounded conversation and say honestly why it stopped.
 
@@ -32,10 +34,12 @@ def run_conversation(
     ``pipeline`` (default), ``chat``, ``system`` or an extension mode. ``payload``: context for
     tools and requests plus runtime options (DESIGN.md 5.2). ``max_turns``: the turn ceiling,
     resolved and clamped through the ``conversation_turns`` budget. ``single_turn``: stop after
-    exactly one provider turn. Bad arguments raise ``UsageError`` before any provider call.
+    exactly one provider turn. ``output_type``: a pydantic model class or a JSON schema dict the
+    final answer must fit (``result.output`` holds the value). Bad arguments raise
+    ``UsageError`` before any provider call.
     """
     return get_default_host().run_conversation(messages, tools, provider, model, mode, payload,
-                                               max_turns, single_turn)
+                                               max_turns, single_turn, output_type=output_type)
 
 
 async def arun_conversation(
@@ -47,10 +51,13 @@ async def arun_conversation(
     payload: dict[str, Any] | None = None,
     max_turns: int | None = None,
     single_turn: bool = False,
+    *,
+    output_type: Any = None,
 ) -> ConversationResult:
     """Async twin of :func:`run_conversation` (async providers and tools are awaited)."""
     return await get_default_host().arun_conversation(messages, tools, provider, model, mode,
-                                                      payload, max_turns, single_turn)
+                                                      payload, max_turns, single_turn,
+                                                      output_type=output_type)
 
 
 def continue_conversation(
@@ -59,6 +66,8 @@ def continue_conversation(
     tools: Any = None,
     provider: str | None = None,
     model: str | None = None,
+    *,
+    output_type: Any = None,
 ) -> ConversationResult:
     """Resume a stored run with at most ``extend_by`` more provider turns (default host).
 
@@ -67,4 +76,4 @@ def continue_conversation(
     ``cumulative_turn_count``.
     """
     return get_default_host().continue_conversation(session_id, extend_by, tools, provider,
-                                                    model)
+                                                    model, output_type=output_type)

@@ -18,7 +18,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("datamachine")
 
-__all__ = ["Host"]
+__all__ = ["Host", "with_output_type"]
+
+
+def with_output_type(payload: dict[str, Any] | None,
+                     output_type: Any) -> dict[str, Any] | None:
+    """``payload`` with the run's ``output_type`` (a runtime option) when one is given."""
+    if output_type is None:
+        return payload
+    return {**(payload or {}), "output_type": output_type}
 
 
 class Host(Services):
@@ -34,12 +42,15 @@ class Host(Services):
         payload: dict[str, Any] | None = None,
         max_turns: int | None = None,
         single_turn: bool = False,
+        *,
+        output_type: Any = None,
     ) -> ConversationResult:
         """Run one bounded conversation on this host (see ``datamachine.run_conversation``)."""
         from datamachine.conversation.run import ConversationRun
 
         return ConversationRun.create(self, messages, tools, self.default_provider(provider),
-                                      self.default_model(model), mode, payload, max_turns,
+                                      self.default_model(model), mode,
+                                      with_output_type(payload, output_type), max_turns,
                                       single_turn).run()
 
     async def arun_conversation(
@@ -52,12 +63,15 @@ class Host(Services):
         payload: dict[str, Any] | None = None,
         max_turns: int | None = None,
         single_turn: bool = False,
+        *,
+        output_type: Any = None,
     ) -> ConversationResult:
         """Async twin of :meth:`run_conversation`."""
         from datamachine.conversation.run import ConversationRun
 
         run = ConversationRun.create(self, messages, tools, self.default_provider(provider),
-                                     self.default_model(model), mode, payload, max_turns,
+                                     self.default_model(model), mode,
+                                     with_output_type(payload, output_type), max_turns,
                                      single_turn)
         return await run.arun()
 
@@ -68,11 +82,14 @@ class Host(Services):
         tools: Any = None,
         provider: str | None = None,
         model: str | None = None,
+        *,
+        output_type: Any = None,
     ) -> ConversationResult:
         """Resume a stopped (or crash-interrupted) run with at most ``extend_by`` more turns."""
         from datamachine.conversation.continuation import continue_conversation_on
 
-        return continue_conversation_on(self, session_id, extend_by, tools, provider, model)
+        return continue_conversation_on(self, session_id, extend_by, tools, provider, model,
+                                        output_type=output_type)
 
     def chat(
         self,
@@ -83,6 +100,7 @@ class Host(Services):
         model: str | None = None,
         *,
         payload: dict[str, Any] | None = None,
+        output_type: Any = None,
     ) -> ConversationResult:
         """One chat-mode run on a stored chat session, enforcing its turn limit.
 
@@ -91,7 +109,8 @@ class Host(Services):
         """
         from datamachine.conversation.chat import chat_on
 
-        return chat_on(self, session_id, message, tools, provider, model, payload)
+        return chat_on(self, session_id, message, tools, provider, model,
+                       with_output_type(payload, output_type))
 
     def close(self) -> None:
         """Stop what plugins started (``host_closing``), close the providers' connection pools

@@ -36,6 +36,7 @@ class RuntimeOptions:
     max_seconds: float | None = None
     extend_by: int | None = None
     model_options: dict[str, Any] = field(default_factory=dict)
+    output_type: Any = None
 
 
 RUNTIME_KEYS = frozenset(option.name for option in fields(RuntimeOptions))

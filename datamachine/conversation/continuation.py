@@ -35,6 +35,8 @@ def continue_conversation_on(
     tools: Any = None,
     provider: str | None = None,
     model: str | None = None,
+    *,
+    output_type: Any = None,
 ) -> ConversationResult:
     """Run at most ``extend_by`` more provider turns on a stored transcript.
 
@@ -64,7 +66,9 @@ def continue_conversation_on(
             services, record.messages, tools,
             provider or record.provider or services.default_provider(None),
             model if model is not None else (record.model or ""), record.mode or "pipeline",
-            {"transcript_session_id": session_id}, extend_by, writer=writer, turn_gate=gate,
+            {"transcript_session_id": session_id,
+             **({"output_type": output_type} if output_type is not None else {})},
+            extend_by, writer=writer, turn_gate=gate,
             cumulative_base=record.cumulative_turn_count)
         return run.run()
     except (LockLost, HookFailed) as exc:  # at the limit's question, before the run

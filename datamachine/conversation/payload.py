@@ -94,6 +94,12 @@ def _persister(value: Any) -> Any:
     return value
 
 
+def _output_type(value: Any) -> Any:
+    from datamachine.conversation.output import check_output_type
+
+    return check_output_type(value)
+
+
 _CHECKS: dict[str, Callable[[Any], Any]] = {
     "transcript_session_id": _session_id,
     "transcript_lock_ttl": _lock_ttl,
@@ -107,6 +113,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "transcript_lock": _lock,
     "transcript_persister": _persister,
     "model_options": validate_model_options,
+    "output_type": _output_type,
 }
 
 

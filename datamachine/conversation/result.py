@@ -63,3 +63,6 @@ class ConversationResult(BaseModel):
     mode: str = "pipeline"
     provider: str = ""
     model: str = ""
+    # The validated final answer of a run with output_type (a model instance, or the decoded
+    # JSON for a schema); None otherwise, and whenever the run is not completed.
+    output: Any = None

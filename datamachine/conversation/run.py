@@ -25,6 +25,7 @@ from agents_api.unchecked import unchecked
 from datamachine.budgets_builtin import CONVERSATION_TURNS, TOOL_CALLS, WALL_CLOCK
 from datamachine.completion.controller import CompletionRun
 from datamachine.conversation.exhaustion import FinalSummary
+from datamachine.conversation.output import OutputContract
 from datamachine.conversation.payload import base_log_context, split_payload
 from datamachine.conversation.pressure import PressureTracker, parse_budget_pressure
 from datamachine.conversation.result import ConversationResult, empty_usage
@@ -123,6 +124,8 @@ class ConversationRun:
             services, spec.modes, spec.payload, runtime, spec.tools, emit=self.emit,
             engine_data=self.engine_data, single_turn=spec.single_turn)
         self.provider = self._provider()
+        self.output = (OutputContract(runtime.output_type)
+                       if runtime.output_type is not None else None)
         self.turn_budget = services.budgets.create(
             CONVERSATION_TURNS, ceiling_override=spec.max_turns, warnings=self.warnings)
         self.budgets = self._other_budgets()
@@ -196,19 +199,37 @@ class ConversationRun:
             emit=self.emit, single_turn=spec.single_turn,
             pressure=None if rules is False else PressureTracker(rules, self.emit),
             tools_json="[" + ",".join(t.provider_json() for t in tools.values()) + "]",
-            on_natural_completion=self.completion.on_natural_completion,
+            on_natural_completion=self._on_natural_completion(),
             turn_gate=self.turn_gate, call_keys=self.executor.index.keys,
             options=self._model_options())
 
     def _model_options(self) -> dict[str, Any]:
         """The setting ``model_options`` (checked here too: an environment variable is not
-        checked when it is set), under the payload's."""
+        checked when it is set), under the payload's; with an output type, its schema as
+        ``response_format`` unless one was given."""
         setting = self.services.settings.get(MODEL_OPTIONS_KEY)
-        if setting is None:
-            return self.spec.runtime.model_options
-        return merge_model_options(
+        options = (self.spec.runtime.model_options if setting is None else merge_model_options(
             validate_model_options(setting, f"setting {MODEL_OPTIONS_KEY!r}"),
-            self.spec.runtime.model_options)
+            self.spec.runtime.model_options))
+        if self.output is not None and "response_format" not in options:
+            options = {**options, "response_format": self.output.response_format()}
+        return options
+
+    def _on_natural_completion(self) -> Any:
+        """What an answer without tool calls meets: the output type first (an answer that
+        does not fit is asked again), then the completion policy."""
+        policy = self.completion.on_natural_completion
+        output = self.output
+        if output is None:
+            return policy
+
+        def check(messages: list[Any], content: str, context: dict[str, Any]) -> list[Any]:
+            if context.get("final_summary"):
+                return []
+            retry = output.check(content)
+            return retry or policy(messages, content, context)
+
+        return check
 
     def _executor(self) -> Any:
         from datamachine.tools import ToolExecutor
@@ -318,7 +339,7 @@ class ConversationRun:
                 summary_usage: dict[str, Any] | None = None) -> ProductVerdict:
         return decide(stop, turn_ceiling=self.turn_budget.ceiling(), completion=self.completion,
                       summary=summary, summary_usage=summary_usage, chat_abort=self._abort(),
-                      truncated=self.runner.answer_truncated)
+                      truncated=self.runner.answer_truncated, output=self.output)
 
     def _abort(self) -> str | None:
         gate = self.turn_gate
@@ -352,6 +373,8 @@ class ConversationRun:
             transcript_session_id=loop.transcript_session_id, budgets=loop.budgets,
             warnings=list(warnings), unavailable_required_tool_names=[],
             available_tool_names=[], mode=spec.mode, provider=spec.provider, model=spec.model,
+            output=(self.output.value if self.output is not None
+                    and verdict.status == "completed" else None),
             **_result_diagnostics(verdict.diagnostics))
         if self.completion.job is not None:  # a pipeline job's record, read only for one
             self.completion.settle_job(_job_fields(result))

@@ -20,6 +20,7 @@ from datamachine.conversation.exhaustion import Summary
 
 if TYPE_CHECKING:
     from datamachine.completion.controller import CompletionRun
+    from datamachine.conversation.output import OutputContract
 
 __all__ = ["OUTPUT_TRUNCATED", "TRUNCATED_WARNING", "ProductVerdict", "decide"]
 
@@ -73,11 +74,14 @@ class ProductVerdict:
 
 def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
            summary: Summary | None = None, summary_usage: dict[str, Any] | None = None,
-           chat_abort: str | None = None, truncated: bool = False) -> ProductVerdict:
+           chat_abort: str | None = None, truncated: bool = False,
+           output: OutputContract | None = None) -> ProductVerdict:
     """The verdict on ``stop`` (see the module docstring). Pure: reads, never writes.
 
     ``truncated``: the run ended on a final answer the output token limit cut off
-    (``finish_reason == "length"``), which is never a completed task.
+    (``finish_reason == "length"``), which is never a completed task. ``output``: the run's
+    output type; a run whose last answer does not fit it is ``incomplete`` (also when the turns
+    ran out retrying), never ``completed``.
     """
     status, budget, flags, warning = stop.status, stop.budget, list(stop.flags), stop.warning
     max_turns_reached = status == "budget_exceeded" and budget == CONVERSATION_TURNS
@@ -86,6 +90,11 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
                    "Response may be incomplete.")
     judgement = completion.judge(status, budget, warning, turn_ceiling)
     status, warning = judgement.status, judgement.warning
+    if output is not None and output.value is None and (
+            status == "completed" or (max_turns_reached and output.problem is not None)):
+        status = "incomplete"
+        warning = (f"The final answer did not match output_type {output.name}: "
+                   f"{output.problem or 'no answer was given'}.")
     if truncated and status in ("completed", "incomplete"):
         flags.append(OUTPUT_TRUNCATED)
         if status == "completed":
