@@ -48,6 +48,7 @@ from agents_api.jsontext import compact_bytes
 from datamachine.errors import ProviderError
 from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.providers.wire_provider import WireProvider
+from datamachine.providers.wire_provider import bad_request as _bad_request
 
 if TYPE_CHECKING:
     import httpx
@@ -67,12 +68,6 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 API_KEY_ENV = "OPENAI_API_KEY"
 BASE_URL_ENV = "OPENAI_BASE_URL"
 BASE_URL_SETTING = "openai_base_url"
-
-
-# -- shared with the wire format -------------------------------------------------------------
-
-def _bad_request(provider: str, message: str) -> ProviderError:
-    return ProviderError(message, code="provider_bad_request", provider=provider)
 
 
 # -- the provider ----------------------------------------------------------------------------

@@ -18,8 +18,8 @@ from datamachine.errors import ProviderError
 from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.providers.chat_messages import ChatMessage
 from datamachine.providers.normalize import normalize_response
-from datamachine.providers.openai import _bad_request
 from datamachine.providers.options import RESERVED_KEYS, without_tool_options
+from datamachine.providers.wire_provider import bad_request as _bad_request
 
 __all__ = ["build_chat_body", "parse_chat_completion"]
 

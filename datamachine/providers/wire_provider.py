@@ -26,9 +26,14 @@ if TYPE_CHECKING:
 
     from datamachine.providers.http import Outbound, ProviderHTTP, Sleep
 
-__all__ = ["WireProvider"]
+__all__ = ["WireProvider", "bad_request"]
 
 P = TypeVar("P", bound="WireProvider")
+
+
+def bad_request(provider: str, message: str) -> ProviderError:
+    """A request that cannot be sent as asked (``provider_bad_request``): not retried."""
+    return ProviderError(message, code="provider_bad_request", provider=provider)
 
 
 class WireProvider:

@@ -40,6 +40,7 @@ from agents_api.jsontext import compact_bytes
 from datamachine import ProviderRequest, ProviderResponse, hookimpl
 from datamachine.errors import ProviderError
 from datamachine.providers.wire_provider import WireProvider
+from datamachine.providers.wire_provider import bad_request as _bad_request
 
 if TYPE_CHECKING:
     import httpx
@@ -54,10 +55,6 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 BASE_URL_ENV = "ANTHROPIC_BASE_URL"
-
-def _bad_request(provider: str, message: str) -> ProviderError:
-    return ProviderError(message, code="provider_bad_request", provider=provider)
-
 
 # -- the provider ----------------------------------------------------------------------------
 

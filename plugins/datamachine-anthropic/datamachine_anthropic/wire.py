@@ -12,7 +12,7 @@ from datamachine.errors import ProviderError
 from datamachine.providers.chat_messages import ChatMessage
 from datamachine.providers.normalize import normalize_response
 from datamachine.providers.options import RESERVED_KEYS, without_tool_options
-from datamachine_anthropic import _bad_request
+from datamachine.providers.wire_provider import bad_request as _bad_request
 
 __all__ = ["DEFAULT_MAX_TOKENS", "build_messages_body", "parse_message"]
 
