@@ -109,8 +109,9 @@ class ProviderError(DataMachineError, RuntimeError):
     turns. ``code`` says what kind of failure it was (``provider_http_error``,
     ``provider_timeout``, ``provider_connection_error``, ``provider_bad_response``,
     ``provider_bad_request``, ``provider_unavailable``, ``script_exhausted``,
-    ``scripted_error``); ``status`` is the HTTP status for HTTP errors, else None;
-    ``provider`` is the provider name; ``attempts`` is how many requests were sent.
+    ``scripted_error``, ``provider_stream_error``); ``status`` is the HTTP status for HTTP
+    errors, else None; ``provider`` is the provider name; ``attempts`` is how many requests were
+    sent; ``partial_content`` is the text a stream delivered before it broke.
     """
 
     def __init__(
@@ -121,12 +122,15 @@ class ProviderError(DataMachineError, RuntimeError):
         provider: str = "",
         status: int | None = None,
         attempts: int = 0,
+        partial_content: str = "",
     ) -> None:
         super().__init__(message)
         self.code = code
         self.provider = provider
         self.status = status
         self.attempts = attempts
+        # A streamed answer broken mid-way: the text that had arrived (``provider_stream_error``).
+        self.partial_content = partial_content
 
 
 class ScriptExhausted(ProviderError):

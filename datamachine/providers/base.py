@@ -7,12 +7,13 @@ with the exact shape production code gets.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Provider", "ProviderRequest", "ProviderResponse"]
+__all__ = ["Provider", "ProviderRequest", "ProviderResponse", "StreamDelta", "StreamingProvider"]
 
 
 class ProviderRequest(BaseModel):
@@ -55,6 +56,27 @@ class ProviderResponse(BaseModel):
     usage: dict[str, Any] = Field(default_factory=dict)
     finish_reason: str | None = None
     raw: Any = None
+
+
+@dataclass(slots=True)
+class StreamDelta:
+    """One piece of a streamed answer: ``text`` as it arrives. The last delta carries
+    ``response``, the whole answer (its text, its tool calls assembled from their deltas, usage
+    and finish reason), exactly what ``complete`` would have returned."""
+
+    text: str = ""
+    response: ProviderResponse | None = None
+
+
+@runtime_checkable
+class StreamingProvider(Protocol):
+    """A provider that can also stream: ``stream(request)`` is an async iterator of
+    :class:`StreamDelta` whose last item carries the whole response."""
+
+    name: str
+
+    def stream(self, request: ProviderRequest) -> AsyncIterator[StreamDelta]:
+        """Run one turn, yielding text as it arrives."""
 
 
 @runtime_checkable

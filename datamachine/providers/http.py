@@ -22,6 +22,7 @@ the sync and the async path drive, so the two cannot drift apart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import json
@@ -29,7 +30,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
@@ -299,6 +300,43 @@ class ProviderHTTP:
                     ask = steps.send(response)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+    @contextlib.asynccontextmanager
+    async def open_stream(self, outbound: Outbound) -> AsyncIterator[httpx.Response]:
+        """POST for a streamed answer: the open 2xx response, whose body is still arriving.
+        Retries happen as for :meth:`post`, before the first byte of an answer is read; an
+        error answer is read whole, for its message. The response is closed on exit."""
+        client = self.async_client()
+        url = self._parsed(outbound.url)
+        steps = self._exchange(outbound)
+        ask: _Send | _Wait = next(steps)
+        while True:
+            if isinstance(ask, _Wait):
+                await self._sleep_async(ask.seconds)
+                ask = steps.send(None)
+                continue
+            request = client.build_request("POST", url, content=outbound.content,
+                                           headers=outbound.headers,
+                                           timeout=self._timeout(outbound))
+            try:
+                response = await client.send(request, stream=True)
+            except Exception as exc:
+                ask = steps.throw(exc)  # raises the ProviderError: nothing was sent back
+                continue
+            if 200 <= response.status_code < 300:
+                try:
+                    yield response
+                finally:
+                    await response.aclose()
+                return
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+            try:
+                ask = steps.send(response)
+            except StopIteration:  # the generator only stops on a 2xx, handled above
+                raise AssertionError("unreachable") from None
 
     def _sleep_sync(self, seconds: float) -> None:
         if self.sleep is None:

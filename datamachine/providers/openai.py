@@ -41,12 +41,14 @@ Response. ``choices[0].message.content``, ``tool_calls[].function.{name, argumen
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from agents_api.jsontext import compact_bytes
 from datamachine.errors import ProviderError
-from datamachine.providers.base import ProviderRequest, ProviderResponse
+from datamachine.providers.base import ProviderRequest, ProviderResponse, StreamDelta
 from datamachine.providers.wire_provider import WireProvider
 from datamachine.providers.wire_provider import bad_request as _bad_request
 
@@ -121,8 +123,9 @@ class OpenAIProvider(WireProvider):
         }
 
     # -- the wire format ---------------------------------------------------------------------
-    def outbound(self, request: ProviderRequest) -> Outbound:
-        """The ``POST {base_url}/chat/completions`` for ``request``."""
+    def outbound(self, request: ProviderRequest, *, stream: bool = False) -> Outbound:
+        """The ``POST {base_url}/chat/completions`` for ``request`` (``stream``: asking for
+        Server-Sent Events)."""
         from datamachine.providers.http import Outbound
         from datamachine.providers.openai_wire import build_chat_body
 
@@ -133,7 +136,8 @@ class OpenAIProvider(WireProvider):
         if not request.model.strip():
             raise _bad_request(self.name, f"The {self.name} provider needs a model id (for "
                                           "example 'gpt-4o-mini' or 'llama3.2').")
-        body = build_chat_body(request, provider=self.name, defaults=self.model_options)
+        body = build_chat_body(request, provider=self.name, defaults=self.model_options,
+                               stream=stream)
         try:
             content = compact_bytes(body)
         except (TypeError, ValueError) as exc:
@@ -153,6 +157,38 @@ class OpenAIProvider(WireProvider):
             headers["Authorization"] = f"Bearer {key}"
         headers.update(self.headers)
         return headers
+
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamDelta]:
+        """Run one turn as a stream: text deltas as they arrive, then the whole answer (tool
+        calls assembled from their deltas, usage from the last chunk). A stream that breaks is
+        a ProviderError ``provider_stream_error`` carrying the text that had arrived."""
+        import httpx
+        from httpx_sse import EventSource, SSEError
+
+        from datamachine.providers.openai_wire import ChatStreamAssembler
+
+        assembler = ChatStreamAssembler(self.name, request.turn)
+        done = False
+        async with self.http().open_stream(self.outbound(request, stream=True)) as response:
+            try:
+                async for event in EventSource(response).aiter_sse():
+                    if event.data.strip() == "[DONE]":
+                        done = True
+                        break
+                    if not event.data.strip():
+                        continue
+                    text = assembler.feed(json.loads(event.data))
+                    if text:
+                        yield StreamDelta(text=text)
+            except (httpx.HTTPError, SSEError, ValueError) as exc:
+                if isinstance(exc, ProviderError):
+                    raise
+                raise assembler.broken(f"{type(exc).__name__}: {exc}") from None
+        if not done and not assembler.finished:
+            # Ended cleanly but early: not an answer to take as whole.
+            raise assembler.broken("the stream ended before the answer did (no finish reason, "
+                                   "no [DONE])")
+        yield StreamDelta(response=assembler.response())
 
     def parse(self, response: httpx.Response, turn: int) -> ProviderResponse:
         """The normalized answer in a Chat Completions response."""

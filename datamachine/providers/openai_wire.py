@@ -21,7 +21,7 @@ from datamachine.providers.normalize import normalize_response
 from datamachine.providers.options import RESERVED_KEYS, without_tool_options
 from datamachine.providers.wire_provider import bad_request as _bad_request
 
-__all__ = ["build_chat_body", "parse_chat_completion"]
+__all__ = ["ChatStreamAssembler", "build_chat_body", "parse_chat_completion"]
 
 
 # -- request ---------------------------------------------------------------------------------
@@ -107,7 +107,7 @@ def _plain_wire_message(raw: Any) -> dict[str, Any] | None:
 
 def build_chat_body(
     request: ProviderRequest, *, provider: str = "openai",
-    defaults: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None, stream: bool = False,
 ) -> dict[str, Any]:
     """The JSON body of ``POST /chat/completions`` for ``request``.
 
@@ -142,7 +142,10 @@ def build_chat_body(
     body: dict[str, Any] = (options if tools else without_tool_options(options))
     for key in RESERVED_KEYS:
         body.pop(key, None)
-    body.update({"model": request.model, "messages": messages, "stream": False})
+    body.update({"model": request.model, "messages": messages, "stream": stream})
+    if stream:
+        # The usage arrives in a last chunk of its own (OpenAI, vLLM, llama.cpp, LLMock).
+        body["stream_options"] = {"include_usage": True}
     if tools:
         body["tools"] = tools
     return body
@@ -240,3 +243,97 @@ def parse_chat_completion(
          "finish_reason": choice.finish_reason, "raw": data},
         provider=provider, turn=turn,
     )
+
+
+# -- streamed response -----------------------------------------------------------------------
+
+class ChatStreamAssembler:
+    """Puts a streamed Chat Completions answer back together, chunk by chunk.
+
+    :meth:`feed` takes one decoded ``chat.completion.chunk`` and returns its text delta. Tool
+    calls arrive in pieces keyed by their ``index`` (the id and name once, the arguments in
+    fragments); :meth:`response` assembles them and parses the whole answer exactly as a
+    non-streamed one is parsed, so both paths give the same ProviderResponse.
+    """
+
+    def __init__(self, provider: str = "openai", turn: int = 1) -> None:
+        self.provider = provider
+        self.turn = turn
+        self._text: list[str] = []
+        self._refusal: list[str] = []
+        self._calls: dict[int, dict[str, str]] = {}
+        self._finish: str | None = None
+        self._usage: Any = None
+
+    @property
+    def text(self) -> str:
+        """The text so far."""
+        return "".join(self._text)
+
+    @property
+    def finished(self) -> bool:
+        """A finish reason has arrived."""
+        return self._finish is not None
+
+    def feed(self, chunk: Any) -> str:
+        """The text delta of ``chunk`` (possibly empty); ProviderError for an error chunk."""
+        if not isinstance(chunk, dict):
+            raise self.broken(f"a chunk that is not an object: {compact_json(chunk)[:200]}")
+        if chunk.get("error") and not chunk.get("choices"):
+            error = chunk["error"]
+            detail = error.get("message") if isinstance(error, dict) else error
+            raise self.broken(f"the server sent an error: {detail}")
+        if chunk.get("usage"):
+            self._usage = chunk["usage"]
+        delta_text = ""
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                delta_text += content
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str):
+                self._refusal.append(refusal)
+            for call in delta.get("tool_calls") or []:
+                self._add_call(call)
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+        if delta_text:
+            self._text.append(delta_text)
+        return delta_text
+
+    def _add_call(self, call: Any) -> None:
+        if not isinstance(call, dict):
+            return
+        index = call.get("index")
+        slot = self._calls.setdefault(index if isinstance(index, int) else len(self._calls),
+                                      {"id": "", "name": "", "arguments": ""})
+        if isinstance(call.get("id"), str) and call["id"]:
+            slot["id"] = call["id"]
+        function = call.get("function") or {}
+        if isinstance(function.get("name"), str):
+            slot["name"] += function["name"]
+        if isinstance(function.get("arguments"), str):
+            slot["arguments"] += function["arguments"]
+
+    def broken(self, why: str) -> ProviderError:
+        """The error of a stream that broke: ``why``, and the text that had arrived."""
+        return ProviderError(
+            f"The {self.provider} provider's stream broke after {len(self.text)} characters "
+            f"of text: {why}", code="provider_stream_error", provider=self.provider,
+            partial_content=self.text)
+
+    def response(self) -> ProviderResponse:
+        """The whole answer, parsed like a non-streamed one."""
+        calls = [{"id": slot["id"] or None, "type": "function",
+                  "function": {"name": slot["name"], "arguments": slot["arguments"]}}
+                 for _, slot in sorted(self._calls.items())]
+        message: dict[str, Any] = {"role": "assistant", "content": self.text,
+                                   "refusal": "".join(self._refusal) or None}
+        if calls:
+            message["tool_calls"] = calls
+        body = {"choices": [{"index": 0, "message": message, "finish_reason": self._finish}],
+                "usage": self._usage}
+        return parse_chat_completion(body, provider=self.provider, turn=self.turn)

@@ -26,6 +26,11 @@ class Reply:
     body: Any = None  # dict/list -> JSON, str/bytes -> sent as is
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    # A streamed answer: each item is sent as one SSE "data:" event, chunk_delay apart, then
+    # "data: [DONE]" unless cut (the connection just closes).
+    stream: list[Any] | None = None
+    chunk_delay: float = 0.0
+    cut: bool = False
 
 
 @dataclass
@@ -71,6 +76,21 @@ class RecordingSleep:
         self.calls.append(seconds)
 
 
+def chunk(content: str | None = None, *, tool_calls: list[dict[str, Any]] | None = None,
+          finish_reason: str | None = None, usage: dict[str, Any] | None = None,
+          ) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` (usage alone: ``choices`` empty, as OpenAI sends it)."""
+    if usage is not None and content is None and tool_calls is None and finish_reason is None:
+        return {"id": "c", "object": "chat.completion.chunk", "choices": [], "usage": usage}
+    delta: dict[str, Any] = {}
+    if content is not None:
+        delta["content"] = content
+    if tool_calls is not None:
+        delta["tool_calls"] = tool_calls
+    return {"id": "c", "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+
+
 def strict_problem(body: Any) -> str | None:
     """What llama.cpp's server (llama-cpp-python 0.3) refuses in a request body, or None.
 
@@ -100,6 +120,94 @@ def _object_text(text: Any) -> bool:
         return False
 
 
+class _Handler(BaseHTTPRequestHandler):
+    """Answers each POST with the next enqueued reply (see FakeOpenAIServer)."""
+
+    server: _Server
+    # HTTP/1.1: connections are kept alive, so a client's pool reuse is visible.
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.fake._lock:
+            self.server.fake._connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server.fake._lock:
+            self.server.fake._connections.discard(self.connection)
+        super().finish()
+
+    def do_POST(self) -> None:
+        fake = self.server.fake
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        with fake._lock:
+            fake.requests.append(Received(
+                "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, raw,
+                self.client_address[1]))
+            problem = strict_problem(json.loads(raw or b"null")) if fake.strict else None
+            if problem is not None:
+                reply = Reply(500, {"error": {"message": problem, "type": "server_error"}})
+            else:
+                reply = fake.replies.popleft() if fake.replies else Reply(418, {
+                    "error": {"message": "the test enqueued no reply for this request"}})
+        if reply.delay:
+            fake._release.wait(reply.delay)
+        if reply.stream is not None:
+            self._stream(reply)
+        else:
+            self._answer(reply)
+
+    def _answer(self, reply: Reply) -> None:
+        body = reply.body
+        if isinstance(body, dict | list):
+            data = json.dumps(body).encode()
+        elif isinstance(body, str):
+            data = body.encode()
+        else:
+            data = body or b""
+        try:
+            self.send_response(reply.status)
+            headers = {"Content-Type": "application/json", **reply.headers}
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a timeout test); nothing to answer
+
+    def _stream(self, reply: Reply) -> None:
+        self.close_connection = True
+        try:
+            self.send_response(reply.status)
+            for name, value in {"Content-Type": "text/event-stream", "Connection": "close",
+                                **reply.headers}.items():
+                self.send_header(name, value)
+            self.end_headers()
+            events = [json.dumps(item) for item in reply.stream or []]
+            if not reply.cut:
+                events.append("[DONE]")
+            for index, data in enumerate(events):
+                if index and reply.chunk_delay:
+                    self.server.fake._release.wait(reply.chunk_delay)
+                self.wfile.write(f"data: {data}\n\n".encode())
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # keep test output clean
+
+
+class _Server(ThreadingHTTPServer):
+    """The HTTP server of one FakeOpenAIServer (``fake``), on a free loopback port."""
+
+    def __init__(self, fake: FakeOpenAIServer) -> None:
+        self.fake = fake
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+
 class FakeOpenAIServer:
     """Start with :meth:`start` (or use as a context manager); always :meth:`stop` it.
 
@@ -114,59 +222,7 @@ class FakeOpenAIServer:
         self._release = threading.Event()
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            # HTTP/1.1: connections are kept alive, so a client's pool reuse is visible.
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                with server._lock:
-                    server._connections.add(self.connection)
-
-            def finish(self) -> None:
-                with server._lock:
-                    server._connections.discard(self.connection)
-                super().finish()
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                with server._lock:
-                    server.requests.append(Received(
-                        "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, raw,
-                        self.client_address[1]))
-                    problem = strict_problem(json.loads(raw or b"null")) if server.strict else None
-                    if problem is not None:
-                        reply = Reply(500, {"error": {"message": problem, "type": "server_error"}})
-                    else:
-                        reply = server.replies.popleft() if server.replies else Reply(418, {
-                            "error": {"message": "the test enqueued no reply for this request"}})
-                if reply.delay:
-                    server._release.wait(reply.delay)
-                body = reply.body
-                if isinstance(body, dict | list):
-                    data = json.dumps(body).encode()
-                elif isinstance(body, str):
-                    data = body.encode()
-                else:
-                    data = body or b""
-                try:
-                    self.send_response(reply.status)
-                    headers = {"Content-Type": "application/json", **reply.headers}
-                    for name, value in headers.items():
-                        self.send_header(name, value)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a timeout test); nothing to answer
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # keep test output clean
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _Server(self)
         # Non-daemon handler threads are joined by server_close(), so stop() leaves none behind.
         self._httpd.daemon_threads = False
         self._httpd.block_on_close = True
