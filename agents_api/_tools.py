@@ -91,5 +91,5 @@ def run_tool(call: ToolCall, turn: int, turn_context: dict[str, Any],
                                         tool_result_content(result)))
     if listening:
         emit("tool_result", {"turn": turn, "tool_name": call.name, "tool_call_id": call.id,
-                             "success": result["success"]})
+                             "success": result["success"], "result": result})
     return ToolOutcome(call, turn, result)

@@ -12,7 +12,13 @@ from agents_api._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from agents_api import Decision
-    from datamachine.api import arun_conversation, continue_conversation, run_conversation
+    from datamachine.api import (
+        arun_conversation,
+        astream_conversation,
+        continue_conversation,
+        run_conversation,
+        stream_conversation,
+    )
     from datamachine.completion import (
         CompletionAssertions,
         CompletionPolicy,
@@ -20,6 +26,7 @@ if TYPE_CHECKING:
         PipelineCompletionPolicy,
     )
     from datamachine.conversation.result import ConversationResult
+    from datamachine.conversation.stream import StreamEvent
     from datamachine.default_host import get_default_host
     from datamachine.errors import (
         BootError,
@@ -102,6 +109,9 @@ _EXPORTS: dict[str, str] = {
     "run_conversation": "datamachine.api",
     "arun_conversation": "datamachine.api",
     "continue_conversation": "datamachine.api",
+    "stream_conversation": "datamachine.api",
+    "astream_conversation": "datamachine.api",
+    "StreamEvent": "datamachine.conversation.stream",
     "ConversationResult": "datamachine.conversation.result",
     "Tool": "datamachine.tools",
     "ToolContext": "datamachine.tools",
@@ -156,6 +166,7 @@ __all__ = [
     "RequestTooLarge",
     "ScriptExhausted",
     "SessionAborted",
+    "StreamEvent",
     "Tool",
     "ToolContext",
     "TranscriptNotFound",
@@ -163,10 +174,12 @@ __all__ = [
     "UsageError",
     "__version__",
     "arun_conversation",
+    "astream_conversation",
     "continue_conversation",
     "get_default_host",
     "hookimpl",
     "run_conversation",
+    "stream_conversation",
     "tool",
     "validate_budget_value",
 ]

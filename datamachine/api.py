@@ -6,12 +6,17 @@ want isolation (tests, several tenants) boot their own host with ``bootstrap.boo
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
 
 from datamachine.conversation.result import ConversationResult
 from datamachine.default_host import get_default_host
 
-__all__ = ["arun_conversation", "continue_conversation", "run_conversation"]
+if TYPE_CHECKING:
+    from datamachine.conversation.stream import StreamEvent
+
+__all__ = ["arun_conversation", "astream_conversation", "continue_conversation",
+           "run_conversation", "stream_conversation"]
 
 
 def run_conversation(
@@ -58,6 +63,44 @@ async def arun_conversation(
     return await get_default_host().arun_conversation(messages, tools, provider, model, mode,
                                                       payload, max_turns, single_turn,
                                                       output_type=output_type)
+
+
+def stream_conversation(
+    messages: Any,
+    tools: Any = None,
+    provider: str | None = None,
+    model: str | None = None,
+    mode: Any = "pipeline",
+    payload: dict[str, Any] | None = None,
+    max_turns: int | None = None,
+    single_turn: bool = False,
+    *,
+    output_type: Any = None,
+) -> Iterator[StreamEvent]:
+    """:func:`run_conversation`, streamed (default host): ``StreamEvent``s as they happen
+    (``text_delta``, ``tool_call``, ``tool_result``, ``event``), the ``result`` last. Leaving
+    the loop early ends the run ``aborted``, its transcript kept and its lock released."""
+    return get_default_host().stream_conversation(messages, tools, provider, model, mode,
+                                                  payload, max_turns, single_turn,
+                                                  output_type=output_type)
+
+
+def astream_conversation(
+    messages: Any,
+    tools: Any = None,
+    provider: str | None = None,
+    model: str | None = None,
+    mode: Any = "pipeline",
+    payload: dict[str, Any] | None = None,
+    max_turns: int | None = None,
+    single_turn: bool = False,
+    *,
+    output_type: Any = None,
+) -> AsyncIterator[StreamEvent]:
+    """Async twin of :func:`stream_conversation` (``async for event in ...``)."""
+    return get_default_host().astream_conversation(messages, tools, provider, model, mode,
+                                                   payload, max_turns, single_turn,
+                                                   output_type=output_type)
 
 
 def continue_conversation(

@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, Any
 from datamachine.services import Services
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
     from datamachine.conversation.result import ConversationResult
+    from datamachine.conversation.stream import StreamEvent
 
 logger = logging.getLogger("datamachine")
 
@@ -74,6 +77,45 @@ class Host(Services):
                                      with_output_type(payload, output_type), max_turns,
                                      single_turn)
         return await run.arun()
+
+    def stream_conversation(
+        self,
+        messages: Any,
+        tools: Any = None,
+        provider: str | None = None,
+        model: str | None = None,
+        mode: Any = "pipeline",
+        payload: dict[str, Any] | None = None,
+        max_turns: int | None = None,
+        single_turn: bool = False,
+        *,
+        output_type: Any = None,
+    ) -> Iterator[StreamEvent]:
+        """:meth:`run_conversation`, streamed: ``StreamEvent``s as they happen, the result
+        last. Leaving the loop early ends the run ``aborted`` (transcript kept, lock freed)."""
+        from datamachine.conversation.stream import stream_on
+
+        return stream_on(self, messages, tools, provider, model, mode, payload, max_turns,
+                         single_turn, output_type=output_type)
+
+    def astream_conversation(
+        self,
+        messages: Any,
+        tools: Any = None,
+        provider: str | None = None,
+        model: str | None = None,
+        mode: Any = "pipeline",
+        payload: dict[str, Any] | None = None,
+        max_turns: int | None = None,
+        single_turn: bool = False,
+        *,
+        output_type: Any = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Async twin of :meth:`stream_conversation` (``async for event in ...``)."""
+        from datamachine.conversation.stream import astream_on
+
+        return astream_on(self, messages, tools, provider, model, mode, payload, max_turns,
+                          single_turn, output_type=output_type)
 
     def continue_conversation(
         self,

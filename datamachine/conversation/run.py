@@ -98,6 +98,9 @@ def emit_outside_run(services: Services, payload: Mapping[str, Any] | None, even
     run_emitter(services, runtime.event_sink, {})(event, data)
 
 
+STREAM_LEFT = "The consumer of the stream stopped reading; the run was ended early."
+
+
 class ConversationRun:
     """One ``run_conversation`` call (see the module docstring).
 
@@ -329,7 +332,9 @@ class ConversationRun:
         return run_steps(self._stop_steps(stop, context))
 
     def _stop_steps(self, stop: RunStop, context: dict[str, Any]) -> Steps[StopVerdict]:
-        summary = yield from self.summary.steps(stop, context.get("deadline"))
+        summary = None
+        if not self.runner.partial_text:  # a stream cut mid-way keeps its own words instead
+            summary = yield from self.summary.steps(stop, context.get("deadline"))
         verdict = self._decide(stop, summary, dict(self.runner.summary_usage))
         answer = verdict.for_the_loop([*self.warnings, *self.completion.warnings])
         self.verdict = verdict  # applied by the loop: its result carries our warnings
@@ -339,11 +344,20 @@ class ConversationRun:
                 summary_usage: dict[str, Any] | None = None) -> ProductVerdict:
         return decide(stop, turn_ceiling=self.turn_budget.ceiling(), completion=self.completion,
                       summary=summary, summary_usage=summary_usage, chat_abort=self._abort(),
-                      truncated=self.runner.answer_truncated, output=self.output)
+                      truncated=self.runner.answer_truncated, output=self.output,
+                      partial=self.runner.partial_text)
 
     def _abort(self) -> str | None:
+        if self.runner.stop_requested:
+            return STREAM_LEFT
         gate = self.turn_gate
         return gate.notice if gate is not None and gate.aborted else None
+
+    def request_stop(self) -> None:
+        """Stop at the next safe point (the consumer of a stream left): the provider's stream
+        is closed, no further call or turn runs, and the run ends ``aborted``, its transcript
+        stored and its lock released as at any other end."""
+        self.runner.stop_requested = True
 
     def _result(self, loop: LoopResult) -> ConversationResult:
         """The run's one result: the loop's, with the product's verdict and diagnostics; then

@@ -115,6 +115,12 @@ class ProviderTurnRunner:
             payload=self.payload, turn=0, request_timeout=timeouts.request,
             connect_timeout=timeouts.connect, options=dict(options or {}))
         self._answer_trusted = False
+        # Streaming (stream_conversation): where text goes as it arrives, the text of the turn
+        # being streamed, and whether the consumer asked the run to stop.
+        self.stream_text: Callable[[str], None] | None = None
+        self.partial_text = ""
+        self.stop_requested = False
+        self._streamed = False
 
     # -- request building -----------------------------------------------------------------
     def build_request(
@@ -174,6 +180,9 @@ class ProviderTurnRunner:
         self._available_checked = True
 
     def __call__(self, messages: list[Message], context: dict[str, Any]) -> Any:
+        if self.stop_requested:
+            # The stream's consumer left: no more provider calls; the run ends aborted.
+            return TurnAnswer("", [], {}, self.last_request_metadata, True, [])
         turn = int(context["turn"])
         self._turn_input = (messages, context)
         request = self.build_request(messages, turn, context.get("budgets"))
@@ -201,7 +210,36 @@ class ProviderTurnRunner:
             self._answer_trusted = False
             return self._from_hook(short, turn)
         self._answer_trusted = self._trusted
+        self._streamed = False
+        if self.stream_text is not None:
+            stream = getattr(self.provider, "stream", None)
+            if callable(stream):
+                self._streamed = True
+                return self._stream(stream(request))
         return self.provider.complete(request)
+
+    async def _stream(self, deltas: Any) -> ProviderResponse:
+        """Pass a provider's text on as it arrives; the whole answer at the end (or, when the
+        consumer leaves mid-way, the text so far)."""
+        sink = self.stream_text
+        assert sink is not None
+        self.partial_text = ""
+        response: ProviderResponse | None = None
+        try:
+            async for delta in deltas:
+                if delta.text:
+                    self.partial_text += delta.text
+                    sink(delta.text)
+                if delta.response is not None:
+                    response = delta.response
+                if self.stop_requested:
+                    break
+        finally:
+            await deltas.aclose()
+        if response is None:  # left mid-way
+            return ProviderResponse(content=self.partial_text, finish_reason="aborted")
+        self.partial_text = ""
+        return response
 
     async def _finish_async(self, answer: Awaitable[Any], turn: int) -> TurnAnswer:
         try:
@@ -238,6 +276,8 @@ class ProviderTurnRunner:
             self._report(turn, success=False, error=exc)
             raise
         self.last_request_metadata["response"] = {"finish_reason": response.finish_reason}
+        if self.stream_text is not None and not self._streamed and response.content:
+            self.stream_text(response.content)  # a provider that cannot stream: one delta
         # An answer without calls that the output token limit cut off (see verdict.decide).
         self.answer_truncated = (response.finish_reason == "length"
                                  and not response.tool_calls)
@@ -248,6 +288,8 @@ class ProviderTurnRunner:
         if self.turn_gate is not None and not self.turn_gate(turn):
             # Declined at a chat session's limit: this turn's calls do not run, the run ends.
             calls, complete = [], True
+        elif self.stop_requested:
+            calls, complete = [], True  # the consumer left: this turn's calls do not run
         elif self.on_natural_completion is not None and not calls:
             messages, context = self._turn_input
             continuation = self.on_natural_completion(messages, response.content, context)

@@ -75,13 +75,14 @@ class ProductVerdict:
 def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
            summary: Summary | None = None, summary_usage: dict[str, Any] | None = None,
            chat_abort: str | None = None, truncated: bool = False,
-           output: OutputContract | None = None) -> ProductVerdict:
+           output: OutputContract | None = None, partial: str = "") -> ProductVerdict:
     """The verdict on ``stop`` (see the module docstring). Pure: reads, never writes.
 
     ``truncated``: the run ended on a final answer the output token limit cut off
     (``finish_reason == "length"``), which is never a completed task. ``output``: the run's
     output type; a run whose last answer does not fit it is ``incomplete`` (also when the turns
-    ran out retrying), never ``completed``.
+    ran out retrying), never ``completed``. ``partial``: the text of an answer whose stream was
+    cut (the wall clock, a consumer that left), kept as the final content.
     """
     status, budget, flags, warning = stop.status, stop.budget, list(stop.flags), stop.warning
     max_turns_reached = status == "budget_exceeded" and budget == CONVERSATION_TURNS
@@ -99,7 +100,7 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
         flags.append(OUTPUT_TRUNCATED)
         if status == "completed":
             status, warning = "incomplete", TRUNCATED_WARNING
-    final_content = summary.text if summary is not None else stop.final_content
+    final_content = summary.text if summary is not None else (stop.final_content or partial)
     if chat_abort is not None and status in ("completed", "budget_exceeded", "incomplete"):
         status, warning, budget, flags = "aborted", chat_abort, None, []
         max_turns_reached = False

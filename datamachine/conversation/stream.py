@@ -1,0 +1,157 @@
+"""Streaming a run: :func:`astream_conversation` and :func:`stream_conversation`.
+
+A chat UI or a CLI wants the answer as it is written, not when it is done. A streamed run is an
+ordinary run (the same budgets, rails, pressure, summary, nudges and transcript) whose events,
+and whose provider's text as it arrives, are handed to the caller as :class:`StreamEvent`s, the
+last one carrying the ``ConversationResult``. The run itself goes on in a task of its own, so a
+slow consumer never holds up a tool, and a consumer that stops reading (``break``) asks the run
+to stop at its next safe point: the provider's stream is closed, nothing further runs, and the
+run ends ``aborted`` with its transcript stored and its lock released, as at any other end.
+
+The synchronous :func:`stream_conversation` runs the async stream on a background thread's own
+event loop and hands the events over a queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncGenerator, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from datamachine.conversation.result import ConversationResult
+
+if TYPE_CHECKING:
+    from datamachine.services import Services
+
+__all__ = ["StreamEvent", "astream_on", "stream_on"]
+
+StreamEventType = Literal["text_delta", "tool_call", "tool_result", "event", "result"]
+
+
+class StreamEvent(BaseModel):
+    """One thing a streamed run reports, by ``type``:
+
+    * ``text_delta``: ``text``, the next piece of the model's answer;
+    * ``tool_call``: ``tool_call``, ``{"id", "name", "parameters"}``, about to run;
+    * ``tool_result``: ``tool_result``, the call's result as in ``tool_execution_results``;
+    * ``event``: ``event`` and ``payload``, any other loop event (``turn_started``,
+      ``budget_exceeded``, ...);
+    * ``result``: ``result``, the ``ConversationResult``; always the last one.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    type: StreamEventType
+    text: str | None = None
+    tool_call: dict[str, Any] | None = None
+    tool_result: dict[str, Any] | None = None
+    event: str | None = None
+    payload: dict[str, Any] | None = None
+    result: ConversationResult | None = None
+
+
+def _from_loop_event(event: str, payload: dict[str, Any]) -> StreamEvent:
+    if event == "tool_call":
+        return StreamEvent(type="tool_call", tool_call={
+            "id": payload.get("tool_call_id"), "name": payload.get("tool_name"),
+            "parameters": payload.get("parameters")})
+    if event == "tool_result":
+        return StreamEvent(type="tool_result", tool_result={
+            "tool_name": payload.get("tool_name"), "tool_call_id": payload.get("tool_call_id"),
+            "success": payload.get("success"), "turn": payload.get("turn"),
+            "result": payload.get("result")})
+    return StreamEvent(type="event", event=event, payload=dict(payload))
+
+
+def _chained(sink: Any, put: Callable[[str, dict[str, Any]], None]) -> Callable[..., None]:
+    """The run's event sink: the caller's own (if any), then the stream."""
+    forward = getattr(sink, "emit", sink) if sink is not None else None
+
+    def emit(event: str, payload: dict[str, Any]) -> None:
+        if forward is not None:
+            forward(event, payload)
+        put(event, payload)
+
+    return emit
+
+
+async def astream_on(services: Services, messages: Any, tools: Any = None,
+                     provider: str | None = None, model: str | None = None,
+                     mode: Any = "pipeline", payload: dict[str, Any] | None = None,
+                     max_turns: int | None = None, single_turn: bool = False, *,
+                     output_type: Any = None) -> AsyncGenerator[StreamEvent, None]:
+    """Run one conversation on ``services`` (a host), yielding its events as they happen."""
+    from datamachine.conversation.run import ConversationRun
+    from datamachine.host import with_output_type
+
+    events: asyncio.Queue[StreamEvent] = asyncio.Queue()
+    given = dict(payload or {})
+    given["event_sink"] = _chained(
+        given.get("event_sink"),
+        lambda event, data: events.put_nowait(_from_loop_event(event, data)))
+    run = ConversationRun.create(
+        services, messages, tools, services.default_provider(provider),
+        services.default_model(model), mode, with_output_type(given, output_type), max_turns,
+        single_turn)
+    run.runner.stream_text = lambda text: events.put_nowait(
+        StreamEvent(type="text_delta", text=text))
+    task = asyncio.ensure_future(run.arun())
+    try:
+        while True:
+            waiting = asyncio.ensure_future(events.get())
+            await asyncio.wait({waiting, task}, return_when=asyncio.FIRST_COMPLETED)
+            if waiting.done():
+                yield waiting.result()
+                continue
+            waiting.cancel()
+            while not events.empty():
+                yield events.get_nowait()
+            break
+        yield StreamEvent(type="result", result=task.result())
+    finally:
+        if not task.done():
+            # The consumer left: the run stops at its next safe point and stores its end.
+            run.request_stop()
+            await asyncio.shield(task)
+
+
+_DONE = object()
+
+
+def stream_on(services: Services, *args: Any, **kwargs: Any) -> Iterator[StreamEvent]:
+    """:func:`astream_on` for synchronous callers: the run goes on in a background thread
+    with its own event loop; events come over a queue as they happen."""
+    handoff: queue.Queue[Any] = queue.Queue()
+    leave = threading.Event()
+
+    async def pump() -> None:
+        stream = astream_on(services, *args, **kwargs)
+        try:
+            async for item in stream:
+                handoff.put(item)
+                if leave.is_set():
+                    break
+        except BaseException as exc:  # handed to the caller's thread
+            handoff.put(exc)
+        finally:
+            await stream.aclose()
+            handoff.put(_DONE)
+
+    worker = threading.Thread(target=lambda: asyncio.run(pump()),
+                              name="datamachine-stream", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = handoff.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        leave.set()
+        worker.join()
