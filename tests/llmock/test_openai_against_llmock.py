@@ -189,3 +189,57 @@ def test_a_slow_answer_is_a_timeout_naming_the_setting(llmock: LLMock, host: Hos
     assert (slow.status, slow.error_code) == ("error", "provider_timeout")
     assert "request timeout of 0.2 s" in (slow.error or "")
     assert after.status == "completed"  # a timeout is not retried, and the pool still works
+
+
+# -- streaming -------------------------------------------------------------------------------
+
+def _stream_events(host: Host, tools: list[Any], **kwargs: Any) -> list[Any]:
+    return list(host.stream_conversation(USER, tools, "openai", "gpt-4o-mini", **kwargs))
+
+
+def test_a_streamed_tool_loop_against_llmock(llmock: LLMock, host: Host) -> None:
+    llmock.pace(20)  # LLMock spaces its chunks like a model generating
+
+    events = _stream_events(host, [get_weather])
+
+    result = events[-1].result
+    assert result is not None
+    assert result.status == "completed", result.error
+    assert len(CALLS) == 1
+    deltas = [e.text for e in events if e.type == "text_delta"]
+    assert len(deltas) > 1  # the answer came in pieces
+    assert "".join(deltas).endswith(result.final_content)
+    assert result.usage["total_tokens"] > 0  # stream_options.include_usage
+    assert all(body["stream"] is True for body in _chat_bodies(llmock))
+
+
+def test_a_disconnect_mid_stream_is_a_stream_error_keeping_the_partial_text(
+    llmock: LLMock, host: Host,
+) -> None:
+    llmock.reply("The weather in Paris is sunny and warm today.")
+    llmock.disconnect(after_chunks=3)
+
+    events = _stream_events(host, [])
+
+    result = events[-1].result
+    assert result is not None
+    assert (result.status, result.error_code) == ("error", "provider_stream_error")
+    partial = "".join(e.text or "" for e in events if e.type == "text_delta")
+    assert partial
+    assert partial in "The weather in Paris is sunny and warm today."
+
+
+def test_a_stream_cut_short_without_a_finish_reason_is_not_taken_as_an_answer(
+    llmock: LLMock, host: Host,
+) -> None:
+    llmock.reply("The weather in Paris is sunny and warm today.")
+    llmock.truncate(after_chunks=2)
+
+    events = _stream_events(host, [])
+
+    result = events[-1].result
+    assert result is not None
+    assert result.error_code == "provider_stream_error"
+    assert "ended before the answer did" in (result.error or "")
+    # (LLMock's verdict would call this "truncated_stream_accepted" because the client did not
+    # retry; it did not accept it either: text already shown is not re-requested.)

@@ -20,7 +20,10 @@ from openai.types.chat import (
     ChatCompletionToolMessageParam,
     ChatCompletionUserMessageParam,
 )
-from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+from openai.types.chat.completion_create_params import (
+    CompletionCreateParamsNonStreaming,
+    CompletionCreateParamsStreaming,
+)
 from openai.types.shared_params import FunctionDefinition
 from pydantic import TypeAdapter, ValidationError
 
@@ -81,7 +84,9 @@ def _message(index: int, message: Any, problems: list[str]) -> None:
 def wire_problems(body: Any) -> list[str]:
     """What in ``body`` the official request types refuse (an empty list: nothing)."""
     problems: list[str] = []
-    if not _check(CompletionCreateParamsNonStreaming, body, "body", problems):
+    kind = (CompletionCreateParamsStreaming if isinstance(body, dict) and body.get("stream")
+            else CompletionCreateParamsNonStreaming)
+    if not _check(kind, body, "body", problems):
         return problems
     for key in ("model", "messages"):
         if key not in body:
