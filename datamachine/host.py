@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from datamachine.services import Services
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import AsyncIterator, Callable, Iterator
 
     from datamachine.conversation.result import ConversationResult
     from datamachine.conversation.stream import StreamEvent
@@ -143,16 +143,19 @@ class Host(Services):
         *,
         payload: dict[str, Any] | None = None,
         output_type: Any = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> ConversationResult:
         """One chat-mode run on a stored chat session, enforcing its turn limit.
 
         ``payload`` adds context and runtime options (an ``event_sink``, a ``script``) to the
-        run; the session id is always the transcript id.
+        run; the session id is always the transcript id. ``on_text`` is called with each piece
+        of the model's text as it arrives (the provider streams; one piece from a provider that
+        cannot).
         """
         from datamachine.conversation.chat import chat_on
 
         return chat_on(self, session_id, message, tools, provider, model,
-                       with_output_type(payload, output_type))
+                       with_output_type(payload, output_type), on_text=on_text)
 
     def close(self) -> None:
         """Stop what plugins started (``host_closing``), close the providers' connection pools

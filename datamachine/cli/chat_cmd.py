@@ -16,7 +16,7 @@ import click
 
 from datamachine.cli.app import State, exit_code_for, handle_errors
 from datamachine.cli.model_options import model_option
-from datamachine.cli.progress import Progress
+from datamachine.cli.progress import Progress, TextEcho
 from datamachine.errors import SessionAborted, UsageError
 from datamachine.hookspecs import hookimpl
 from datamachine.registry import validate_budget_value
@@ -29,6 +29,7 @@ class TerminalConfirm:
 
     def __init__(self) -> None:
         self.progress: Progress | None = None
+        self.echo: TextEcho | None = None
 
     @hookimpl(trylast=True)
     def confirm_continuation(self, budget: Any, context: dict[str, Any]) -> bool | None:
@@ -40,6 +41,8 @@ class TerminalConfirm:
         else:
             question = (f"Budget {budget.name()!r} is spent ({budget.current()}/"
                         f"{budget.ceiling()}). Grant more?")
+        if self.echo is not None:
+            self.echo.end()  # the answer streamed so far keeps its own line
         if self.progress is not None:
             self.progress.pause()
         try:
@@ -76,12 +79,16 @@ def _limit(value: str | None) -> int | str | None:
 @click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="JSON or YAML script for the scripted provider (replayed for each message).")
 @model_option
+@click.option("--no-stream", is_flag=True,
+              help="Print each answer when it is complete instead of as it arrives.")
 @click.pass_obj
 @handle_errors
 def chat(state: State, session_id: str | None, max_turns: str | None, provider: str | None,
-         model: str | None, script: Path | None, model_options: dict[str, Any]) -> None:
+         model: str | None, script: Path | None, model_options: dict[str, Any],
+         no_stream: bool) -> None:
     """Chat with an agent on a stored session, with its turn limit enforced."""
     limit = _limit(max_turns)
+    stream = sys.stdout.isatty() and not no_stream
     host = state.host
     confirm = TerminalConfirm()
     host.pm.register(confirm, name="datamachine.cli.terminal_confirm")
@@ -100,16 +107,21 @@ def chat(state: State, session_id: str | None, max_turns: str | None, provider: 
             break
         if not text.strip():
             continue
+        streamed = TextEcho("assistant> ") if stream else None
+        confirm.echo = streamed
         try:
             with Progress() as progress:
                 confirm.progress = progress
+                if streamed is not None:
+                    # The status line gives way once the text itself shows progress.
+                    streamed.on_first = progress.pause
                 payload: dict[str, Any] = {"event_sink": progress}
                 if model_options:
                     payload["model_options"] = model_options
                 if script is not None:
                     payload["script"] = str(script)
                 result = host.chat(session.id, text, provider=provider, model=model,
-                                   payload=payload)
+                                   payload=payload, on_text=streamed)
         except KeyboardInterrupt:
             click.echo("\nInterrupted; finished turns are saved.", err=True)
             raise SystemExit(130) from None
@@ -118,7 +130,10 @@ def chat(state: State, session_id: str | None, max_turns: str | None, provider: 
             status = "aborted"
             break
         current = host.chat_sessions.get(session.id)
-        click.echo(f"assistant> {result.final_content}")
+        if streamed is not None and streamed.printed:
+            streamed.end()
+        else:
+            click.echo(f"assistant> {result.final_content}")
         click.echo(f"[turns used: {current.turn_count}/{current.max_turns}, "
                    f"this run: {result.turn_count}, status: {result.status}]")
         status = result.status

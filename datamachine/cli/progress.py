@@ -10,7 +10,7 @@ import sys
 from types import TracebackType
 from typing import Any
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "TextEcho"]
 
 
 class Progress:
@@ -63,3 +63,31 @@ class Progress:
         elif event == "final_summary":
             self._extra = "writing the final summary"
         self._status.update(f"{self._turn} · {self._extra}")
+
+
+class TextEcho:
+    """Prints a model's text to the terminal as it arrives, after ``prefix`` (an ``on_text``
+    callback); :meth:`end` finishes the line."""
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+        self.shown = False  # a streamed line is open
+        self.printed = False  # some text was printed at all
+        # Called before the first text (the live status line gives way to the text itself).
+        self.on_first: Any = None
+
+    def __call__(self, text: str) -> None:
+        if not self.shown:
+            if self.on_first is not None:
+                self.on_first()
+            sys.stdout.write(self.prefix)
+            self.shown = self.printed = True
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def end(self) -> None:
+        """End the streamed line (the next text starts a new one, with the prefix)."""
+        if self.shown:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.shown = False

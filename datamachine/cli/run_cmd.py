@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from agents_api.jsontext import pretty_json
 from datamachine.cli.app import State, exit_code_for, handle_errors
 from datamachine.cli.model_options import model_option
 from datamachine.cli.output import print_run_summary
-from datamachine.cli.progress import Progress
+from datamachine.cli.progress import Progress, TextEcho
 from datamachine.errors import InvalidBudgetValue, UsageError
 from datamachine.registry import validate_budget_value
 
@@ -26,6 +27,22 @@ def parse_max_turns(ctx: click.Context, param: click.Parameter, value: int | Non
         return validate_budget_value("--max-turns", value)
     except InvalidBudgetValue as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def _streamed(host: Any, *args: Any) -> Any:
+    """The run, its text printed as it arrives (tool calls noted on stderr)."""
+    echo = TextEcho()
+    result = None
+    for event in host.stream_conversation(*args):
+        if event.type == "text_delta" and event.text:
+            echo(event.text)
+        elif event.type == "tool_call" and event.tool_call is not None:
+            echo.end()
+            click.echo(f"[tool {event.tool_call['name']}]", err=True)
+        elif event.type == "result":
+            result = event.result
+    echo.end()
+    return result
 
 
 @click.command()
@@ -43,11 +60,14 @@ def parse_max_turns(ctx: click.Context, param: click.Parameter, value: int | Non
               help="Comma-separated names of registered tools to offer.")
 @model_option
 @click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON.")
+@click.option("--no-stream", is_flag=True,
+              help="On a terminal, print the answer when it is complete instead of as it "
+                   "arrives.")
 @click.pass_obj
 @handle_errors
 def run(state: State, prompt: str, mode: str, provider: str | None, model: str | None,
         max_turns: int | None, single_turn: bool, script: Path | None, tool_names: str,
-        model_options: dict[str, Any], as_json: bool) -> None:
+        model_options: dict[str, Any], as_json: bool, no_stream: bool) -> None:
     """Run one conversation with PROMPT as the user message."""
     host = state.host
     tools = []
@@ -62,10 +82,15 @@ def run(state: State, prompt: str, mode: str, provider: str | None, model: str |
         payload["model_options"] = model_options
     if script is not None:
         payload["script"] = str(script)
-    with Progress(enabled=None if not as_json else False) as progress:
-        payload["event_sink"] = progress
-        result = host.run_conversation([{"role": "user", "content": prompt}], tools, provider,
-                                       model, mode, payload, max_turns, single_turn)
+    messages = [{"role": "user", "content": prompt}]
+    if sys.stdout.isatty() and not as_json and not no_stream:
+        result = _streamed(host, messages, tools, provider, model, mode, payload, max_turns,
+                           single_turn)
+    else:
+        with Progress(enabled=None if not as_json else False) as progress:
+            payload["event_sink"] = progress
+            result = host.run_conversation(messages, tools, provider, model, mode, payload,
+                                           max_turns, single_turn)
     if as_json:
         click.echo(pretty_json(result.model_dump(mode="json")))
     else:

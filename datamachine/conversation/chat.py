@@ -8,7 +8,7 @@ session's limit, and the count is written in the same transaction as the turn it
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agents_api import IterationBudget, LockLost, Message
@@ -142,12 +142,14 @@ def failed_before_run(services: Services, session_id: str, exc: Exception, mode:
 
 def chat_on(services: Services, session_id: str, message: str, tools: Any = None,
             provider: str | None = None, model: str | None = None,
-            payload: dict[str, Any] | None = None) -> ConversationResult:
-    """One chat-mode run on a stored session: its messages plus ``message``."""
+            payload: dict[str, Any] | None = None, *,
+            on_text: Callable[[str], None] | None = None) -> ConversationResult:
+    """One chat-mode run on a stored session: its messages plus ``message`` (``on_text``:
+    the model's text as it arrives)."""
     if not isinstance(message, str) or not message.strip():
         raise UsageError("message must be a non-empty string.")
     return chat_turns_on(services, session_id, [{"role": "user", "content": message}], tools,
-                         provider, model, payload)
+                         provider, model, payload, on_text=on_text)
 
 
 def _check_payload(payload: Mapping[str, Any] | None) -> int:
@@ -162,7 +164,8 @@ def _check_payload(payload: Mapping[str, Any] | None) -> int:
 def chat_turns_on(services: Services, session_id: str, new_messages: list[dict[str, Any]],
                   tools: Any = None, provider: str | None = None, model: str | None = None,
                   payload: dict[str, Any] | None = None, *, mode: Any = "chat",
-                  max_turns: int | None = None, create: bool = False) -> ConversationResult:
+                  max_turns: int | None = None, create: bool = False,
+                  on_text: Callable[[str], None] | None = None) -> ConversationResult:
     """One run on a stored chat session: its messages plus ``new_messages``.
 
     Raises ChatSessionNotFound (unless ``create``: a new session is stored with its first
@@ -191,6 +194,7 @@ def chat_turns_on(services: Services, session_id: str, new_messages: list[dict[s
             services.default_provider(provider), services.default_model(model), mode,
             {**(payload or {}), "transcript_session_id": session_id}, max_turns, False,
             writer=writer, turn_gate=gate, cumulative_base=writer.stored_turns())
+        run.runner.stream_text = on_text
         return run.run()
     except (LockLost, HookFailed) as exc:  # at the limit's question, before the run
         return failed_before_run(services, session_id, exc, mode, provider, model, payload)

@@ -37,9 +37,10 @@ def test_turn_limit_asks_to_continue_then_a_refusal_closes_the_session(tmp_path:
     child.expect(r"turns used: 1/2")
     child.expect("you> ")
     child.sendline("again")
+    # The answer streams as it arrives; the limit's question comes after it, on its own line.
+    child.expect(r"assistant> echo: again\r\n")
     child.expect(r"Turn limit reached \(2/2\)\. Continue this session\? \[y/N\]")
     child.sendline("y")
-    child.expect(r"assistant> echo: again")
     child.expect(r"turns used: 0/2")
     child.expect("you> ")
     child.sendline("third")
