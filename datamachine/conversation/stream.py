@@ -27,7 +27,7 @@ from datamachine.conversation.result import ConversationResult
 if TYPE_CHECKING:
     from datamachine.services import Services
 
-__all__ = ["StreamEvent", "astream_on", "stream_on"]
+__all__ = ["StreamEvent", "astream_on", "event_data", "from_loop_event", "stream_on"]
 
 StreamEventType = Literal["text_delta", "tool_call", "tool_result", "event", "result"]
 
@@ -54,7 +54,21 @@ class StreamEvent(BaseModel):
     result: ConversationResult | None = None
 
 
-def _from_loop_event(event: str, payload: dict[str, Any]) -> StreamEvent:
+def event_data(event: StreamEvent) -> Any:
+    """What one event carries, as JSON-ready data (the ``data:`` of a Server-Sent Event)."""
+    if event.type == "text_delta":
+        return {"text": event.text}
+    if event.type == "tool_call":
+        return event.tool_call
+    if event.type == "tool_result":
+        return event.tool_result
+    if event.type == "event":
+        return {"event": event.event, "payload": event.payload}
+    return event.result.model_dump(mode="json") if event.result is not None else None
+
+
+def from_loop_event(event: str, payload: dict[str, Any]) -> StreamEvent:
+    """A loop event (``event_sink`` call) as a StreamEvent."""
     if event == "tool_call":
         return StreamEvent(type="tool_call", tool_call={
             "id": payload.get("tool_call_id"), "name": payload.get("tool_name"),
@@ -92,7 +106,7 @@ async def astream_on(services: Services, messages: Any, tools: Any = None,
     given = dict(payload or {})
     given["event_sink"] = _chained(
         given.get("event_sink"),
-        lambda event, data: events.put_nowait(_from_loop_event(event, data)))
+        lambda event, data: events.put_nowait(from_loop_event(event, data)))
     run = ConversationRun.create(
         services, messages, tools, services.default_provider(provider),
         services.default_model(model), mode, with_output_type(given, output_type), max_turns,

@@ -18,7 +18,9 @@ non-2xx run answer is the usual ``{code, message, data}`` with the whole result 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
@@ -29,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from agents_api.jsontext import compact_json
 from datamachine.errors import DataMachineError, RequestTooLarge
 from datamachine.server.auth import authenticate
 from datamachine.server.chain import (
@@ -135,9 +138,10 @@ class _ChatEndpoint:
         caller = admit(self.host, inbound, self.site_id)
         return caller, max_request_bytes(self.host)
 
-    def _run(self, turn: ChatTurn) -> ConversationResult:
+    def _run(self, turn: ChatTurn, event_sink: Any = None, on_text: Any = None
+             ) -> ConversationResult:
         with bound_host(self.host):
-            return run_chat_turn(self.host, turn)
+            return run_chat_turn(self.host, turn, event_sink=event_sink, on_text=on_text)
 
     async def handle(self, request: Request) -> Response:
         """Answer one ``POST /chat`` (see the module docstring for the order of checks)."""
@@ -155,6 +159,9 @@ class _ChatEndpoint:
                 session_id=parsed.session_id, mode=parsed.mode, provider=parsed.provider,
                 model=parsed.model, max_turns=parsed.max_turns, tools=self.host.tools.tools(),
             )
+            if parsed.stream or _accepts_only_events(request):
+                # Every check above has passed: only now does the answer become a stream.
+                return sse_response(self._run, turn, headers)
             result = await anyio.to_thread.run_sync(self._run, turn)
         except Problem as problem:
             return problem.response(headers)
@@ -169,6 +176,57 @@ class _ChatEndpoint:
                                   f"The server failed: {type(exc).__name__}. See its log.",
                                   headers=headers)
         return result_response(result, headers)
+
+
+def _accepts_only_events(request: Request) -> bool:
+    accept = [part.split(";")[0].strip() for part in request.headers.get("accept", "").split(",")]
+    return accept == ["text/event-stream"]
+
+
+def sse_response(run: Any, turn: ChatTurn, headers: dict[str, str]) -> Response:
+    """The run as Server-Sent Events: ``event: <type>`` / ``data: <json>`` per stream event
+    (``text_delta``, ``tool_call``, ``tool_result``, ``event``), the last one ``result``
+    (the body a JSON answer would have had)."""
+    from starlette.responses import StreamingResponse
+
+    from datamachine.conversation.stream import StreamEvent, event_data, from_loop_event
+
+    async def events() -> AsyncIterator[bytes]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
+
+        def put(item: StreamEvent) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        task = asyncio.ensure_future(anyio.to_thread.run_sync(
+            run, turn, lambda event, payload: put(from_loop_event(event, payload)),
+            lambda text: put(StreamEvent(type="text_delta", text=text))))
+        while True:
+            waiting = asyncio.ensure_future(queue.get())
+            await asyncio.wait({waiting, task}, return_when=asyncio.FIRST_COMPLETED)
+            if not waiting.done():
+                waiting.cancel()
+                break
+            yield _sse(waiting.result().type, event_data(waiting.result()))
+        while not queue.empty():
+            item = queue.get_nowait()
+            yield _sse(item.type, event_data(item))
+        try:
+            result = task.result()
+        except Exception as exc:  # a failure after the stream began: its last event says so
+            logger.error("datamachine: streamed /chat failed", exc_info=True)
+            problem = problem_for(exc) if isinstance(exc, DataMachineError) else None
+            yield _sse("error", {"error": {"code": problem.code if problem else "internal_error",
+                                           "message": str(exc) or type(exc).__name__}})
+            return
+        yield _sse("result", result.model_dump(mode="json"))
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={**headers, "Cache-Control": "no-store"})
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {compact_json(data)}\n\n".encode()
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:

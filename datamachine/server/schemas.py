@@ -48,6 +48,9 @@ class ChatRequest(BaseModel):
     max_turns: int | None = None
     provider: str | None = Field(default=None, min_length=1, max_length=100)
     model: str | None = Field(default=None, max_length=200)
+    # Server-Sent Events instead of one JSON answer (also when the request accepts only
+    # text/event-stream).
+    stream: bool = False
 
     @field_validator("max_turns", mode="before")
     @classmethod

@@ -14,6 +14,7 @@ blocks the event loop.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,9 @@ class ChatTurn:
     tools: dict[str, Any] = field(default_factory=dict)
 
 
-def run_chat_turn(host: Host, turn: ChatTurn) -> ConversationResult:
+def run_chat_turn(host: Host, turn: ChatTurn, *,
+                  event_sink: Callable[[str, dict[str, Any]], None] | None = None,
+                  on_text: Callable[[str], None] | None = None) -> ConversationResult:
     """Run ``turn`` on its chat session (a new one when ``turn.session_id`` is None).
 
     Raises :class:`datamachine.errors.ChatSessionNotFound` for an unknown session,
@@ -57,9 +60,11 @@ def run_chat_turn(host: Host, turn: ChatTurn) -> ConversationResult:
     session_id = turn.session_id or uuid.uuid4().hex
     payload: dict[str, Any] = {PAYLOAD_KEY: turn.caller.to_payload(),
                                "transcript_lock_ttl": LOCK_TTL_SECONDS}
+    if event_sink is not None:
+        payload["event_sink"] = event_sink
     # host.chat's rules: the lock is taken before the session is read, and the session's turn
     # limit is checked after every provider turn; with nobody to confirm over HTTP, a session
     # at its limit is aborted (409).
     return chat_turns_on(host, session_id, turn.messages, turn.tools or None, turn.provider,
                          turn.model, payload, mode=turn.mode, max_turns=turn.max_turns,
-                         create=turn.session_id is None)
+                         create=turn.session_id is None, on_text=on_text)

@@ -104,3 +104,52 @@ def test_serve_answers_chat_with_a_cli_token(tmp_path: Path) -> None:
         process.terminate()
         output = process.communicate(timeout=20)[0]
     assert f"datamachine site {health.json()['site_id']}: POST /chat on {url}" in output
+
+
+def test_serve_streams_chat_as_server_sent_events(tmp_path: Path) -> None:
+    from httpx_sse import connect_sse
+
+    db = tmp_path / "served.db"
+    token = invoke(db, "tokens", "create", "caller")[1].strip().splitlines()[-1]
+    port = _free_port()
+    env = {**os.environ, "DATAMACHINE_DB": str(db), "DATAMACHINE_LOAD_PLUGINS": ""}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "datamachine", "serve", "--port", str(port),
+         "--log-level", "warning"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + SERVE_START_TIMEOUT
+        while True:  # bounded wait for the server to start
+            try:
+                httpx.get(f"{url}/health", timeout=1.0)
+                break
+            except httpx.TransportError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"serve did not start: {process.communicate()[0]}")
+                time.sleep(0.05)
+        auth = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(timeout=30.0) as client:
+            with connect_sse(client, "POST", f"{url}/chat",
+                             json={"message": "hi", "stream": True}, headers=auth) as source:
+                assert source.response.headers["content-type"].startswith("text/event-stream")
+                events = [(sse.event, sse.json()) for sse in source.iter_sse()]
+            # Accept: text/event-stream alone asks for a stream too.
+            with connect_sse(client, "POST", f"{url}/chat", json={"message": "again"},
+                             headers={**auth, "Accept": "text/event-stream"}) as source:
+                second = [sse.event for sse in source.iter_sse()]
+            # The checks run before any stream starts: no token is a plain 401 JSON answer.
+            refused = client.post(f"{url}/chat", json={"message": "hi", "stream": True})
+    finally:
+        process.terminate()
+        process.communicate(timeout=20)
+    kinds = [kind for kind, _ in events]
+    assert kinds[-1] == "result"
+    assert ("text_delta", {"text": "echo: hi"}) in events
+    assert {"event": "turn_started"}.items() <= next(
+        data for kind, data in events if kind == "event").items()
+    result = events[-1][1]
+    assert (result["status"], result["final_content"]) == ("completed", "echo: hi")
+    assert second[-1] == "result"
+    assert refused.status_code == 401
+    assert refused.headers["content-type"].startswith("application/")
