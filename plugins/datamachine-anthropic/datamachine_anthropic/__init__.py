@@ -33,12 +33,14 @@ notices, the tool-less final summary, bad arguments):
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from agents_api.jsontext import compact_bytes
 from datamachine import ProviderRequest, ProviderResponse, hookimpl
 from datamachine.errors import ProviderError
+from datamachine.providers.base import StreamDelta
 from datamachine.providers.wire_provider import WireProvider
 from datamachine.providers.wire_provider import bad_request as _bad_request
 
@@ -92,8 +94,8 @@ class AnthropicProvider(WireProvider):
                 404: f" Check the base URL ({BASE_URL_ENV}) and the model id.",
                 529: " Anthropic is overloaded; try again later."}
 
-    def outbound(self, request: ProviderRequest) -> Outbound:
-        """The ``POST {base_url}/v1/messages`` for ``request``."""
+    def outbound(self, request: ProviderRequest, *, stream: bool = False) -> Outbound:
+        """The ``POST {base_url}/v1/messages`` for ``request`` (``stream``: as events)."""
         from datamachine import __version__
         from datamachine.providers.http import Outbound
         from datamachine_anthropic.wire import build_messages_body
@@ -104,7 +106,8 @@ class AnthropicProvider(WireProvider):
         if not request.model.strip():
             raise _bad_request(self.name, f"The {self.name} provider needs a model id (for "
                                           "example 'claude-sonnet-4-6').")
-        body = build_messages_body(request, provider=self.name, defaults=self.model_options)
+        body = build_messages_body(request, provider=self.name, defaults=self.model_options,
+                                   stream=stream)
         try:
             content = compact_bytes(body)
         except (TypeError, ValueError) as exc:
@@ -117,6 +120,37 @@ class AnthropicProvider(WireProvider):
         headers.update(self.headers)
         return Outbound(self.resolved_base_url().rstrip("/") + "/v1/messages", content, headers,
                         request.request_timeout, request.connect_timeout)
+
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamDelta]:
+        """Run one turn as Anthropic's event stream: text deltas as they arrive, then the
+        whole message (``tool_use`` input assembled from its JSON fragments). A stream that
+        breaks, or ends before ``message_stop``, is a ProviderError ``provider_stream_error``
+        carrying the text that had arrived."""
+        import json
+
+        import httpx
+        from httpx_sse import EventSource, SSEError
+
+        from datamachine_anthropic.wire import MessagesStreamAssembler
+
+        assembler = MessagesStreamAssembler(self.name, request.turn)
+        async with self.http().open_stream(self.outbound(request, stream=True)) as response:
+            try:
+                async for event in EventSource(response).aiter_sse():
+                    if not event.data.strip():
+                        continue
+                    text = assembler.feed(json.loads(event.data))
+                    if text:
+                        yield StreamDelta(text=text)
+                    if assembler.done:
+                        break
+            except (httpx.HTTPError, SSEError, ValueError) as exc:
+                if isinstance(exc, ProviderError):
+                    raise
+                raise assembler.broken(f"{type(exc).__name__}: {exc}") from None
+        if not assembler.done:
+            raise assembler.broken("the stream ended before message_stop")
+        yield StreamDelta(response=assembler.response())
 
     def parse(self, response: httpx.Response, turn: int) -> ProviderResponse:
         """The normalized answer in a Messages response."""

@@ -3,6 +3,7 @@ first request, so booting a host with this plugin installed stays cheap)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +15,8 @@ from datamachine.providers.normalize import normalize_response
 from datamachine.providers.options import RESERVED_KEYS, without_tool_options
 from datamachine.providers.wire_provider import bad_request as _bad_request
 
-__all__ = ["DEFAULT_MAX_TOKENS", "build_messages_body", "parse_message"]
+__all__ = ["DEFAULT_MAX_TOKENS", "MessagesStreamAssembler", "build_messages_body",
+           "parse_message"]
 
 DEFAULT_MAX_TOKENS = 4096
 
@@ -108,14 +110,15 @@ def _conversation(request: ProviderRequest, provider: str
 
 
 def build_messages_body(request: ProviderRequest, *, provider: str = "anthropic",
-                        defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                        defaults: Mapping[str, Any] | None = None,
+                        stream: bool = False) -> dict[str, Any]:
     """The JSON body of ``POST /v1/messages`` for ``request`` (see the module docstring)."""
     system, turns = _conversation(request, provider)
     tools = [{"name": tool["name"], "description": tool.get("description", ""),
               "input_schema": tool.get("parameters") or {"type": "object", "properties": {}}}
              for tool in request.tools]
     body = _options({**(defaults or {}), **request.options}, bool(tools))
-    body.update({"model": request.model, "messages": turns, "stream": False})
+    body.update({"model": request.model, "messages": turns, "stream": stream})
     if system:
         body["system"] = "\n\n".join(system)
     if tools:
@@ -164,3 +167,87 @@ def parse_message(data: Any, *, provider: str = "anthropic", turn: int = 1) -> P
         {"content": "".join(texts), "tool_calls": calls, "usage": _usage(data.get("usage")),
          "finish_reason": _STOP_REASONS.get(stop, stop) if isinstance(stop, str) else None,
          "raw": data}, provider=provider, turn=turn)
+
+
+# -- streamed response -----------------------------------------------------------------------
+
+class MessagesStreamAssembler:
+    """Puts a streamed Messages answer back together, event by event.
+
+    :meth:`feed` takes one decoded event (``message_start``, ``content_block_start`` /
+    ``_delta`` / ``_stop``, ``message_delta``, ``message_stop``, ``ping``, ``error``) and returns
+    its text delta. A ``tool_use`` block's input arrives as ``input_json_delta`` fragments;
+    :meth:`response` joins them and parses the whole message exactly as a non-streamed one.
+    """
+
+    def __init__(self, provider: str = "anthropic", turn: int = 1) -> None:
+        self.provider = provider
+        self.turn = turn
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, list[str]] = {}
+        self._usage: dict[str, Any] = {}
+        self._stop: str | None = None
+        self.done = False
+
+    @property
+    def text(self) -> str:
+        """The text so far."""
+        return "".join(str(block.get("text", "")) for _, block in sorted(self._blocks.items())
+                       if block.get("type") == "text")
+
+    def feed(self, event: Any) -> str:
+        """The text delta of ``event`` (possibly empty); ProviderError for an error event."""
+        if not isinstance(event, dict):
+            raise self.broken(f"an event that is not an object: {compact_json(event)[:200]}")
+        kind = event.get("type")
+        if kind == "error":
+            error = event.get("error")
+            detail = error.get("message") if isinstance(error, dict) else error
+            raise self.broken(f"the server sent an error: {detail}")
+        if kind == "message_start":
+            message = event.get("message") or {}
+            self._usage.update(message.get("usage") or {})
+        elif kind == "content_block_start":
+            block = dict(event.get("content_block") or {})
+            if block.get("type") == "tool_use":
+                block["input"] = {}
+            self._blocks[int(event.get("index", len(self._blocks)))] = block
+        elif kind == "content_block_delta":
+            return self._delta(int(event.get("index", 0)), event.get("delta") or {})
+        elif kind == "message_delta":
+            self._stop = (event.get("delta") or {}).get("stop_reason") or self._stop
+            self._usage.update(event.get("usage") or {})
+        elif kind == "message_stop":
+            self.done = True
+        return ""
+
+    def _delta(self, index: int, delta: dict[str, Any]) -> str:
+        block = self._blocks.setdefault(index, {"type": "text", "text": ""})
+        if delta.get("type") == "text_delta":
+            text = str(delta.get("text", ""))
+            block["text"] = str(block.get("text", "")) + text
+            return text
+        if delta.get("type") == "input_json_delta":
+            self._json.setdefault(index, []).append(str(delta.get("partial_json", "")))
+        return ""
+
+    def broken(self, why: str) -> ProviderError:
+        """The error of a stream that broke: ``why``, and the text that had arrived."""
+        return ProviderError(
+            f"The {self.provider} provider's stream broke after {len(self.text)} characters "
+            f"of text: {why}", code="provider_stream_error", provider=self.provider,
+            partial_content=self.text)
+
+    def response(self) -> ProviderResponse:
+        """The whole message, parsed like a non-streamed one."""
+        content = []
+        for index, block in sorted(self._blocks.items()):
+            if block.get("type") == "tool_use":
+                text = "".join(self._json.get(index, []))
+                try:
+                    block = {**block, "input": json.loads(text) if text.strip() else {}}
+                except ValueError:
+                    block = {**block, "input": text}  # kept as text: invalid_arguments
+            content.append(block)
+        return parse_message({"content": content, "stop_reason": self._stop,
+                              "usage": self._usage}, provider=self.provider, turn=self.turn)

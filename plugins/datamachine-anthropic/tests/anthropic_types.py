@@ -21,7 +21,10 @@ from anthropic.types import (
     ToolUseBlockParam,
 )
 from anthropic.types.assistant_message_param import AssistantMessageParam
-from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
+from anthropic.types.message_create_params import (
+    MessageCreateParamsNonStreaming,
+    MessageCreateParamsStreaming,
+)
 from anthropic.types.user_message_param import UserMessageParam
 from pydantic import TypeAdapter, ValidationError
 
@@ -53,7 +56,9 @@ def _check(kind: Any, value: Any, where: str, problems: list[str]) -> bool:
 def messages_problems(body: Any) -> list[str]:
     """What in ``body`` the official Messages request types refuse (empty: nothing)."""
     problems: list[str] = []
-    if not _check(MessageCreateParamsNonStreaming, body, "body", problems):
+    kind = (MessageCreateParamsStreaming if isinstance(body, dict) and body.get("stream")
+            else MessageCreateParamsNonStreaming)
+    if not _check(kind, body, "body", problems):
         return problems
     for key in ("model", "messages", "max_tokens"):
         if key not in body:

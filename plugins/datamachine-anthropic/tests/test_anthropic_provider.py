@@ -191,3 +191,35 @@ def test_an_error_body_is_a_bad_response() -> None:
     with pytest.raises(ProviderError, match="Overloaded"):
         parse_message({"type": "error", "error": {"type": "overloaded_error",
                                                   "message": "Overloaded"}})
+
+
+# -- streaming -------------------------------------------------------------------------------
+
+def test_a_streamed_tool_loop_against_llmocks_event_stream(llmock: LLMock, host: Host) -> None:
+    llmock.pace(20)
+
+    events = list(host.stream_conversation(USER, [get_weather], "anthropic",
+                                           "claude-sonnet-4-6"))
+
+    result = events[-1].result
+    assert result is not None
+    assert result.status == "completed", result.error
+    assert len(CALLS) == 1  # the tool_use input was assembled from its JSON fragments
+    deltas = [e.text for e in events if e.type == "text_delta"]
+    assert len(deltas) > 1
+    assert result.usage["total_tokens"] > 0
+    bodies = _bodies(llmock)
+    assert all(body["stream"] is True for body in bodies)
+
+
+def test_a_broken_event_stream_keeps_the_partial_text(llmock: LLMock, host: Host) -> None:
+    llmock.reply("The weather in Paris is sunny and warm today.", provider="anthropic")
+    llmock.disconnect(after_chunks=4, provider="anthropic")
+
+    events = list(host.stream_conversation(USER, [], "anthropic", "claude-sonnet-4-6"))
+
+    result = events[-1].result
+    assert result is not None
+    assert result.error_code == "provider_stream_error"
+    partial = "".join(e.text or "" for e in events if e.type == "text_delta")
+    assert partial in "The weather in Paris is sunny and warm today."
