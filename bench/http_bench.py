@@ -77,7 +77,11 @@ async def _serve_connection(reader: asyncio.StreamReader, writer: asyncio.Stream
                 name, _, value = line.partition(b":")
                 if name.strip().lower() == b"content-length":
                     length = int(value.strip())
-            payload = json.dumps(_answer(json.loads(await reader.readexactly(length)))).encode()
+            body = json.loads(await reader.readexactly(length))
+            if body.get("stream"):
+                await _stream_answer(writer, _answer(body))
+                continue
+            payload = json.dumps(_answer(body)).encode()
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                          b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
             await writer.drain()
@@ -85,6 +89,25 @@ async def _serve_connection(reader: asyncio.StreamReader, writer: asyncio.Stream
         pass
     finally:
         writer.close()
+
+
+async def _stream_answer(writer: asyncio.StreamWriter, answer: dict[str, Any]) -> None:
+    """The answer as Server-Sent Events (chunked), its text in words: what the time-to-first-
+    delta bench reads."""
+    message = answer["choices"][0]["message"]
+    words = (message.get("content") or "").split(" ")
+    chunks = [{"choices": [{"index": 0, "delta": {"content": word + " "},
+                            "finish_reason": None}]} for word in words]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    chunks.append({"choices": [], "usage": answer["usage"]})
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n")
+    for data in [*(json.dumps(chunk) for chunk in chunks), "[DONE]"]:
+        event = f"data: {data}\n\n".encode()
+        writer.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+        await writer.drain()
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
 
 
 def serve(port: int) -> None:

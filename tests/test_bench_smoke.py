@@ -80,3 +80,11 @@ def test_http_bench_floor_and_datamachine_reach_the_answer_over_loopback() -> No
         loop.close()
         server.kill()
         server.wait()
+
+
+def test_time_to_first_delta_bench_reads_both_streams() -> None:
+    from bench import ttfd
+
+    figures = ttfd.measure(runs=2, rounds=1)
+    assert len(figures) == 2
+    assert all(median > 0 for median, _, _ in figures.values())
