@@ -6,7 +6,7 @@ want isolation (tests, several tenants) boot their own host with ``bootstrap.boo
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from datamachine.conversation.result import ConversationResult
@@ -96,7 +96,7 @@ def astream_conversation(
     single_turn: bool = False,
     *,
     output_type: Any = None,
-) -> AsyncIterator[StreamEvent]:
+) -> AsyncGenerator[StreamEvent, None]:
     """Async twin of :func:`stream_conversation` (``async for event in ...``)."""
     return get_default_host().astream_conversation(messages, tools, provider, model, mode,
                                                    payload, max_turns, single_turn,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from datamachine.services import Services
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterator
+    from collections.abc import AsyncGenerator, Callable, Iterator
 
     from datamachine.conversation.result import ConversationResult
     from datamachine.conversation.stream import StreamEvent
@@ -110,7 +110,7 @@ class Host(Services):
         single_turn: bool = False,
         *,
         output_type: Any = None,
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Async twin of :meth:`stream_conversation` (``async for event in ...``)."""
         from datamachine.conversation.stream import astream_on
 

@@ -155,3 +155,22 @@ def test_the_callers_own_event_sink_still_hears_everything(host: Host) -> None:
         payload={"script": SCRIPT, "event_sink": lambda event, payload: heard.append(event)}))
     assert heard == [e.event if e.type == "event" else e.type for e in events
                      if e.type not in ("text_delta", "result")]
+
+
+def test_leaving_an_async_stream_early_aborts_the_run_too(host: Host) -> None:
+    with FakeOpenAIServer() as server:
+        _slow_server(server, delay=0.3)
+        host.settings.set("openai_base_url", server.url + "/v1")
+
+        async def first_words() -> str:
+            stream = host.astream_conversation(USER, [], "openai", "m",
+                                               payload={"transcript_session_id": "s2"})
+            async for event in stream:
+                if event.type == "text_delta":
+                    await stream.aclose()  # what leaving an "async for" early amounts to
+                    return event.text or ""
+            return ""
+
+        assert asyncio.run(first_words()) == "The "
+    assert host.transcripts.summary("s2").status == "aborted"
+    assert host.transcripts.locks.held() == []
