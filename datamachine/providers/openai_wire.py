@@ -20,6 +20,7 @@ from datamachine.providers.chat_messages import ChatMessage
 from datamachine.providers.normalize import normalize_response
 from datamachine.providers.options import RESERVED_KEYS, without_tool_options
 from datamachine.providers.wire_provider import bad_request as _bad_request
+from datamachine.providers.wire_provider import stream_broken
 
 __all__ = ["ChatStreamAssembler", "build_chat_body", "parse_chat_completion"]
 
@@ -320,10 +321,7 @@ class ChatStreamAssembler:
 
     def broken(self, why: str) -> ProviderError:
         """The error of a stream that broke: ``why``, and the text that had arrived."""
-        return ProviderError(
-            f"The {self.provider} provider's stream broke after {len(self.text)} characters "
-            f"of text: {why}", code="provider_stream_error", provider=self.provider,
-            partial_content=self.text)
+        return stream_broken(self.provider, self.text, why)
 
     def response(self) -> ProviderResponse:
         """The whole answer, parsed like a non-streamed one."""

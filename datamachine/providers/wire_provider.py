@@ -26,9 +26,17 @@ if TYPE_CHECKING:
 
     from datamachine.providers.http import Outbound, ProviderHTTP, Sleep
 
-__all__ = ["WireProvider", "bad_request"]
+__all__ = ["WireProvider", "bad_request", "stream_broken"]
 
 P = TypeVar("P", bound="WireProvider")
+
+
+def stream_broken(provider: str, partial: str, why: str) -> ProviderError:
+    """A streamed answer that broke (``provider_stream_error``), carrying the text that had
+    arrived as ``partial_content``."""
+    return ProviderError(
+        f"The {provider} provider's stream broke after {len(partial)} characters of text: "
+        f"{why}", code="provider_stream_error", provider=provider, partial_content=partial)
 
 
 def bad_request(provider: str, message: str) -> ProviderError:

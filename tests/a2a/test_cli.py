@@ -106,28 +106,33 @@ def test_serve_answers_chat_with_a_cli_token(tmp_path: Path) -> None:
     assert f"datamachine site {health.json()['site_id']}: POST /chat on {url}" in output
 
 
-def test_serve_streams_chat_as_server_sent_events(tmp_path: Path) -> None:
-    from httpx_sse import connect_sse
-
-    db = tmp_path / "served.db"
-    token = invoke(db, "tokens", "create", "caller")[1].strip().splitlines()[-1]
+def _serve(db: Path) -> tuple[subprocess.Popen[str], str]:
+    """``datamachine serve`` on ``db`` and a free port, once its /health answers."""
     port = _free_port()
     env = {**os.environ, "DATAMACHINE_DB": str(db), "DATAMACHINE_LOAD_PLUGINS": ""}
     process = subprocess.Popen(
         [sys.executable, "-m", "datamachine", "serve", "--port", str(port),
          "--log-level", "warning"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SERVE_START_TIMEOUT
+    while True:  # bounded wait for the server to start
+        try:
+            httpx.get(f"{url}/health", timeout=1.0)
+            return process, url
+        except httpx.TransportError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"serve did not start: {process.communicate()[0]}")
+            time.sleep(0.05)
+
+
+def test_serve_streams_chat_as_server_sent_events(tmp_path: Path) -> None:
+    from httpx_sse import connect_sse
+
+    db = tmp_path / "served.db"
+    token = invoke(db, "tokens", "create", "caller")[1].strip().splitlines()[-1]
+    process, url = _serve(db)
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + SERVE_START_TIMEOUT
-        while True:  # bounded wait for the server to start
-            try:
-                httpx.get(f"{url}/health", timeout=1.0)
-                break
-            except httpx.TransportError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"serve did not start: {process.communicate()[0]}")
-                time.sleep(0.05)
         auth = {"Authorization": f"Bearer {token}"}
         with httpx.Client(timeout=30.0) as client:
             with connect_sse(client, "POST", f"{url}/chat",
