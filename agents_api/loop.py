@@ -14,7 +14,7 @@ from typing import Any
 
 from agents_api._tools import ToolExecutor, normalize_tool_result, tool_result_content
 from agents_api.budget import IterationBudget
-from agents_api.drive import drive_async, drive_sync
+from agents_api.drive import Steps, drive_async, drive_sync
 from agents_api.errors import InvalidLoopArgument
 from agents_api.events import Emitter, EventSink
 from agents_api.message import Message, normalize_messages
@@ -31,7 +31,8 @@ from agents_api.run import (
 from agents_api.transcript import TranscriptLock, TranscriptPersister, TranscriptWriter
 
 __all__ = ["MAX_LOCK_TTL", "EventSink", "ToolExecutor", "TranscriptLock", "TranscriptPersister",
-           "TurnRunner", "arun_loop", "normalize_tool_result", "run_loop", "tool_result_content"]
+           "TurnRunner", "arun_loop", "loop_steps", "normalize_tool_result", "run_loop",
+           "tool_result_content"]
 
 # A transcript lock lives at most a day: a run renews it after every turn, so a longer TTL
 # only keeps a crashed run's session blocked longer.
@@ -98,6 +99,27 @@ async def arun_loop(
                    transcript_session_id, transcript_lock_ttl, context, request, on_tool_result,
                    on_budget_exhausted, on_stop, transcript_writer)
     return await drive_async(run.steps())
+
+
+def loop_steps(
+    messages: Iterable[Message | Mapping[str, Any]],
+    turn_runner: TurnRunner,
+    **options: Any,
+) -> Steps[LoopResult]:
+    """The run of :func:`run_loop` (same keyword arguments) as a step generator, for callers
+    that drive it inside a larger sequence of their own (``drive_sync`` / ``drive_async``)."""
+    run = _prepare(messages, turn_runner, options.pop("turn_budget"),
+                   options.pop("budgets", ()), options.pop("tool_executor", None),
+                   options.pop("on_event", None), options.pop("should_continue", None),
+                   options.pop("transcript_persister", None), options.pop("transcript_lock", None),
+                   options.pop("transcript_session_id", None),
+                   options.pop("transcript_lock_ttl", 300), options.pop("context", None),
+                   options.pop("request", None), options.pop("on_tool_result", None),
+                   options.pop("on_budget_exhausted", None), options.pop("on_stop", None),
+                   options.pop("transcript_writer", None))
+    if options:
+        raise TypeError(f"loop_steps() got unexpected arguments: {', '.join(sorted(options))}")
+    return run.steps()
 
 
 def check_lock_ttl(ttl: object, knob: str = "transcript_lock_ttl") -> int:

@@ -13,6 +13,7 @@ from agents_api._lazy import lazy_exports
 if TYPE_CHECKING:
     from agents_api import Decision
     from datamachine.api import (
+        acontinue_conversation,
         arun_conversation,
         astream_conversation,
         continue_conversation,
@@ -109,6 +110,7 @@ _EXPORTS: dict[str, str] = {
     "run_conversation": "datamachine.api",
     "arun_conversation": "datamachine.api",
     "continue_conversation": "datamachine.api",
+    "acontinue_conversation": "datamachine.api",
     "stream_conversation": "datamachine.api",
     "astream_conversation": "datamachine.api",
     "StreamEvent": "datamachine.conversation.stream",
@@ -173,6 +175,7 @@ __all__ = [
     "UnknownProvider",
     "UsageError",
     "__version__",
+    "acontinue_conversation",
     "arun_conversation",
     "astream_conversation",
     "continue_conversation",

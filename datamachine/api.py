@@ -15,8 +15,8 @@ from datamachine.default_host import get_default_host
 if TYPE_CHECKING:
     from datamachine.conversation.stream import StreamEvent
 
-__all__ = ["arun_conversation", "astream_conversation", "continue_conversation",
-           "run_conversation", "stream_conversation"]
+__all__ = ["acontinue_conversation", "arun_conversation", "astream_conversation",
+           "continue_conversation", "run_conversation", "stream_conversation"]
 
 
 def run_conversation(
@@ -120,3 +120,18 @@ def continue_conversation(
     """
     return get_default_host().continue_conversation(session_id, extend_by, tools, provider,
                                                     model, output_type=output_type)
+
+
+async def acontinue_conversation(
+    session_id: str,
+    extend_by: int,
+    tools: Any = None,
+    provider: str | None = None,
+    model: str | None = None,
+    *,
+    output_type: Any = None,
+) -> ConversationResult:
+    """Async twin of :func:`continue_conversation` (default host)."""
+    return await get_default_host().acontinue_conversation(session_id, extend_by, tools,
+                                                           provider, model,
+                                                           output_type=output_type)

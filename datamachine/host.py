@@ -78,6 +78,22 @@ class Host(Services):
                                      single_turn)
         return await run.arun()
 
+    async def acontinue_conversation(
+        self,
+        session_id: str,
+        extend_by: int,
+        tools: Any = None,
+        provider: str | None = None,
+        model: str | None = None,
+        *,
+        output_type: Any = None,
+    ) -> ConversationResult:
+        """Async twin of :meth:`continue_conversation`."""
+        from datamachine.conversation.continuation import acontinue_conversation_on
+
+        return await acontinue_conversation_on(self, session_id, extend_by, tools, provider,
+                                               model, output_type=output_type)
+
     def stream_conversation(
         self,
         messages: Any,
@@ -132,6 +148,24 @@ class Host(Services):
 
         return continue_conversation_on(self, session_id, extend_by, tools, provider, model,
                                         output_type=output_type)
+
+    async def achat(
+        self,
+        session_id: str,
+        message: str,
+        tools: Any = None,
+        provider: str | None = None,
+        model: str | None = None,
+        *,
+        payload: dict[str, Any] | None = None,
+        output_type: Any = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> ConversationResult:
+        """Async twin of :meth:`chat` (for ``async def`` endpoints)."""
+        from datamachine.conversation.chat import achat_on
+
+        return await achat_on(self, session_id, message, tools, provider, model,
+                              with_output_type(payload, output_type), on_text=on_text)
 
     def chat(
         self,

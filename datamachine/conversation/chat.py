@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agents_api import IterationBudget, LockLost, Message
+from agents_api.drive import Steps, drive_async, drive_sync
 from agents_api.results import terminal_payload
 from datamachine.budgets_builtin import CHAT_TURNS
 from datamachine.conversation.payload import split_payload
@@ -140,16 +141,29 @@ def failed_before_run(services: Services, session_id: str, exc: Exception, mode:
     return result
 
 
+def _message(message: Any) -> list[dict[str, Any]]:
+    if not isinstance(message, str) or not message.strip():
+        raise UsageError("message must be a non-empty string.")
+    return [{"role": "user", "content": message}]
+
+
 def chat_on(services: Services, session_id: str, message: str, tools: Any = None,
             provider: str | None = None, model: str | None = None,
             payload: dict[str, Any] | None = None, *,
             on_text: Callable[[str], None] | None = None) -> ConversationResult:
     """One chat-mode run on a stored session: its messages plus ``message`` (``on_text``:
     the model's text as it arrives)."""
-    if not isinstance(message, str) or not message.strip():
-        raise UsageError("message must be a non-empty string.")
-    return chat_turns_on(services, session_id, [{"role": "user", "content": message}], tools,
-                         provider, model, payload, on_text=on_text)
+    return drive_sync(chat_steps(services, session_id, _message(message), tools, provider,
+                                 model, payload, on_text=on_text))
+
+
+async def achat_on(services: Services, session_id: str, message: str, tools: Any = None,
+                   provider: str | None = None, model: str | None = None,
+                   payload: dict[str, Any] | None = None, *,
+                   on_text: Callable[[str], None] | None = None) -> ConversationResult:
+    """:func:`chat_on` inside the caller's event loop."""
+    return await drive_async(chat_steps(services, session_id, _message(message), tools,
+                                        provider, model, payload, on_text=on_text))
 
 
 def _check_payload(payload: Mapping[str, Any] | None) -> int:
@@ -166,7 +180,19 @@ def chat_turns_on(services: Services, session_id: str, new_messages: list[dict[s
                   payload: dict[str, Any] | None = None, *, mode: Any = "chat",
                   max_turns: int | None = None, create: bool = False,
                   on_text: Callable[[str], None] | None = None) -> ConversationResult:
-    """One run on a stored chat session: its messages plus ``new_messages``.
+    """One run on a stored chat session, synchronously (see :func:`chat_steps`)."""
+    return drive_sync(chat_steps(services, session_id, new_messages, tools, provider, model,
+                                 payload, mode=mode, max_turns=max_turns, create=create,
+                                 on_text=on_text))
+
+
+def chat_steps(services: Services, session_id: str, new_messages: list[dict[str, Any]],
+               tools: Any = None, provider: str | None = None, model: str | None = None,
+               payload: dict[str, Any] | None = None, *, mode: Any = "chat",
+               max_turns: int | None = None, create: bool = False,
+               on_text: Callable[[str], None] | None = None) -> Steps[ConversationResult]:
+    """One run on a stored chat session: its messages plus ``new_messages``, as steps (the
+    sync and async entry points drive the same ones).
 
     Raises ChatSessionNotFound (unless ``create``: a new session is stored with its first
     turn) and SessionAborted; returns a ``transcript_lock_contention`` result, without running,
@@ -195,7 +221,7 @@ def chat_turns_on(services: Services, session_id: str, new_messages: list[dict[s
             {**(payload or {}), "transcript_session_id": session_id}, max_turns, False,
             writer=writer, turn_gate=gate, cumulative_base=writer.stored_turns())
         run.runner.stream_text = on_text
-        return run.run()
+        return (yield from run.steps())
     except (LockLost, HookFailed) as exc:  # at the limit's question, before the run
         return failed_before_run(services, session_id, exc, mode, provider, model, payload)
     finally:

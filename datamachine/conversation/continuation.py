@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents_api import LockLost
+from agents_api.drive import Steps, drive_async, drive_sync
 from datamachine.conversation.chat import (
     ChatTurnGate,
     HookFailed,
@@ -38,7 +39,37 @@ def continue_conversation_on(
     *,
     output_type: Any = None,
 ) -> ConversationResult:
-    """Run at most ``extend_by`` more provider turns on a stored transcript.
+    """:func:`continuation_steps`, synchronously."""
+    return drive_sync(continuation_steps(services, session_id, extend_by, tools, provider,
+                                         model, output_type=output_type))
+
+
+async def acontinue_conversation_on(
+    services: Services,
+    session_id: str,
+    extend_by: int,
+    tools: Any = None,
+    provider: str | None = None,
+    model: str | None = None,
+    *,
+    output_type: Any = None,
+) -> ConversationResult:
+    """:func:`continuation_steps` inside the caller's event loop."""
+    return await drive_async(continuation_steps(services, session_id, extend_by, tools,
+                                                provider, model, output_type=output_type))
+
+
+def continuation_steps(
+    services: Services,
+    session_id: str,
+    extend_by: int,
+    tools: Any = None,
+    provider: str | None = None,
+    model: str | None = None,
+    *,
+    output_type: Any = None,
+) -> Steps[ConversationResult]:
+    """Run at most ``extend_by`` more provider turns on a stored transcript (as steps).
 
     Provider, model and mode default to those recorded with the transcript. ``tools=None``
     runs with no tools; pass them again to keep them. A transcript left interrupted by a crash
@@ -70,7 +101,7 @@ def continue_conversation_on(
              **({"output_type": output_type} if output_type is not None else {})},
             extend_by, writer=writer, turn_gate=gate,
             cumulative_base=record.cumulative_turn_count)
-        return run.run()
+        return (yield from run.steps())
     except (LockLost, HookFailed) as exc:  # at the limit's question, before the run
         return failed_before_run(services, session_id, exc, known.mode or "pipeline", provider,
                                  model, None)

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from typing import Any, Protocol, cast
 
 from agents_api import IterationBudget, LoopResult, RunStop, StopVerdict, TranscriptWriter
-from agents_api.drive import Steps, run_steps
-from agents_api.loop import arun_loop, run_loop
+from agents_api.drive import Steps, drive_async, drive_sync, run_steps
+from agents_api.loop import loop_steps
 from agents_api.names import per_tool_budget
 from agents_api.unchecked import unchecked
 from datamachine.budgets_builtin import CONVERSATION_TURNS, TOOL_CALLS, WALL_CLOCK
@@ -263,17 +263,20 @@ class ConversationRun:
     # -- running ----------------------------------------------------------------------------
     def run(self) -> ConversationResult:
         """Run synchronously (async providers and tools are awaited on a private loop)."""
-        refused = self._preflight()
-        if refused is not None:
-            return refused
-        return self._result(run_loop(self.spec.messages, self.runner, **self._loop_arguments()))
+        return drive_sync(self.steps())
 
     async def arun(self) -> ConversationResult:
         """Run inside the caller's event loop."""
+        return await drive_async(self.steps())
+
+    def steps(self) -> Steps[ConversationResult]:
+        """The run as a step generator: what :meth:`run` and :meth:`arun` drive, and what a
+        larger sequence (a chat turn holding its session's lock) runs inside its own steps."""
         refused = self._preflight()
         if refused is not None:
             return refused
-        outcome = await arun_loop(self.spec.messages, self.runner, **self._loop_arguments())
+        outcome = yield from loop_steps(self.spec.messages, self.runner,
+                                        **self._loop_arguments())
         return self._result(outcome)
 
     def _preflight(self) -> ConversationResult | None:
