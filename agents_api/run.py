@@ -110,6 +110,9 @@ class LoopRun:
                  budgets: dict[str, IterationBudget], emitter: Emitter) -> None:
         self.settings = settings
         self.messages = messages
+        # The final answer is this run's own: messages from here on (a continued session's
+        # history may end with an earlier run's answer).
+        self.first_new = len(messages)
         # Handed to the runner and the executor as context["budgets"]: a tool may add a budget
         # mid-run (ToolContext.budget), so every check reads this live mapping.
         self.budgets = budgets
@@ -544,7 +547,8 @@ class LoopRun:
         return RunStop(
             status=outcome.status, budget=budget.name() if budget is not None else None,
             error=outcome.error, error_code=outcome.error_code, messages=self.messages,
-            final_content=_final_content(self.messages), turn_count=self.turn_count,
+            final_content=_final_content(self.messages, self.first_new),
+            turn_count=self.turn_count,
             usage=dict(self.usage), budgets=self._snapshots(),
             last_tool_calls=[call.mapping for call in self.last_calls],
             tool_execution_results=self._tool_records(),
@@ -583,7 +587,7 @@ class LoopRun:
             fields.update({name: getattr(verdict, name) for name in _OVERRIDES if name in given})
             _add_usage(usage, verdict.usage)
             metadata = dict(verdict.metadata)
-        fields.setdefault("final_content", _final_content(messages))
+        fields.setdefault("final_content", _final_content(messages, self.first_new))
         status: LoopStatus = fields.pop("status")
         return unchecked(
             LoopResult,
@@ -610,8 +614,10 @@ def _add_usage(total: dict[str, Any], usage: Mapping[str, Any]) -> None:
         total[key] = value
 
 
-def _final_content(messages: list[Message]) -> str:
-    for message in reversed(messages):
+def _final_content(messages: list[Message], start: int = 0) -> str:
+    """The last assistant text among ``messages[start:]``: never an earlier run's answer."""
+    for index in range(len(messages) - 1, start - 1, -1):
+        message = messages[index]
         if (message.role == "assistant" and message.type == "text"
                 and isinstance(message.content, str) and message.content):
             return message.content

@@ -46,3 +46,17 @@ def test_module_level_acontinue_conversation_uses_the_default_host() -> None:
         assert (resumed.status, resumed.final_content) == ("completed", "echo: go")
     finally:
         reset_default_host()
+
+
+def test_a_run_stopped_at_a_chat_limit_never_reports_an_earlier_runs_answer() -> None:
+    with bootstrap.boot(":memory:", load_entrypoints=False) as host:
+        session = host.chat_sessions.create(max_turns=2)
+        first = host.chat(session.id, "hello",
+                          payload={"script": [{"content": "The first answer."}]})
+        assert first.final_content == "The first answer."
+        second = host.chat(session.id, "now call a tool", payload={"script": [
+            {"content": "", "tool_calls": [{"name": "lookup", "parameters": {"q": 1}}]}]})
+    assert second.status == "aborted"
+    # Before: "The first answer.", the previous run's reply shown as this question's answer.
+    assert second.final_content != "The first answer."
+    assert "The first answer." not in second.final_content
