@@ -136,6 +136,7 @@ class ConversationRun:
         self.ceilings = {b.name(): b.ceiling() for b in (self.turn_budget, *self.budgets)}
         self.executor = self._executor()
         self.runner = self._turn_runner()
+        self.runner.closed_tools = self.executor.closed_tools  # one set: hidden = refused
         self.summary = FinalSummary(self.runner.summarize, self.emit,
                                     enabled=runtime.final_summary)
         self.persister, self.lock, self.session_id = self._transcript()

@@ -118,6 +118,9 @@ class ProviderTurnRunner:
         # Streaming (stream_conversation): where text goes as it arrives, the text of the turn
         # being streamed, and whether the consumer asked the run to stop.
         self.stream_text: Callable[[str], None] | None = None
+        # The names budget pressure's wrap-up took out of the latest request (shared with the
+        # tool executor, which refuses calls to them).
+        self.closed_tools: set[str] = set()
         self.partial_text = ""
         self.stop_requested = False
         self._streamed = False
@@ -135,6 +138,7 @@ class ProviderTurnRunner:
         if self.pressure is not None and budgets is not None:
             # Budget pressure notices go into this copy only, never into the transcript.
             sent, tools = self.pressure.apply(sent, tools, budgets)
+            self._close_hidden(tools, offer_tools)
         if extra:
             sent.extend(extra)
         # A copy of the run's own request with this turn's parts (not validated: every value
@@ -161,6 +165,13 @@ class ProviderTurnRunner:
             "transport": dict(self._transport),
         }
         return request
+
+    def _close_hidden(self, offered: list[dict[str, Any]], offer_tools: bool) -> None:
+        closed = self.closed_tools
+        closed.clear()
+        if offer_tools and offered is not self.tools:
+            kept = {tool["name"] for tool in offered}
+            closed.update(name for name in self._tool_names if name not in kept)
 
     # -- dispatch -------------------------------------------------------------------------
     def _check_availability(self) -> None:

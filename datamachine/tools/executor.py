@@ -95,6 +95,9 @@ class ToolExecutor:
         self.index = TranscriptIndex(observers=[self.rules] if self.rules else ())
         # Budgets created by tools when the caller's context has no budgets mapping.
         self._own_budgets: dict[str, IterationBudget] = {}
+        # Tools budget pressure's wrap-up took out of this turn's request: a call to one anyway
+        # is refused, not run (the turn runner keeps this set up to date).
+        self.closed_tools: set[str] = set()
         # Per tool: (tool, validator, wants_context), read once per run (each read checks the
         # tool's values against what they were worked out from); the identity check notices a
         # swapped tool.
@@ -139,7 +142,8 @@ class ToolExecutor:
         if not tracked:
             self.index.record_call(call_id, name, params)
 
-        rejection = check_duplicate(tool, key, params, self.index, self.mode)
+        rejection = (_closed(name, params) if name in self.closed_tools
+                     else check_duplicate(tool, key, params, self.index, self.mode))
         if rejection is None and self.rules:
             rejection = self.rules.check(name, params)
         if rejection is not None:
@@ -222,3 +226,13 @@ class ToolExecutor:
 
     def _create_budget(self, name: str) -> IterationBudget:
         return self.registry.create(name, warnings=self.warnings)
+
+
+TOOLS_CLOSED = "tools_closed"
+
+
+def _closed(name: str, params: dict[str, Any]) -> ToolResult:
+    return {"success": False, "error_type": TOOLS_CLOSED, "rejected": True,
+            "error": (f"Tool '{name}' was not run: tools are closed for this turn because a "
+                      "budget is nearly spent. Write your final answer from what you have."),
+            "tool_name": name, "parameters": dict(params)}

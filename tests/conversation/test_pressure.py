@@ -167,3 +167,17 @@ def test_bad_pressure_config_is_a_usage_error() -> None:
                               payload={"budget_pressure": {"conversation_turns": {
                                   "tiers": [{"at": 2, "message": "x"}]}}})
     host.close()
+
+
+def test_a_call_to_a_tool_wrap_up_hid_is_refused_not_run() -> None:
+    model = Model()  # keeps calling step, tools offered or not
+    pressure: dict[str, Any] = {"conversation_turns": {"wrap_up": {"allowed_tools": []}}}
+    host, result = run(model, 10, pressure)
+    ran = [r["result"] for r in result.result.tool_execution_results]
+    # Turns 1-8 ran step; from turn 9 the request offered no tools and the calls were refused.
+    assert len(ran) == 8
+    stored = [m for m in result.result.messages if m.type == "tool_result"]
+    refused = [m for m in stored if m.payload.get("error_type") == "tools_closed"]
+    assert len(refused) == 2
+    assert "tools are closed for this turn" in str(refused[0].content)
+    host.close()
