@@ -100,12 +100,13 @@ def load_plugin_commands() -> None:
 
 
 def _register_builtin_commands() -> None:
-    from datamachine.cli import admin, chat_cmd, demo, run_cmd, server_cmds
+    from datamachine.cli import admin, chat_cmd, continue_cmd, demo, run_cmd, server_cmds
 
     server_cmds.register(cli)
     cli.add_command(demo.demo)
     cli.add_command(run_cmd.run)
     cli.add_command(chat_cmd.chat)
+    cli.add_command(continue_cmd.continue_)
     for command in admin.COMMANDS:
         cli.add_command(command)
 

@@ -194,6 +194,28 @@ class TranscriptStore:
             ).fetchone()
         return row is not None
 
+    def resolve(self, prefix: str) -> str:
+        """The one stored session id starting with ``prefix`` (a whole id is its own prefix):
+        what a person types from a listing. TranscriptNotFound if none, UsageError naming the
+        candidates if several."""
+        text = prefix.strip() if isinstance(prefix, str) else ""
+        if not text or not all(ch.isalnum() or ch in "-_" for ch in text):
+            raise UsageError(f"A session id (or its start) is letters, digits, '-' and '_'; "
+                             f"got {prefix!r}.")
+        if self.exists(text):
+            return text
+        with self._lock:
+            found = [row[0] for row in self._db.conn.execute(
+                "SELECT id FROM transcripts WHERE substr(id, 1, ?) = ? ORDER BY id LIMIT 6",
+                [len(text), text]).fetchall()]
+        if not found:
+            raise self._not_found(text)
+        if len(found) > 1:
+            listed = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+            raise UsageError(f"{text!r} starts more than one session id ({listed}); type more "
+                             "of it.")
+        return str(found[0])
+
     def get(self, session_id: str) -> list[dict[str, Any]]:
         """The stored messages (envelope dicts), in order; TranscriptNotFound if unknown."""
         with snapshot(self._db, self._lock, self._label) as conn:

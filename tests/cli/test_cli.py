@@ -241,3 +241,47 @@ def test_run_refuses_bad_dash_o_with_exit_2(
     code, out = invoke(runner, tmp_path / "d.db", "run", "hi", *args)
     assert code == 2
     assert message in out
+
+
+def test_continue_resumes_a_stopped_run_by_an_id_prefix(runner: CliRunner, tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"content": "", "tool_calls": [
+        {"id": f"x{i}", "name": "nonexistent", "parameters": {"i": i}}]} for i in range(3)]))
+    db = tmp_path / "d.db"
+    code, out = invoke(runner, db, "run", "go", "--script", str(script), "--max-turns", "1",
+                       "--json")
+    assert code == 3, out
+    session = json.loads(out)["transcript_session_id"]
+
+    code, out = invoke(runner, db, "continue", session[:6], "--extend-by", "2", "--json")
+
+    assert code == 0, out
+    resumed = json.loads(out)
+    assert resumed["transcript_session_id"] == session
+    assert resumed["cumulative_turn_count"] == 1 + resumed["turn_count"]
+    assert resumed["status"] == "completed"
+
+
+@pytest.mark.parametrize(("session", "message"), [
+    ("nosuch", "No transcript is stored"), ("bad id!", "letters, digits"),
+])
+def test_continue_names_what_is_wrong_with_the_session(
+    runner: CliRunner, tmp_path: Path, session: str, message: str,
+) -> None:
+    code, out = invoke(runner, tmp_path / "d.db", "continue", session)
+    assert code in (1, 2)
+    assert message in out
+
+
+def test_a_prefix_that_starts_several_sessions_lists_them() -> None:
+    import bootstrap
+    from datamachine.errors import UsageError
+
+    with bootstrap.boot(":memory:", load_entrypoints=False) as host:
+        for session in ("abc1", "abc2", "xyz"):
+            host.run_conversation([{"role": "user", "content": "hi"}], None, "scripted", "m",
+                                  payload={"transcript_session_id": session})
+        assert host.transcripts.resolve("xy") == "xyz"
+        assert host.transcripts.resolve("abc1") == "abc1"
+        with pytest.raises(UsageError, match="'abc' starts more than one session id"):
+            host.transcripts.resolve("abc")
