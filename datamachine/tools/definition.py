@@ -262,6 +262,9 @@ def _check_schema(schema: dict[str, Any]) -> None:
 
 
 def _check_runtime(runtime: dict[str, Any]) -> None:
+    approval = runtime.get("requires_approval")
+    if approval is not None and not isinstance(approval, bool):
+        raise ValueError(f"runtime.requires_approval must be true or false, got {approval!r}")
     policy = runtime.get("duplicate_policy")
     if policy is not None and policy not in DUPLICATE_POLICIES:
         raise ValueError(

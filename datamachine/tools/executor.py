@@ -142,10 +142,7 @@ class ToolExecutor:
         if not tracked:
             self.index.record_call(call_id, name, params)
 
-        rejection = (_closed(name, params) if name in self.closed_tools
-                     else check_duplicate(tool, key, params, self.index, self.mode))
-        if rejection is None and self.rules:
-            rejection = self.rules.check(name, params)
+        rejection = self._refusal(tool, key, params, call_id, context)
         if rejection is not None:
             return self._done(tracked, call_id, rejection)
 
@@ -168,6 +165,38 @@ class ToolExecutor:
             return self._finish_async(value, tool, params, tracked, call_id)
         result = self._normalize(tool, value, params)
         return result if tracked else self._done(tracked, call_id, result)
+
+    def _refusal(self, tool: Tool, key: str, params: dict[str, Any], call_id: str,
+                 context: Mapping[str, Any]) -> ToolResult | None:
+        """Why this call must not run, as its (rejected) result; None when it may: a tool
+        wrap-up closed, a duplicate, a runtime rule, an approval not given."""
+        name = tool.name
+        if name in self.closed_tools:
+            return _closed(name, params)
+        rejection = check_duplicate(tool, key, params, self.index, self.mode)
+        if rejection is None and self.rules:
+            rejection = self.rules.check(name, params)
+        if rejection is None and tool.runtime.get("requires_approval") is True:
+            rejection = self._approval(tool, params, call_id, context)
+        return rejection
+
+    def _approval(self, tool: Tool, params: dict[str, Any], call_id: str,
+                  context: Mapping[str, Any]) -> ToolResult | None:
+        """Ask ``confirm_continuation`` (``kind="tool_approval"``); only a yes lets it run."""
+        answer = None
+        if self.host is not None:
+            budgets = context.get("budgets")
+            budget = budgets.get("tool_calls") if isinstance(budgets, Mapping) else None
+            answer = self.host.first("confirm_continuation", budget=budget, context={
+                "kind": "tool_approval", "session_id": context.get("session_id"),
+                "tool_call": {"id": call_id, "name": tool.name, "parameters": dict(params)}})
+        if answer is True:
+            return None
+        why = "was declined" if answer is False else "needs approval, and nobody approved it"
+        return {"success": False, "error_type": APPROVAL_DECLINED, "rejected": True,
+                "error": (f"Tool '{tool.name}' was not run: it {why}. Continue without it, "
+                          "or explain to the user what you wanted to do."),
+                "tool_name": tool.name, "parameters": dict(params)}
 
     async def _finish_async(
         self, pending: Awaitable[Any], tool: Tool, params: dict[str, Any], tracked: bool,
@@ -229,6 +258,7 @@ class ToolExecutor:
 
 
 TOOLS_CLOSED = "tools_closed"
+APPROVAL_DECLINED = "approval_declined"
 
 
 def _closed(name: str, params: dict[str, Any]) -> ToolResult:
