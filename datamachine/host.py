@@ -89,10 +89,11 @@ class Host(Services):
         output_type: Any = None,
     ) -> ConversationResult:
         """Async twin of :meth:`continue_conversation`."""
-        from datamachine.conversation.continuation import acontinue_conversation_on
+        from agents_api.drive import drive_async
+        from datamachine.conversation.continuation import continuation_steps
 
-        return await acontinue_conversation_on(self, session_id, extend_by, tools, provider,
-                                               model, output_type=output_type)
+        return await drive_async(continuation_steps(self, session_id, extend_by, tools,
+                                                    provider, model, output_type=output_type))
 
     def stream_conversation(
         self,
@@ -144,10 +145,11 @@ class Host(Services):
         output_type: Any = None,
     ) -> ConversationResult:
         """Resume a stopped (or crash-interrupted) run with at most ``extend_by`` more turns."""
-        from datamachine.conversation.continuation import continue_conversation_on
+        from agents_api.drive import drive_sync
+        from datamachine.conversation.continuation import continuation_steps
 
-        return continue_conversation_on(self, session_id, extend_by, tools, provider, model,
-                                        output_type=output_type)
+        return drive_sync(continuation_steps(self, session_id, extend_by, tools, provider, model,
+                                             output_type=output_type))
 
     async def achat(
         self,
@@ -162,10 +164,13 @@ class Host(Services):
         on_text: Callable[[str], None] | None = None,
     ) -> ConversationResult:
         """Async twin of :meth:`chat` (for ``async def`` endpoints)."""
-        from datamachine.conversation.chat import achat_on
+        from agents_api.drive import drive_async
+        from datamachine.conversation.chat import chat_message, chat_steps
 
-        return await achat_on(self, session_id, message, tools, provider, model,
-                              with_output_type(payload, output_type), on_text=on_text)
+        return await drive_async(chat_steps(self, session_id, chat_message(message), tools,
+                                            provider, model,
+                                            with_output_type(payload, output_type),
+                                            on_text=on_text))
 
     def chat(
         self,
@@ -186,10 +191,12 @@ class Host(Services):
         of the model's text as it arrives (the provider streams; one piece from a provider that
         cannot).
         """
-        from datamachine.conversation.chat import chat_on
+        from agents_api.drive import drive_sync
+        from datamachine.conversation.chat import chat_message, chat_steps
 
-        return chat_on(self, session_id, message, tools, provider, model,
-                       with_output_type(payload, output_type), on_text=on_text)
+        return drive_sync(chat_steps(self, session_id, chat_message(message), tools, provider,
+                                     model, with_output_type(payload, output_type),
+                                     on_text=on_text))
 
     def close(self) -> None:
         """Stop what plugins started (``host_closing``), close the providers' connection pools

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agents_api import IterationBudget, LockLost, Message
-from agents_api.drive import Steps, drive_async, drive_sync
+from agents_api.drive import Steps, drive_sync
 from agents_api.results import terminal_payload
 from datamachine.budgets_builtin import CHAT_TURNS
 from datamachine.conversation.payload import split_payload
@@ -28,8 +28,8 @@ from datamachine.storage.chat_sessions import (
 )
 from datamachine.storage.transcript_writer import TranscriptWriter
 
-__all__ = ["ChatTurnGate", "abort_before_run", "chat_on", "chat_turns_on", "contention_result",
-           "failed_before_run"]
+__all__ = ["ChatTurnGate", "abort_before_run", "chat_message", "chat_steps", "chat_turns_on",
+           "contention_result", "failed_before_run"]
 
 
 def _notice(session_id: str, max_turns: MaxTurns) -> str:
@@ -141,29 +141,11 @@ def failed_before_run(services: Services, session_id: str, exc: Exception, mode:
     return result
 
 
-def _message(message: Any) -> list[dict[str, Any]]:
+def chat_message(message: Any) -> list[dict[str, Any]]:
+    """``message`` as the one user message a chat run adds (a non-empty string)."""
     if not isinstance(message, str) or not message.strip():
         raise UsageError("message must be a non-empty string.")
     return [{"role": "user", "content": message}]
-
-
-def chat_on(services: Services, session_id: str, message: str, tools: Any = None,
-            provider: str | None = None, model: str | None = None,
-            payload: dict[str, Any] | None = None, *,
-            on_text: Callable[[str], None] | None = None) -> ConversationResult:
-    """One chat-mode run on a stored session: its messages plus ``message`` (``on_text``:
-    the model's text as it arrives)."""
-    return drive_sync(chat_steps(services, session_id, _message(message), tools, provider,
-                                 model, payload, on_text=on_text))
-
-
-async def achat_on(services: Services, session_id: str, message: str, tools: Any = None,
-                   provider: str | None = None, model: str | None = None,
-                   payload: dict[str, Any] | None = None, *,
-                   on_text: Callable[[str], None] | None = None) -> ConversationResult:
-    """:func:`chat_on` inside the caller's event loop."""
-    return await drive_async(chat_steps(services, session_id, _message(message), tools,
-                                        provider, model, payload, on_text=on_text))
 
 
 def _check_payload(payload: Mapping[str, Any] | None) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents_api import LockLost
-from agents_api.drive import Steps, drive_async, drive_sync
+from agents_api.drive import Steps
 from datamachine.conversation.chat import (
     ChatTurnGate,
     HookFailed,
@@ -26,37 +26,7 @@ from datamachine.payload_keys import DEFAULT_LOCK_TTL
 from datamachine.registry import validate_budget_value
 from datamachine.services import Services
 
-__all__ = ["continue_conversation_on"]
-
-
-def continue_conversation_on(
-    services: Services,
-    session_id: str,
-    extend_by: int,
-    tools: Any = None,
-    provider: str | None = None,
-    model: str | None = None,
-    *,
-    output_type: Any = None,
-) -> ConversationResult:
-    """:func:`continuation_steps`, synchronously."""
-    return drive_sync(continuation_steps(services, session_id, extend_by, tools, provider,
-                                         model, output_type=output_type))
-
-
-async def acontinue_conversation_on(
-    services: Services,
-    session_id: str,
-    extend_by: int,
-    tools: Any = None,
-    provider: str | None = None,
-    model: str | None = None,
-    *,
-    output_type: Any = None,
-) -> ConversationResult:
-    """:func:`continuation_steps` inside the caller's event loop."""
-    return await drive_async(continuation_steps(services, session_id, extend_by, tools,
-                                                provider, model, output_type=output_type))
+__all__ = ["continuation_steps"]
 
 
 def continuation_steps(
