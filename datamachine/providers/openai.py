@@ -41,22 +41,21 @@ Response. ``choices[0].message.content``, ``tool_calls[].function.{name, argumen
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from agents_api.jsontext import compact_bytes
-from datamachine.errors import ProviderError
-from datamachine.providers.base import ProviderRequest, ProviderResponse, StreamDelta
+from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.providers.wire_provider import WireProvider
-from datamachine.providers.wire_provider import bad_request as _bad_request
 
 if TYPE_CHECKING:
     import httpx
 
     from datamachine.providers.http import Outbound, parse_retry_after
-    from datamachine.providers.openai_wire import build_chat_body, parse_chat_completion
+    from datamachine.providers.openai_wire import (
+        ChatStreamAssembler,
+        build_chat_body,
+        parse_chat_completion,
+    )
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -130,65 +129,20 @@ class OpenAIProvider(WireProvider):
         from datamachine.providers.openai_wire import build_chat_body
 
         base_url = self.resolved_base_url()  # read once per request: a setting lookup
-        available = self._availability(base_url)
-        if available is not True:
-            raise ProviderError(available, code="provider_unavailable", provider=self.name)
-        if not request.model.strip():
-            raise _bad_request(self.name, f"The {self.name} provider needs a model id (for "
-                                          "example 'gpt-4o-mini' or 'llama3.2').")
-        body = build_chat_body(request, provider=self.name, defaults=self.model_options,
-                               stream=stream)
-        try:
-            content = compact_bytes(body)
-        except (TypeError, ValueError) as exc:
-            raise _bad_request(self.name, f"The request for the {self.name} provider is not "
-                                          f"JSON-serializable: {exc}.") from None
-        return Outbound(base_url.rstrip("/") + "/chat/completions", content,
-                        self._request_headers(), request.request_timeout,
-                        request.connect_timeout)
-
-    def _request_headers(self) -> dict[str, str]:
-        from datamachine import __version__
-
-        headers = {"Content-Type": "application/json", "Accept": "application/json",
-                   "User-Agent": f"datamachine/{__version__}"}
+        self.require(self._availability(base_url), request, "'gpt-4o-mini' or 'llama3.2'")
+        content = self.encode(build_chat_body(request, provider=self.name,
+                                              defaults=self.model_options, stream=stream))
         key = self.resolved_api_key()
-        if key is not None:
-            headers["Authorization"] = f"Bearer {key}"
-        headers.update(self.headers)
-        return headers
+        headers = self.json_headers({"Authorization": f"Bearer {key}"} if key else {})
+        return Outbound(base_url.rstrip("/") + "/chat/completions", content, headers,
+                        request.request_timeout, request.connect_timeout)
 
-    async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamDelta]:
-        """Run one turn as a stream: text deltas as they arrive, then the whole answer (tool
-        calls assembled from their deltas, usage from the last chunk). A stream that breaks is
-        a ProviderError ``provider_stream_error`` carrying the text that had arrived."""
-        import httpx
-        from httpx_sse import EventSource, SSEError
-
+    def stream_assembler(self, request: ProviderRequest) -> ChatStreamAssembler:
+        """Chat Completions chunks, put back together (tool-call deltas by index, usage from
+        the last chunk, ``[DONE]`` the end)."""
         from datamachine.providers.openai_wire import ChatStreamAssembler
 
-        assembler = ChatStreamAssembler(self.name, request.turn)
-        done = False
-        async with self.http().open_stream(self.outbound(request, stream=True)) as response:
-            try:
-                async for event in EventSource(response).aiter_sse():
-                    if event.data.strip() == "[DONE]":
-                        done = True
-                        break
-                    if not event.data.strip():
-                        continue
-                    text = assembler.feed(json.loads(event.data))
-                    if text:
-                        yield StreamDelta(text=text)
-            except (httpx.HTTPError, SSEError, ValueError) as exc:
-                if isinstance(exc, ProviderError):
-                    raise
-                raise assembler.broken(f"{type(exc).__name__}: {exc}") from None
-        if not done and not assembler.finished:
-            # Ended cleanly but early: not an answer to take as whole.
-            raise assembler.broken("the stream ended before the answer did (no finish reason, "
-                                   "no [DONE])")
-        yield StreamDelta(response=assembler.response())
+        return ChatStreamAssembler(self.name, request.turn)
 
     def parse(self, response: httpx.Response, turn: int) -> ProviderResponse:
         """The normalized answer in a Chat Completions response."""

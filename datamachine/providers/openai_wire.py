@@ -265,6 +265,7 @@ class ChatStreamAssembler:
         self._calls: dict[int, dict[str, str]] = {}
         self._finish: str | None = None
         self._usage: Any = None
+        self._done = False
 
     @property
     def text(self) -> str:
@@ -275,6 +276,25 @@ class ChatStreamAssembler:
     def finished(self) -> bool:
         """A finish reason has arrived."""
         return self._finish is not None
+
+    @property
+    def done(self) -> bool:
+        """``data: [DONE]`` has arrived."""
+        return self._done
+
+    @property
+    def unfinished(self) -> str | None:
+        """Why the answer is not whole (neither ``[DONE]`` nor a finish reason), or None."""
+        if self._done or self.finished:
+            return None
+        return "the stream ended before the answer did (no finish reason, no [DONE])"
+
+    def feed_data(self, data: str) -> str:
+        """One SSE ``data:`` (a JSON chunk, or ``[DONE]``); its text delta."""
+        if data == "[DONE]":
+            self._done = True
+            return ""
+        return self.feed(json.loads(data))
 
     def feed(self, chunk: Any) -> str:
         """The text delta of ``chunk`` (possibly empty); ProviderError for an error chunk."""

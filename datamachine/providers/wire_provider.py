@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from datamachine.errors import ProviderError, UsageError
-from datamachine.providers.base import ProviderRequest, ProviderResponse
+from datamachine.providers.base import ProviderRequest, ProviderResponse, StreamDelta
 from datamachine.providers.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from datamachine.providers.http import Outbound, ProviderHTTP, Sleep
 
-__all__ = ["WireProvider", "bad_request", "stream_broken"]
+__all__ = ["StreamAssembler", "WireProvider", "bad_request", "stream_broken"]
 
 P = TypeVar("P", bound="WireProvider")
 
@@ -42,6 +42,28 @@ def stream_broken(provider: str, partial: str, why: str) -> ProviderError:
 def bad_request(provider: str, message: str) -> ProviderError:
     """A request that cannot be sent as asked (``provider_bad_request``): not retried."""
     return ProviderError(message, code="provider_bad_request", provider=provider)
+
+
+class StreamAssembler(Protocol):
+    """Puts one wire format's streamed answer back together (see :meth:`WireProvider.stream`)."""
+
+    @property
+    def done(self) -> bool:
+        """The stream said it is over: stop reading."""
+
+    @property
+    def unfinished(self) -> str | None:
+        """Why what arrived is not a whole answer (the stream stopped early), or None."""
+
+    def feed_data(self, data: str) -> str:
+        """One event's ``data:``; its text delta (possibly empty). ProviderError for an error
+        event; ValueError for data that is not JSON."""
+
+    def broken(self, why: str) -> ProviderError:
+        """The error of a stream that broke, with the text that had arrived."""
+
+    def response(self) -> ProviderResponse:
+        """The whole answer, parsed like a non-streamed one."""
 
 
 class WireProvider:
@@ -189,10 +211,70 @@ class WireProvider:
                 f"that is not JSON: {flat or '(empty body)'}",
                 code="provider_bad_response", provider=self.name) from None
 
-    def outbound(self, request: ProviderRequest) -> Outbound:
-        """The POST for ``request`` (URL, body, headers, timeouts); a ProviderError
-        (``provider_unavailable``, ``provider_bad_request``) when it cannot be made."""
+    def outbound(self, request: ProviderRequest, *, stream: bool = False) -> Outbound:
+        """The POST for ``request`` (URL, body, headers, timeouts; ``stream``: asking for
+        Server-Sent Events); a ProviderError (``provider_unavailable``,
+        ``provider_bad_request``) when it cannot be made."""
         raise NotImplementedError
+
+    def stream_assembler(self, request: ProviderRequest) -> StreamAssembler:
+        """What puts this wire format's streamed answer to ``request`` back together."""
+        raise NotImplementedError
+
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamDelta]:
+        """Run one turn as Server-Sent Events: text deltas as they arrive, then the whole
+        answer. A stream that breaks, or stops before the answer is whole, is a ProviderError
+        ``provider_stream_error`` carrying the text that had arrived."""
+        import httpx
+        from httpx_sse import EventSource, SSEError
+
+        assembler = self.stream_assembler(request)
+        async with self.http().open_stream(self.outbound(request, stream=True)) as response:
+            try:
+                async for event in EventSource(response).aiter_sse():
+                    if not event.data.strip():
+                        continue
+                    text = assembler.feed_data(event.data.strip())
+                    if text:
+                        yield StreamDelta(text=text)
+                    if assembler.done:
+                        break
+            except (httpx.HTTPError, SSEError, ValueError) as exc:
+                if isinstance(exc, ProviderError):
+                    raise
+                raise assembler.broken(f"{type(exc).__name__}: {exc}") from None
+        why = assembler.unfinished
+        if why is not None:  # ended cleanly but early: not an answer to take as whole
+            raise assembler.broken(why)
+        yield StreamDelta(response=assembler.response())
+
+    # -- helpers for outbound() --------------------------------------------------------------
+    def require(self, available: Literal[True] | str, request: ProviderRequest,
+                example_model: str) -> None:
+        """Refuse a request this provider cannot send: unavailable, or no model id."""
+        if available is not True:
+            raise ProviderError(available, code="provider_unavailable", provider=self.name)
+        if not request.model.strip():
+            raise bad_request(self.name, f"The {self.name} provider needs a model id (for "
+                                         f"example {example_model}).")
+
+    def encode(self, body: Any) -> bytes:
+        """The JSON of a request body (``provider_bad_request`` when it cannot be JSON)."""
+        from agents_api.jsontext import compact_bytes
+
+        try:
+            return compact_bytes(body)
+        except (TypeError, ValueError) as exc:
+            raise bad_request(self.name, f"The request for the {self.name} provider is not "
+                                         f"JSON-serializable: {exc}.") from None
+
+    def json_headers(self, auth: Mapping[str, str]) -> dict[str, str]:
+        """A JSON request's headers: content type, user agent, ``auth``, then the provider's
+        own ``headers`` (which win)."""
+        from datamachine import __version__
+
+        return {"Content-Type": "application/json", "Accept": "application/json",
+                "User-Agent": f"datamachine/{__version__}", **auth, **self.headers}
 
     def parse(self, response: httpx.Response, turn: int) -> ProviderResponse:
         """The normalized answer in a 2xx ``response``; ProviderError

@@ -33,22 +33,22 @@ notices, the tool-less final summary, bad arguments):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from agents_api.jsontext import compact_bytes
 from datamachine import ProviderRequest, ProviderResponse, hookimpl
-from datamachine.errors import ProviderError
-from datamachine.providers.base import StreamDelta
 from datamachine.providers.wire_provider import WireProvider
-from datamachine.providers.wire_provider import bad_request as _bad_request
 
 if TYPE_CHECKING:
     import httpx
 
     from datamachine.providers.http import Outbound
-    from datamachine_anthropic.wire import DEFAULT_MAX_TOKENS, build_messages_body, parse_message
+    from datamachine_anthropic.wire import (
+        DEFAULT_MAX_TOKENS,
+        MessagesStreamAssembler,
+        build_messages_body,
+        parse_message,
+    )
 
 __all__ = ["ANTHROPIC_VERSION", "DEFAULT_BASE_URL", "DEFAULT_MAX_TOKENS", "AnthropicProvider",
            "build_messages_body", "parse_message", "register_providers"]
@@ -96,61 +96,23 @@ class AnthropicProvider(WireProvider):
 
     def outbound(self, request: ProviderRequest, *, stream: bool = False) -> Outbound:
         """The ``POST {base_url}/v1/messages`` for ``request`` (``stream``: as events)."""
-        from datamachine import __version__
         from datamachine.providers.http import Outbound
         from datamachine_anthropic.wire import build_messages_body
 
-        available = self.availability()
-        if available is not True:
-            raise ProviderError(available, code="provider_unavailable", provider=self.name)
-        if not request.model.strip():
-            raise _bad_request(self.name, f"The {self.name} provider needs a model id (for "
-                                          "example 'claude-sonnet-4-6').")
-        body = build_messages_body(request, provider=self.name, defaults=self.model_options,
-                                   stream=stream)
-        try:
-            content = compact_bytes(body)
-        except (TypeError, ValueError) as exc:
-            raise _bad_request(self.name, f"The request for the {self.name} provider is not "
-                                          f"JSON-serializable: {exc}.") from None
-        headers = {"Content-Type": "application/json", "Accept": "application/json",
-                   "User-Agent": f"datamachine/{__version__}",
-                   "anthropic-version": ANTHROPIC_VERSION,
-                   "x-api-key": self.resolved_api_key() or ""}
-        headers.update(self.headers)
+        self.require(self.availability(), request, "'claude-sonnet-4-6'")
+        content = self.encode(build_messages_body(request, provider=self.name,
+                                                  defaults=self.model_options, stream=stream))
+        headers = self.json_headers({"anthropic-version": ANTHROPIC_VERSION,
+                                     "x-api-key": self.resolved_api_key() or ""})
         return Outbound(self.resolved_base_url().rstrip("/") + "/v1/messages", content, headers,
                         request.request_timeout, request.connect_timeout)
 
-    async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamDelta]:
-        """Run one turn as Anthropic's event stream: text deltas as they arrive, then the
-        whole message (``tool_use`` input assembled from its JSON fragments). A stream that
-        breaks, or ends before ``message_stop``, is a ProviderError ``provider_stream_error``
-        carrying the text that had arrived."""
-        import json
-
-        import httpx
-        from httpx_sse import EventSource, SSEError
-
+    def stream_assembler(self, request: ProviderRequest) -> MessagesStreamAssembler:
+        """Messages events, put back together (``tool_use`` input from its JSON fragments,
+        ``message_stop`` the end)."""
         from datamachine_anthropic.wire import MessagesStreamAssembler
 
-        assembler = MessagesStreamAssembler(self.name, request.turn)
-        async with self.http().open_stream(self.outbound(request, stream=True)) as response:
-            try:
-                async for event in EventSource(response).aiter_sse():
-                    if not event.data.strip():
-                        continue
-                    text = assembler.feed(json.loads(event.data))
-                    if text:
-                        yield StreamDelta(text=text)
-                    if assembler.done:
-                        break
-            except (httpx.HTTPError, SSEError, ValueError) as exc:
-                if isinstance(exc, ProviderError):
-                    raise
-                raise assembler.broken(f"{type(exc).__name__}: {exc}") from None
-        if not assembler.done:
-            raise assembler.broken("the stream ended before message_stop")
-        yield StreamDelta(response=assembler.response())
+        return MessagesStreamAssembler(self.name, request.turn)
 
     def parse(self, response: httpx.Response, turn: int) -> ProviderResponse:
         """The normalized answer in a Messages response."""

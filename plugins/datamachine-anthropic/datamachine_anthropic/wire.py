@@ -188,7 +188,21 @@ class MessagesStreamAssembler:
         self._json: dict[int, list[str]] = {}
         self._usage: dict[str, Any] = {}
         self._stop: str | None = None
-        self.done = False
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        """``message_stop`` has arrived."""
+        return self._done
+
+    @property
+    def unfinished(self) -> str | None:
+        """Why the answer is not whole (no ``message_stop``), or None."""
+        return None if self._done else "the stream ended before message_stop"
+
+    def feed_data(self, data: str) -> str:
+        """One SSE ``data:`` (a JSON event); its text delta."""
+        return self.feed(json.loads(data))
 
     @property
     def text(self) -> str:
@@ -219,7 +233,7 @@ class MessagesStreamAssembler:
             self._stop = (event.get("delta") or {}).get("stop_reason") or self._stop
             self._usage.update(event.get("usage") or {})
         elif kind == "message_stop":
-            self.done = True
+            self._done = True
         return ""
 
     def _delta(self, index: int, delta: dict[str, Any]) -> str:
