@@ -7,6 +7,11 @@ what to change. HTTP statuses and click exit codes are chosen only at the edges 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 __all__ = [
     "BootError",
     "ChainCycle",
@@ -40,6 +45,7 @@ __all__ = [
     "TranscriptNotFound",
     "UnknownProvider",
     "UsageError",
+    "first_field_error",
 ]
 
 
@@ -268,3 +274,12 @@ class InvalidCompletionPolicy(UsageError):
     dict of its fields, or None for "no opinion"), or returns an awaitable: policies are
     called synchronously between turns.
     """
+
+
+def first_field_error(exc: ValidationError) -> tuple[str, str, Any]:
+    """The first problem of a pydantic ``ValidationError``: its dotted field (``""`` for the
+    whole value), its message (without pydantic's ``"Value error, "`` prefix) and the value
+    given; what every "setting 'x'['name'].field: message" error is written from."""
+    error = exc.errors()[0]
+    field = ".".join(str(part) for part in error["loc"])
+    return field, str(error["msg"]).removeprefix("Value error, "), error.get("input")

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from datamachine.errors import UsageError
+from datamachine.errors import UsageError, first_field_error
 from datamachine.providers.options import validate_model_options
 
 __all__ = ["PROVIDERS_SETTING", "Endpoint", "parse_endpoints"]
@@ -86,8 +86,6 @@ def parse_endpoints(value: Any, where: str = "setting 'providers'") -> dict[str,
         try:
             endpoints[name] = Endpoint.model_validate(raw)
         except ValidationError as exc:
-            error = exc.errors()[0]
-            field = ".".join(str(part) for part in error["loc"]) or "(entry)"
-            message = str(error["msg"]).removeprefix("Value error, ")
-            raise UsageError(f"{where}[{name!r}].{field}: {message}.") from None
+            field, message, _ = first_field_error(exc)
+            raise UsageError(f"{where}[{name!r}].{field or '(entry)'}: {message}.") from None
     return endpoints

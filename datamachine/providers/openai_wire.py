@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents_api.jsontext import compact_json
-from datamachine.errors import ProviderError
+from datamachine.errors import ProviderError, first_field_error
 from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.providers.chat_messages import ChatMessage
 from datamachine.providers.normalize import normalize_response
@@ -37,9 +37,8 @@ class _ToolSpec(BaseModel):
 
 
 def _first_error(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"])
-    return f"{where}: {error['msg']}" if where else str(error["msg"])
+    where, message, _ = first_field_error(exc)
+    return f"{where}: {message}" if where else message
 
 
 def _wire_message(message: ChatMessage) -> dict[str, Any]:

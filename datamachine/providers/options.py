@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
-from datamachine.errors import UsageError
+from datamachine.errors import UsageError, first_field_error
 
 __all__ = ["MODEL_OPTIONS_KEY", "RESERVED_KEYS", "TOOL_OPTIONS", "ModelOptions",
            "merge_model_options", "validate_model_options", "without_tool_options"]
@@ -70,10 +70,8 @@ def validate_model_options(value: Any, where: str = "payload['model_options']") 
     try:
         ModelOptions.model_validate(options)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(part) for part in error["loc"])
-        raise UsageError(f"{where}[{field!r}]: {error['msg']} (got "
-                         f"{error.get('input')!r}).") from None
+        field, message, given = first_field_error(exc)
+        raise UsageError(f"{where}[{field!r}]: {message} (got {given!r}).") from None
     return options
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from datamachine.errors import UsageError
+from datamachine.errors import UsageError, first_field_error
 from datamachine.tools import Tool
 
 __all__ = ["McpServers", "ServerConfig", "parse_servers"]
@@ -71,10 +71,8 @@ def parse_servers(value: Any, where: str = "setting 'mcp_servers'") -> dict[str,
         try:
             servers[name] = ServerConfig.model_validate(raw)
         except ValidationError as exc:
-            error = exc.errors()[0]
-            where_in = ".".join(str(part) for part in error["loc"]) or "(entry)"
-            message = str(error["msg"]).removeprefix("Value error, ")
-            raise UsageError(f"{where}[{name!r}].{where_in}: {message}.") from None
+            field, message, _ = first_field_error(exc)
+            raise UsageError(f"{where}[{name!r}].{field or '(entry)'}: {message}.") from None
     return servers
 
 
