@@ -78,23 +78,9 @@ def _free_port() -> int:
 def test_serve_answers_chat_with_a_cli_token(tmp_path: Path) -> None:
     db = tmp_path / "served.db"
     token = invoke(db, "tokens", "create", "caller")[1].strip().splitlines()[-1]
-    port = _free_port()
-    env = {**os.environ, "DATAMACHINE_DB": str(db), "DATAMACHINE_LOAD_PLUGINS": ""}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "datamachine", "serve", "--port", str(port),
-         "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process, url = _serve(db)
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + SERVE_START_TIMEOUT
-        while True:  # bounded wait for the server to start
-            try:
-                health = httpx.get(f"{url}/health", timeout=1.0)
-                break
-            except httpx.TransportError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"serve did not start: {process.communicate()[0]}")
-                time.sleep(0.05)
+        health = httpx.get(f"{url}/health", timeout=1.0)
         assert health.json()["status"] == "ok"
         response = httpx.post(f"{url}/chat", json={"message": "hi"},
                               headers={"Authorization": f"Bearer {token}"}, timeout=30.0)
