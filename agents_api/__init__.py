@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         tool_result_content,
     )
     from agents_api.message import Message, normalize_message, normalize_messages
+    from agents_api.pause import Pause
     from agents_api.results import (
         Decision,
         LoopResult,
@@ -65,6 +66,7 @@ _EXPORTS: dict[str, str] = {
     "Message": "agents_api.message",
     "normalize_message": "agents_api.message",
     "normalize_messages": "agents_api.message",
+    "Pause": "agents_api.pause",
     "Decision": "agents_api.results",
     "LoopResult": "agents_api.results",
     "RunStop": "agents_api.results",
@@ -85,6 +87,7 @@ __all__ = [
     "LockLost",
     "LoopResult",
     "Message",
+    "Pause",
     "RunStop",
     "StopVerdict",
     "TranscriptLock",

@@ -14,6 +14,7 @@ from typing import Any
 from agents_api.drive import DeadlineReached, Steps, ThreadCall, awaitable
 from agents_api.jsontext import compact_json
 from agents_api.message import Message
+from agents_api.pause import Pause
 from agents_api.records import ToolCall, ToolOutcome
 
 __all__ = ["Emit", "normalize_tool_result", "run_tool", "tool_result_content"]
@@ -54,11 +55,13 @@ def _failure(error: str, error_type: str) -> dict[str, Any]:
 
 def run_tool(call: ToolCall, turn: int, turn_context: dict[str, Any],
              executor: ToolExecutor | None, messages: list[Message], emit: Emit,
-             listening: bool, deadline: float | None = None) -> Steps[ToolOutcome]:
+             listening: bool, deadline: float | None = None) -> Steps[ToolOutcome | Pause]:
     """Run one call through the executor and append its two envelopes to ``messages``.
 
     Every way the call can fail (no executor, an exception, the run's time limit) becomes a
-    failed result the model reads; it never ends the run.
+    failed result the model reads; it never ends the run. An executor that answers with a
+    :class:`~agents_api.pause.Pause` did not run the call: its envelope is taken back (the
+    call waits, see :mod:`agents_api.pause`) and the pause is returned.
     """
     messages.append(Message.tool_call(call.name, call.parameters, turn, call.id))
     if listening:
@@ -79,6 +82,9 @@ def run_tool(call: ToolCall, turn: int, turn_context: dict[str, Any],
                 # Under a wall-clock rail a tool runs where the run can stop waiting for it: a
                 # sync tool in a daemon thread, an async one under a timeout.
                 raw = yield ThreadCall(executor, (call.mapping, context), deadline)
+            if type(raw) is Pause:
+                messages.pop()
+                return raw
             result = normalize_tool_result(raw)
         except DeadlineReached:
             logger.warning("agents_api: tool %r outlived the run's time limit; its late "

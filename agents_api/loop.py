@@ -58,6 +58,7 @@ def run_loop(
     on_budget_exhausted: BudgetExhaustedHook | None = None,
     on_stop: StopHook | None = None,
     transcript_writer: TranscriptWriter | None = None,
+    pending_tool_calls: Iterable[Mapping[str, Any]] = (),
 ) -> LoopResult:
     """Run a bounded conversation synchronously and return its :class:`LoopResult`.
 
@@ -65,11 +66,13 @@ def run_loop(
     awaited on a private event loop; inside a running event loop use :func:`arun_loop`.
     ``transcript_writer``: a writer for a session whose lock the caller already holds (instead
     of ``transcript_persister`` and ``transcript_lock``); see :mod:`agents_api.transcript`.
+    ``pending_tool_calls``: the calls a paused run left waiting (its ``pending["tool_calls"]``),
+    run before the first turn; see :mod:`agents_api.pause`.
     """
     run = _prepare(messages, turn_runner, turn_budget, budgets, tool_executor, on_event,
                    should_continue, transcript_persister, transcript_lock,
                    transcript_session_id, transcript_lock_ttl, context, request, on_tool_result,
-                   on_budget_exhausted, on_stop, transcript_writer)
+                   on_budget_exhausted, on_stop, transcript_writer, pending_tool_calls)
     return drive_sync(run.steps())
 
 
@@ -92,12 +95,13 @@ async def arun_loop(
     on_budget_exhausted: BudgetExhaustedHook | None = None,
     on_stop: StopHook | None = None,
     transcript_writer: TranscriptWriter | None = None,
+    pending_tool_calls: Iterable[Mapping[str, Any]] = (),
 ) -> LoopResult:
     """Run a bounded conversation inside the running event loop (same arguments as run_loop)."""
     run = _prepare(messages, turn_runner, turn_budget, budgets, tool_executor, on_event,
                    should_continue, transcript_persister, transcript_lock,
                    transcript_session_id, transcript_lock_ttl, context, request, on_tool_result,
-                   on_budget_exhausted, on_stop, transcript_writer)
+                   on_budget_exhausted, on_stop, transcript_writer, pending_tool_calls)
     return await drive_async(run.steps())
 
 
@@ -116,7 +120,8 @@ def loop_steps(
                    options.pop("transcript_lock_ttl", 300), options.pop("context", None),
                    options.pop("request", None), options.pop("on_tool_result", None),
                    options.pop("on_budget_exhausted", None), options.pop("on_stop", None),
-                   options.pop("transcript_writer", None))
+                   options.pop("transcript_writer", None),
+                   options.pop("pending_tool_calls", ()))
     if options:
         raise TypeError(f"loop_steps() got unexpected arguments: {', '.join(sorted(options))}")
     return run.steps()
@@ -155,6 +160,25 @@ def _check_transcript(persister: Any, lock: Any, writer: Any) -> None:
             "release methods (see agents_api.TranscriptWriter).")
 
 
+def _check_pending_calls(calls: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """Waiting calls as a paused run stored them: each a mapping naming its tool."""
+    if isinstance(calls, str | bytes | Mapping):
+        raise InvalidLoopArgument("pending_tool_calls must be a list of tool call dicts.")
+    checked = []
+    for index, call in enumerate(calls):
+        name = call.get("name") if isinstance(call, Mapping) else None
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidLoopArgument(
+                f"pending_tool_calls[{index}] must be a dict with a tool 'name' (as a paused "
+                "run's pending['tool_calls'] holds them).")
+        turn = call.get("turn", 0)
+        if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
+            raise InvalidLoopArgument(
+                f"pending_tool_calls[{index}]['turn'] must be a turn number, got {turn!r}.")
+        checked.append(dict(call))
+    return tuple(checked)
+
+
 def _prepare(messages: Iterable[Message | Mapping[str, Any]], turn_runner: TurnRunner,
              turn_budget: IterationBudget, budgets: Iterable[IterationBudget],
              tool_executor: ToolExecutor | None, on_event: EventSink | None,
@@ -162,7 +186,8 @@ def _prepare(messages: Iterable[Message | Mapping[str, Any]], turn_runner: TurnR
              session_id: str | None, ttl: int, context: Mapping[str, Any] | None,
              request: Mapping[str, Any] | None, on_tool_result: ToolResultHook | None,
              on_budget_exhausted: BudgetExhaustedHook | None, on_stop: StopHook | None,
-             writer: TranscriptWriter | None) -> LoopRun:
+             writer: TranscriptWriter | None,
+             pending_calls: Iterable[Mapping[str, Any]] = ()) -> LoopRun:
     """Validate the arguments (every failure names the argument) and build the run."""
     if not callable(turn_runner):
         raise InvalidLoopArgument(
@@ -174,5 +199,6 @@ def _prepare(messages: Iterable[Message | Mapping[str, Any]], turn_runner: TurnR
         should_continue=should_continue, persister=persister, lock=lock, writer=writer,
         session_id=session_id or None, ttl=check_lock_ttl(ttl), context=dict(context or {}),
         request=dict(request or {}), on_tool_result=on_tool_result,
-        on_budget_exhausted=on_budget_exhausted, on_stop=on_stop)
+        on_budget_exhausted=on_budget_exhausted, on_stop=on_stop,
+        pending_calls=_check_pending_calls(pending_calls))
     return LoopRun(settings, normalize_messages(messages), budget_map, Emitter(on_event))

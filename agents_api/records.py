@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["LoopStatus", "Outcome", "ToolCall", "ToolOutcome"]
 
 LoopStatus = Literal[
-    "completed", "incomplete", "budget_exceeded", "aborted", "error", "transcript_lock_contention"
+    "completed", "incomplete", "budget_exceeded", "aborted", "error", "transcript_lock_contention",
+    "awaiting_confirmation",
 ]
 
 

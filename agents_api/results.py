@@ -43,6 +43,9 @@ class TurnResult(BaseModel):
     request_metadata: dict[str, Any] = Field(default_factory=dict)
     complete: bool = False
     continuation_messages: list[Message] = Field(default_factory=list)
+    # Pause the run after this turn, before its tool calls run (see agents_api.pause): what
+    # the run waits for; the calls wait with it.
+    pause: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -62,18 +65,19 @@ class TurnAnswer:
     request_metadata: dict[str, Any] = field(default_factory=dict)
     complete: bool = False
     continuation_messages: list[Message] = field(default_factory=list)
+    pause: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, result: TurnResult) -> TurnAnswer:
         """The answer a validated ``TurnResult`` holds."""
         return cls(result.content, result.tool_calls, result.usage, result.request_metadata,
-                   result.complete, result.continuation_messages)
+                   result.complete, result.continuation_messages, result.pause)
 
     def to_turn_result(self) -> TurnResult:
         """The answer as the public model (what ``should_continue`` receives)."""
         return TurnResult(content=self.content, tool_calls=self.tool_calls, usage=self.usage,
                           request_metadata=self.request_metadata, complete=self.complete,
-                          continuation_messages=self.continuation_messages)
+                          continuation_messages=self.continuation_messages, pause=self.pause)
 
 
 def coerce_turn_result(value: object, turn: int) -> TurnAnswer:
@@ -132,6 +136,7 @@ class RunStop:
     session_id: str | None
     flags: list[str] = field(default_factory=list)
     warning: str | None = None
+    pending: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, result: LoopResult) -> RunStop:
@@ -144,14 +149,15 @@ class RunStop:
             last_tool_calls=result.last_tool_calls,
             tool_execution_results=result.tool_execution_results,
             session_id=result.transcript_session_id, flags=list(result.flags),
-            warning=result.warning)
+            warning=result.warning, pending=result.pending)
 
 
 class StopVerdict(BaseModel):
     """A stop handler's answer, applied to the result once, before it is stored or reported.
 
     Fields it sets replace the loop's (``status``, ``budget``, ``flags``, ``warning``,
-    ``error``, ``error_code``, ``final_content``); fields it leaves out keep the loop's.
+    ``error``, ``error_code``, ``final_content``, ``pending``); fields it leaves out keep the
+    loop's.
     ``messages`` are appended to the transcript (a final summary), ``usage`` is added to the
     run's usage (a call made after the last turn), ``warnings`` are appended and ``metadata``
     (product diagnostics that persisters store) is merged.
@@ -170,6 +176,7 @@ class StopVerdict(BaseModel):
     usage: dict[str, Any] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    pending: dict[str, Any] | None = None
 
 
 class LoopResult(BaseModel):
@@ -201,6 +208,8 @@ class LoopResult(BaseModel):
     # Product diagnostics a stop handler adds (a blocker, completion diagnostics); persisters
     # store them with the transcript.
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # What an ``awaiting_confirmation`` run waits for (see agents_api.pause); else None.
+    pending: dict[str, Any] | None = None
 
 
 def terminal_payload(result: Any) -> dict[str, Any]:
@@ -211,4 +220,5 @@ def terminal_payload(result: Any) -> dict[str, Any]:
         "message_count": len(result.messages),
         "tool_results": len(result.tool_execution_results), "budget": result.budget,
         "budgets": result.budgets, "error": result.error, "error_code": result.error_code,
+        "pending": getattr(result, "pending", None),
     }

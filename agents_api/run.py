@@ -26,6 +26,7 @@ from agents_api.errors import LockLost
 from agents_api.events import Emitter
 from agents_api.message import Message
 from agents_api.names import TOOL_CALLS, WALL_CLOCK, per_tool_budget
+from agents_api.pause import Pause
 from agents_api.records import LoopStatus, Outcome, ToolCall, ToolOutcome
 from agents_api.results import (
     Decision,
@@ -55,14 +56,17 @@ TurnRunner = Callable[
 ToolResultHook = Callable[
     [dict[str, Any], dict[str, Any], dict[str, Any]], MaybeAwaitable[Decision | None]
 ]
-BudgetExhaustedHook = Callable[[IterationBudget, dict[str, Any]], MaybeAwaitable[bool | None]]
+# True: the budget was extended; a Pause: stop and wait for a person (agents_api.pause).
+BudgetExhaustedHook = Callable[[IterationBudget, dict[str, Any]],
+                               MaybeAwaitable[bool | Pause | None]]
 ShouldContinue = Callable[[TurnResult, dict[str, Any]], bool]
 # Called once when a run stops, under the transcript lock, before the result is built: it sees
 # the run (RunStop) and returns the StopVerdict the loop applies (or None: no change).
 StopHook = Callable[[RunStop, dict[str, Any]], MaybeAwaitable[StopVerdict | None]]
 
 # The verdict fields that replace the loop's own when a stop handler sets them.
-_OVERRIDES = ("status", "budget", "flags", "warning", "error", "error_code", "final_content")
+_OVERRIDES = ("status", "budget", "flags", "warning", "error", "error_code", "final_content",
+              "pending")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,8 @@ class LoopSettings:
     on_tool_result: ToolResultHook | None
     on_budget_exhausted: BudgetExhaustedHook | None
     on_stop: StopHook | None
+    # Calls a paused run left waiting, run before the first turn (see agents_api.pause).
+    pending_calls: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(slots=True)
@@ -96,11 +102,14 @@ class _Turn:
 
 @dataclass(slots=True)
 class _ToolsRan:
-    """What running a turn's tools found: a spent budget, a policy's word, a failing hook."""
+    """What running a turn's tools found: a spent budget, a policy's word, a failing hook, a
+    pause; ``waiting``: the calls that did not run because of the spent budget or the pause."""
 
     spent: IterationBudget | None = None
     complete: bool = False
     hook_error: Exception | None = None
+    pause: Pause | None = None
+    waiting: list[ToolCall] | None = None
 
 
 class LoopRun:
@@ -132,6 +141,7 @@ class LoopRun:
         self.last_calls: list[ToolCall] = []
         self.warnings: list[str] = []
         self.outcome: Outcome | None = None
+        self.pending: dict[str, Any] | None = None  # what a paused run waits for
         self._records: list[dict[str, Any]] | None = None  # made once the run has stopped
         self._rails_seen, self._time_rail = -1, False  # see _has_time_rail
         self.transcript: TranscriptWriter | LegacyTranscript | None = None
@@ -143,6 +153,8 @@ class LoopRun:
         if not (yield from self._acquire_lock()):
             return self._contended()
         try:
+            if self.settings.pending_calls:
+                yield from self._run_waiting_calls()
             yield from self._begin()
             while self.outcome is None:
                 yield from self._turn()
@@ -167,9 +179,33 @@ class LoopRun:
         self.settings.turn_budget.increment()
         if self.transcript is not None and not (yield from self._store_turn(turn)):
             return
-        if ran.spent is not None and (yield from self._extend(ran.spent)):
+        if ran.pause is not None:
+            self._pause(ran.pause, ran.waiting, turn.number)
+            return
+        if ran.spent is not None and (yield from self._extend(ran.spent, ran.waiting,
+                                                              turn.number)):
             ran.spent = None  # granted more: the run goes on
         self._decide(turn, answer, ran)
+
+    def _run_waiting_calls(self) -> Steps[None]:
+        """A resumed run first runs the calls its paused run left waiting (in their own turn's
+        name), before anything is stored: ``begin`` then stores their envelopes with the rest.
+        They may pause the run again, or spend a budget, as any turn's calls may."""
+        waiting = self.settings.pending_calls
+        number = int(waiting[0].get("turn") or 0)
+        turn = _Turn(number, len(self.messages), {
+            **self.settings.context, "turn": number, "budgets": self.budgets,
+            "session_id": self.session_id})
+        ran = yield from self._run_tools(turn, TurnAnswer("", list(waiting)))
+        if ran.hook_error is not None:
+            self._fail("tool_result_hook_failed", ran.hook_error)
+        elif ran.pause is not None:
+            self._pause(ran.pause, ran.waiting, number)
+        elif ran.spent is not None and not (yield from self._extend(ran.spent, ran.waiting,
+                                                                    number)):
+            self._stop(Outcome("budget_exceeded", budget=ran.spent))
+        elif ran.complete:
+            self._stop(Outcome("completed"))
 
     # -- deciding ---------------------------------------------------------------------------
     def _stop(self, outcome: Outcome) -> None:
@@ -180,6 +216,13 @@ class LoopRun:
 
     def _fail(self, code: str, exc: BaseException) -> None:
         self._stop(Outcome.failure(code, exc))
+
+    def _pause(self, pause: Pause, waiting: list[ToolCall] | None, turn: int) -> None:
+        """Stop to wait for a person: what for, and the calls that wait with the run."""
+        self._stop(Outcome("awaiting_confirmation"))
+        if self.outcome is not None and self.outcome.status == "awaiting_confirmation":
+            self.pending = {**pause.pending, "tool_calls": [
+                {**call.mapping, "turn": turn} for call in waiting or ()]}
 
     def _decide(self, turn: _Turn, answer: TurnAnswer, ran: _ToolsRan) -> None:
         """After a stored turn: stop (and why) or go on to the next turn."""
@@ -323,8 +366,11 @@ class LoopRun:
         self._tick_wall_clock()
         return self._first_exceeded()
 
-    def _extend(self, budget: IterationBudget) -> Steps[bool]:
-        """Ask the host to extend a spent budget; only soft ceilings are ever offered."""
+    def _extend(self, budget: IterationBudget, waiting: list[ToolCall] | None = None,
+                turn: int = 0) -> Steps[bool]:
+        """Ask the host to extend a spent budget; only soft ceilings are ever offered. A
+        :class:`Pause` for an answer stops the run (``waiting``: the calls of ``turn`` that
+        the budget kept from running wait with it)."""
         hook = self.settings.on_budget_exhausted
         if hook is None or not budget.extendable():
             return False
@@ -335,6 +381,9 @@ class LoopRun:
         except Exception as exc:
             # A confirmation UI that crashes ends the run as an error, never as a raw exception.
             self._fail("budget_hook_failed", exc)
+            return False
+        if type(answer) is Pause:
+            self._pause(answer, waiting, turn)
             return False
         if answer is True and not budget.exceeded():
             self.emitter.emit("budget_extended", {"budget": budget.name(),
@@ -441,19 +490,26 @@ class LoopRun:
         """Run the turn's calls in order; tool budgets are checked before each call, every
         budget after it."""
         self.last_calls = calls = self._calls(turn, answer)
-        timed = bool(calls) and self._has_time_rail()
         ran = _ToolsRan()
-        for call in calls:
+        if answer.pause is not None:  # the runner paused the run: no call runs, all wait
+            ran.pause, ran.waiting = Pause(answer.pause), calls
+            return ran
+        timed = bool(calls) and self._has_time_rail()
+        for index, call in enumerate(calls):
             per_tool = self.per_tool.get(call.name)
             if per_tool is None:
                 per_tool = self.per_tool[call.name] = per_tool_budget(call.name)
             ran.spent = self._spent_tool_budget(per_tool)
             if ran.spent is not None:
+                ran.waiting = calls[index:]
                 break
             outcome = yield from run_tool(
                 call, turn.number, turn.context, self.settings.tool_executor, self.messages,
                 self.emitter.emit, self.emitter.listening,
                 self._deadline_left() if timed else None)
+            if type(outcome) is Pause:
+                ran.pause, ran.waiting = outcome, calls[index:]
+                break
             self.tool_outcomes.append(outcome)
             self._count_tool_call(per_tool)
             hook = self.settings.on_tool_result
@@ -470,6 +526,7 @@ class LoopRun:
             self._tick_wall_clock()
             ran.spent = self._first_exceeded(skip=self.settings.turn_budget)
             if ran.spent is not None:
+                ran.waiting = calls[index + 1:]
                 break
         return ran
 
@@ -554,7 +611,7 @@ class LoopRun:
             tool_execution_results=self._tool_records(),
             session_id=self.session_id,
             flags=[budget.to_response_flag()] if budget is not None else [],
-            warning=budget.to_warning() if budget is not None else None)
+            warning=budget.to_warning() if budget is not None else None, pending=self.pending)
 
     def _tool_records(self) -> list[dict[str, Any]]:
         if self._records is None:
@@ -575,7 +632,7 @@ class LoopRun:
             "status": outcome.status, "budget": budget.name() if budget is not None else None,
             "flags": [budget.to_response_flag()] if budget is not None else [],
             "warning": budget.to_warning() if budget is not None else None,
-            "error": outcome.error, "error_code": outcome.error_code}
+            "error": outcome.error, "error_code": outcome.error_code, "pending": self.pending}
         messages, usage = self.messages, dict(self.usage)
         noted = list(warnings) if warnings is not None else list(self.warnings)
         metadata: dict[str, Any] = {}
@@ -589,6 +646,8 @@ class LoopRun:
             metadata = dict(verdict.metadata)
         fields.setdefault("final_content", _final_content(messages, self.first_new))
         status: LoopStatus = fields.pop("status")
+        if status != "awaiting_confirmation":
+            fields["pending"] = None
         return unchecked(
             LoopResult,
             messages=messages, turn_count=self.turn_count,
