@@ -507,7 +507,7 @@ class LoopRun:
                 call, turn.number, turn.context, self.settings.tool_executor, self.messages,
                 self.emitter.emit, self.emitter.listening,
                 self._deadline_left() if timed else None)
-            if type(outcome) is Pause:
+            if isinstance(outcome, Pause):
                 ran.pause, ran.waiting = outcome, calls[index:]
                 break
             self.tool_outcomes.append(outcome)
