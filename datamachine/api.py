@@ -15,8 +15,8 @@ from datamachine.default_host import get_default_host
 if TYPE_CHECKING:
     from datamachine.conversation.stream import StreamEvent
 
-__all__ = ["acontinue_conversation", "arun_conversation", "astream_conversation",
-           "continue_conversation", "run_conversation", "stream_conversation"]
+__all__ = ["acontinue_conversation", "aresume", "arun_conversation", "astream_conversation",
+           "continue_conversation", "resume", "run_conversation", "stream_conversation"]
 
 
 def run_conversation(
@@ -135,3 +135,28 @@ async def acontinue_conversation(
     return await get_default_host().acontinue_conversation(session_id, extend_by, tools,
                                                            provider, model,
                                                            output_type=output_type)
+
+
+def resume(
+    session_id: str,
+    approve: bool,
+    extend_by: int | None = None,
+    tools: Any = None,
+    *,
+    payload: dict[str, Any] | None = None,
+) -> ConversationResult:
+    """Answer a paused run and continue it (default host; see ``Host.resume``)."""
+    return get_default_host().resume(session_id, approve, extend_by, tools, payload=payload)
+
+
+async def aresume(
+    session_id: str,
+    approve: bool,
+    extend_by: int | None = None,
+    tools: Any = None,
+    *,
+    payload: dict[str, Any] | None = None,
+) -> ConversationResult:
+    """Async twin of :func:`resume` (default host)."""
+    return await get_default_host().aresume(session_id, approve, extend_by, tools,
+                                            payload=payload)

@@ -42,6 +42,8 @@ __all__ = [
     "RequestTooLarge",
     "ScriptExhausted",
     "SessionAborted",
+    "SessionAwaitingConfirmation",
+    "SessionNotPaused",
     "TranscriptNotFound",
     "UnknownProvider",
     "UsageError",
@@ -91,6 +93,29 @@ class DatabaseError(DataMachineError, RuntimeError):
 
 class SessionAborted(DataMachineError):
     """A chat session reached its turn limit without confirmation and refuses new messages."""
+
+
+class SessionAwaitingConfirmation(DataMachineError):
+    """A message or a continuation was sent to a session whose run is paused, waiting for a
+    person's answer: answer it first with ``host.resume(session_id, approve)``."""
+
+    code = "session_awaiting_confirmation"
+
+    def __init__(self, message: str, *, session_id: str, pending: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.pending = pending
+
+
+class SessionNotPaused(DataMachineError):
+    """``resume`` was asked of a session that is not waiting for an answer."""
+
+    code = "session_not_paused"
+
+    def __init__(self, message: str, *, session_id: str, status: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.status = status
 
 
 class UnknownProvider(UsageError):

@@ -198,6 +198,40 @@ class Host(Services):
                                      model, with_output_type(payload, output_type),
                                      on_text=on_text))
 
+    def resume(
+        self,
+        session_id: str,
+        approve: bool,
+        extend_by: int | None = None,
+        tools: Any = None,
+        *,
+        payload: dict[str, Any] | None = None,
+    ) -> ConversationResult:
+        """Answer a paused run (status ``awaiting_confirmation``) and continue it: approved, the
+        budget is extended (``extend_by``), the chat count reset or the tool run; declined, the
+        run stops (see ``datamachine.conversation.resume``). ``tools=None``: the paused run's
+        tools by name; ``payload``: runtime options for the resumed run."""
+        from agents_api.drive import drive_sync
+        from datamachine.conversation.resume import resume_steps
+
+        return drive_sync(resume_steps(self, session_id, approve, extend_by, tools, payload))
+
+    async def aresume(
+        self,
+        session_id: str,
+        approve: bool,
+        extend_by: int | None = None,
+        tools: Any = None,
+        *,
+        payload: dict[str, Any] | None = None,
+    ) -> ConversationResult:
+        """Async twin of :meth:`resume` (for ``async def`` endpoints)."""
+        from agents_api.drive import drive_async
+        from datamachine.conversation.resume import resume_steps
+
+        return await drive_async(resume_steps(self, session_id, approve, extend_by, tools,
+                                              payload))
+
     def close(self) -> None:
         """Stop what plugins started (``host_closing``), close the providers' connection pools
         and the database connection; the host is unusable afterwards."""

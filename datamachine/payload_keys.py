@@ -37,6 +37,9 @@ class RuntimeOptions:
     extend_by: int | None = None
     model_options: dict[str, Any] = field(default_factory=dict)
     output_type: Any = None
+    # "ask" (confirm_continuation answers inside the run) or "pause" (the run stops
+    # awaiting_confirmation); None: the setting ``confirmation``, else "ask".
+    confirmation: str | None = None
 
 
 RUNTIME_KEYS = frozenset(option.name for option in fields(RuntimeOptions))

@@ -39,6 +39,13 @@ def _chat_turns(key: str, value: Any) -> None:
         validate_budget_value(f"setting {key!r}", value)
 
 
+def _confirmation(key: str, value: Any) -> None:
+    if value not in ("ask", "pause"):
+        raise InvalidSetting(f"Setting {key!r} must be 'ask' (confirm_continuation answers "
+                             f"inside the run) or 'pause' (the run stops "
+                             f"awaiting_confirmation), got {value!r}.")
+
+
 def _bytes(key: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidSetting(f"Setting {key!r} must be a positive number of bytes, got {value!r}.")
@@ -77,6 +84,7 @@ _RULES: dict[str, Callable[[str, Any], None]] = {
     "default_model": _text,
     "openai_base_url": _text,
     "chat_max_turns": _chat_turns,
+    "confirmation": _confirmation,
     "max_request_bytes": _bytes,
     "model_options": _model_options,
     "provider_max_retries": _max_retries,

@@ -48,7 +48,7 @@ def failure_reason(result: Mapping[str, Any], *, remaining_handlers: Sequence[st
     status = result.get("status")
     if status == "error":
         return str(result.get("error_code") or "conversation_error")
-    if status in ("transcript_lock_contention", "aborted"):
+    if status in ("transcript_lock_contention", "aborted", "awaiting_confirmation"):
         return str(status)
     if result.get("completion_assertions_complete") is False:
         return ASSERTIONS_MISSING

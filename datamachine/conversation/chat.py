@@ -15,10 +15,24 @@ from agents_api import IterationBudget, LockLost, Message
 from agents_api.drive import Steps, drive_sync
 from agents_api.results import terminal_payload
 from datamachine.budgets_builtin import CHAT_TURNS
+from datamachine.conversation.pausing import (
+    PausedRun,
+    confirmation_mode,
+    kept_payload,
+    paused_runs,
+    pending_warning,
+)
 from datamachine.conversation.payload import split_payload
 from datamachine.conversation.result import ConversationResult
 from datamachine.conversation.run import ConversationRun, emit_outside_run
-from datamachine.errors import ChatSessionNotFound, TranscriptNotFound, UsageError
+from datamachine.conversation.spec import normalize_tools
+from datamachine.errors import (
+    ChatSessionNotFound,
+    SessionAwaitingConfirmation,
+    TranscriptNotFound,
+    UsageError,
+)
+from datamachine.payload_keys import RuntimeOptions
 from datamachine.services import Services
 from datamachine.storage.chat_sessions import (
     ChatSession,
@@ -29,7 +43,8 @@ from datamachine.storage.chat_sessions import (
 from datamachine.storage.transcript_writer import TranscriptWriter
 
 __all__ = ["ChatTurnGate", "abort_before_run", "chat_message", "chat_steps", "chat_turns_on",
-           "contention_result", "failed_before_run"]
+           "contention_result", "failed_before_run", "pause_before_run", "refuse_if_paused",
+           "settle_without_run"]
 
 
 def _notice(session_id: str, max_turns: MaxTurns) -> str:
@@ -54,8 +69,13 @@ class ChatTurnGate:
     the run stops). :meth:`write` records that in the turn's own transaction.
     """
 
-    def __init__(self, services: Services, session: ChatSession, *, create: bool) -> None:
+    def __init__(self, services: Services, session: ChatSession, *, create: bool,
+                 pause: bool = False) -> None:
         self.services = services
+        # confirmation="pause": at the limit the run stops awaiting_confirmation instead of
+        # asking; ``pending`` says so to the turn runner.
+        self.pause = pause
+        self.pending: dict[str, Any] | None = None
         self.session = session
         self.session_id = session.id
         self.max_turns = session.max_turns
@@ -64,6 +84,11 @@ class ChatTurnGate:
         self.aborted = False
         self.notice = _notice(session.id, session.max_turns)
         self._reset = False
+
+    @property
+    def at_limit(self) -> bool:
+        """The session's count is at (or past) an integer limit."""
+        return self.max_turns != "unlimited" and self.count >= self.max_turns
 
     def open(self, writer: TranscriptWriter) -> bool:
         """Before the run, holding the lock: a session already at its limit is asked first;
@@ -86,6 +111,9 @@ class ChatTurnGate:
         self.count += 1
         self._reset = False
         if self.max_turns == "unlimited" or self.count < self.max_turns:
+            return True
+        if self.pause:
+            self.pending = {"kind": "chat_turn_limit", "budget": CHAT_TURNS, "tool_call": None}
             return True
         if _confirmed(self.services, self.session_id, self.count, self.max_turns):
             self.count, self._reset = 0, True
@@ -148,13 +176,14 @@ def chat_message(message: Any) -> list[dict[str, Any]]:
     return [{"role": "user", "content": message}]
 
 
-def _check_payload(payload: Mapping[str, Any] | None) -> int:
-    """The run's lock TTL; a chat session is stored by the host, never by the payload's store."""
+def check_session_payload(payload: Mapping[str, Any] | None) -> RuntimeOptions:
+    """The run's runtime options; a chat session is stored by the host, never by the payload's
+    store."""
     _, runtime = split_payload(payload)
     if runtime.transcript_persister is not None or runtime.transcript_lock is not None:
         raise UsageError("A chat session is stored by the host: leave transcript_persister "
                          "and transcript_lock out of a chat run's payload.")
-    return runtime.transcript_lock_ttl
+    return runtime
 
 
 def chat_turns_on(services: Services, session_id: str, new_messages: list[dict[str, Any]],
@@ -180,7 +209,8 @@ def chat_steps(services: Services, session_id: str, new_messages: list[dict[str,
     turn) and SessionAborted; returns a ``transcript_lock_contention`` result, without running,
     when another run holds the session.
     """
-    ttl = _check_payload(payload)
+    runtime = check_session_payload(payload)
+    ttl = runtime.transcript_lock_ttl
     existing = _exists(services, session_id, create)
     store = services.transcripts
     token = store.acquire(session_id, ttl)
@@ -192,9 +222,14 @@ def chat_steps(services: Services, session_id: str, new_messages: list[dict[str,
     except BaseException:  # aborted meanwhile (SessionAborted): give the lock back
         store.release(session_id, token)
         raise
-    gate = ChatTurnGate(services, session, create=not existing)
+    gate = ChatTurnGate(services, session, create=not existing,
+                        pause=confirmation_mode(services, runtime) == "pause")
     writer = store.open_writer(session_id, token, ttl, on_turn=gate.write)
     try:
+        if gate.pause and gate.at_limit:
+            return pause_before_run(services, gate, writer, new_messages, tools,
+                                    services.default_provider(provider),
+                                    services.default_model(model), mode, payload)
         if not gate.open(writer):
             return abort_before_run(services, session, writer, payload)
         run = ConversationRun.create(
@@ -222,10 +257,64 @@ def _exists(services: Services, session_id: str, create: bool) -> bool:
 
 def _session_under_lock(services: Services, session_id: str, existing: bool) -> ChatSession:
     if existing:
-        return services.chat_sessions.require_active(session_id)
+        session = services.chat_sessions.require_active(session_id)
+        refuse_if_paused(services, session_id)
+        return session
     return ChatSession(id=session_id, turn_count=0, status="active",
                        max_turns=services.chat_sessions.default_max_turns(),
                        created_at=0.0, updated_at=0.0)
+
+
+def refuse_if_paused(services: Services, session_id: str) -> None:
+    """A session whose run waits for a person takes nothing new until it is answered (read
+    under the session's lock)."""
+    try:
+        stored = services.transcripts.summary(session_id)
+    except TranscriptNotFound:
+        return
+    pending = stored.result.get("pending")
+    if stored.status == "awaiting_confirmation" and isinstance(pending, dict):
+        raise SessionAwaitingConfirmation(
+            f"Session {session_id!r} is paused: {pending_warning(pending)}",
+            session_id=session_id, pending=pending)
+
+
+def settle_without_run(services: Services, writer: TranscriptWriter, messages: list[Message],
+                       result: ConversationResult,
+                       payload: Mapping[str, Any] | None) -> ConversationResult:
+    """Store ``messages`` and ``result`` for a run decided before any turn (paused at a limit,
+    declined on resume), and emit its terminal event."""
+    request = {"provider": result.provider or None, "model": result.model or None,
+               "mode": result.mode}
+    writer.begin(messages, request)
+    writer.persist(messages, request, result)
+    emit_outside_run(services, payload, "completed",
+                     {**_terminal(result, result.mode), "session_id": writer.session_id})
+    return result
+
+
+def pause_before_run(services: Services, gate: ChatTurnGate, writer: TranscriptWriter,
+                     new_messages: list[dict[str, Any]], tools: Any, provider: str,
+                     model: str, mode: Any, payload: Mapping[str, Any] | None
+                     ) -> ConversationResult:
+    """A message to a session already at its limit, with ``confirmation="pause"``: the
+    message is stored and the run waits for ``resume`` before its first turn."""
+    label = mode if isinstance(mode, str) else ",".join(mode)
+    offered = normalize_tools(tools)
+    pending = {"kind": "chat_turn_limit", "budget": CHAT_TURNS, "tool_call": None,
+               "tool_calls": [], "tools": sorted(offered)}
+    messages = [*(Message(**m) for m in writer.history()),
+                *(Message(**m) for m in new_messages)]
+    result = ConversationResult(
+        messages=messages, status="awaiting_confirmation", completed=False,
+        budget=CHAT_TURNS, warning=pending_warning(pending), pending=pending,
+        cumulative_turn_count=writer.stored_turns(), transcript_session_id=gate.session_id,
+        mode=label, provider=provider, model=model)
+    clean, runtime = split_payload(payload)
+    settle_without_run(services, writer, messages, result, payload)
+    paused_runs(services).keep(gate.session_id, PausedRun(
+        tools=offered, payload=kept_payload(clean, runtime)))
+    return result
 
 
 def abort_before_run(services: Services, session: ChatSession, writer: TranscriptWriter,

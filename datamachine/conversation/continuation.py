@@ -18,7 +18,10 @@ from datamachine.conversation.chat import (
     abort_before_run,
     contention_result,
     failed_before_run,
+    pause_before_run,
+    refuse_if_paused,
 )
+from datamachine.conversation.pausing import CONFIRMATION_SETTING
 from datamachine.conversation.result import ConversationResult
 from datamachine.conversation.run import ConversationRun
 from datamachine.errors import ChatSessionNotFound
@@ -26,7 +29,7 @@ from datamachine.payload_keys import DEFAULT_LOCK_TTL
 from datamachine.registry import validate_budget_value
 from datamachine.services import Services
 
-__all__ = ["continuation_steps"]
+__all__ = ["chat_gate", "continuation_steps"]
 
 
 def continuation_steps(
@@ -43,7 +46,9 @@ def continuation_steps(
 
     Provider, model and mode default to those recorded with the transcript. ``tools=None``
     runs with no tools; pass them again to keep them. A transcript left interrupted by a crash
-    continues the same way. Another run on the session: ``transcript_lock_contention``.
+    continues the same way. Another run on the session: ``transcript_lock_contention``; a
+    paused one: :class:`~datamachine.errors.SessionAwaitingConfirmation` (answer it with
+    ``resume``).
     """
     validate_budget_value("extend_by", extend_by)
     store = services.transcripts
@@ -53,16 +58,23 @@ def continuation_steps(
         return contention_result(services, session_id, known.mode or "pipeline", provider,
                                  model, None)
     try:
-        gate = _chat_gate(services, session_id)
-    except BaseException:  # an aborted chat session (SessionAborted): give the lock back
+        refuse_if_paused(services, session_id)
+        gate = chat_gate(services, session_id,
+                         pause=services.settings.get(CONFIRMATION_SETTING) == "pause")
+    except BaseException:  # aborted or paused: give the lock back
         store.release(session_id, token)
         raise
     writer = store.open_writer(session_id, token, DEFAULT_LOCK_TTL,
                                on_turn=gate.write if gate is not None else None)
     try:
+        record = store.get_transcript(session_id)  # read now that nothing can change it
+        if gate is not None and gate.pause and gate.at_limit:
+            return pause_before_run(services, gate, writer, [], tools,
+                                    provider or record.provider or services.default_provider(None),
+                                    model if model is not None else (record.model or ""),
+                                    record.mode or "chat", None)
         if gate is not None and not gate.open(writer):
             return abort_before_run(services, gate.session, writer, None)
-        record = store.get_transcript(session_id)  # read now that nothing can change it
         run = ConversationRun.create(
             services, record.messages, tools,
             provider or record.provider or services.default_provider(None),
@@ -79,10 +91,11 @@ def continuation_steps(
         writer.release()  # the run frees the lock itself; this covers the paths before it
 
 
-def _chat_gate(services: Services, session_id: str) -> ChatTurnGate | None:
-    """On a chat session (read under its lock): its turn gate; otherwise None."""
+def chat_gate(services: Services, session_id: str, *, pause: bool) -> ChatTurnGate | None:
+    """On a chat session (read under its lock): its turn gate; otherwise None. Raises
+    SessionAborted for an aborted one."""
     try:
         session = services.chat_sessions.require_active(session_id)
     except ChatSessionNotFound:
         return None
-    return ChatTurnGate(services, session, create=False)
+    return ChatTurnGate(services, session, create=False, pause=pause)

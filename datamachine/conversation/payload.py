@@ -17,7 +17,11 @@ from datamachine.providers.options import validate_model_options
 from datamachine.registry import validate_budget_value
 from datamachine.storage.locks import MAX_TTL
 
-__all__ = ["RUNTIME_KEYS", "RuntimeOptions", "base_log_context", "split_payload"]
+__all__ = ["CONFIRMATION_MODES", "RUNTIME_KEYS", "RuntimeOptions", "base_log_context",
+           "split_payload"]
+
+# How a run gets a person's answer (DESIGN.md 16): asked inside the run, or paused for later.
+CONFIRMATION_MODES = ("ask", "pause")
 
 _LOG_KEYS = ("job_id", "flow_step_id", "agent_slug")
 
@@ -94,6 +98,12 @@ def _persister(value: Any) -> Any:
     return value
 
 
+def _confirmation(value: Any) -> Any:
+    if value is not None and value not in CONFIRMATION_MODES:
+        raise UsageError(f"payload['confirmation'] must be 'ask' or 'pause', got {value!r}.")
+    return value
+
+
 def _output_type(value: Any) -> Any:
     from datamachine.conversation.output import check_output_type
 
@@ -114,6 +124,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "transcript_persister": _persister,
     "model_options": validate_model_options,
     "output_type": _output_type,
+    "confirmation": _confirmation,
 }
 
 

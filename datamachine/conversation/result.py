@@ -16,7 +16,8 @@ from agents_api import Message
 __all__ = ["ConversationResult", "ConversationStatus", "empty_usage"]
 
 ConversationStatus = Literal[
-    "completed", "incomplete", "budget_exceeded", "aborted", "error", "transcript_lock_contention"
+    "completed", "incomplete", "budget_exceeded", "aborted", "error", "transcript_lock_contention",
+    "awaiting_confirmation",
 ]
 
 
@@ -66,3 +67,7 @@ class ConversationResult(BaseModel):
     # The validated final answer of a run with output_type (a model instance, or the decoded
     # JSON for a schema); None otherwise, and whenever the run is not completed.
     output: Any = None
+    # What an ``awaiting_confirmation`` run waits for (DESIGN.md 16): ``kind`` ("budget",
+    # "chat_turn_limit" or "tool_approval"), ``budget``, ``tool_call``, and the calls waiting
+    # with it (``tool_calls``); None for every other status. ``host.resume`` answers it.
+    pending: dict[str, Any] | None = None

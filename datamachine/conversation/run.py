@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Protocol, cast
 
-from agents_api import IterationBudget, LoopResult, RunStop, StopVerdict, TranscriptWriter
+from agents_api import IterationBudget, LoopResult, Pause, RunStop, StopVerdict, TranscriptWriter
 from agents_api.drive import Steps, drive_async, drive_sync, run_steps
 from agents_api.loop import loop_steps
 from agents_api.names import per_tool_budget
@@ -26,6 +26,13 @@ from datamachine.budgets_builtin import CONVERSATION_TURNS, TOOL_CALLS, WALL_CLO
 from datamachine.completion.controller import CompletionRun
 from datamachine.conversation.exhaustion import FinalSummary
 from datamachine.conversation.output import OutputContract
+from datamachine.conversation.pausing import (
+    PausedRun,
+    Resumption,
+    confirmation_mode,
+    kept_payload,
+    paused_runs,
+)
 from datamachine.conversation.payload import base_log_context, split_payload
 from datamachine.conversation.pressure import PressureTracker, parse_budget_pressure
 from datamachine.conversation.result import ConversationResult, empty_usage
@@ -106,19 +113,22 @@ class ConversationRun:
 
     ``writer``: the transcript writer of a session whose lock the caller already holds (chat and
     continuation read the stored history under it); ``turn_gate``: asked after every provider
-    turn (a chat session's limit); ``cumulative_base``: the session's turns before this run.
+    turn (a chat session's limit); ``cumulative_base``: the session's turns before this run;
+    ``resumption``: where a paused run stopped, for the run that resumes it.
     """
 
     def __init__(self, services: Services, spec: RunSpec, *,
                  writer: TranscriptWriter | None = None, turn_gate: TurnGate | None = None,
-                 cumulative_base: int = 0) -> None:
+                 cumulative_base: int = 0, resumption: Resumption | None = None) -> None:
         self.services = services
         self.spec = spec
         self.writer = writer
         self.turn_gate = turn_gate
         self.cumulative_base = cumulative_base
+        self.resumption = resumption
         self.warnings: list[str] = []
         runtime = spec.runtime
+        self.confirmation = confirmation_mode(services, runtime)
         self.emit = run_emitter(services, runtime.event_sink,
                                 base_log_context(spec.mode, spec.payload))
         found = spec.payload.get("engine_data")
@@ -134,6 +144,8 @@ class ConversationRun:
         self.budgets = self._other_budgets()
         # What a confirmed extension adds by default: the budget's ceiling at the start.
         self.ceilings = {b.name(): b.ceiling() for b in (self.turn_budget, *self.budgets)}
+        if resumption is not None:
+            self._resume_budgets(resumption)
         self.executor = self._executor()
         self.runner = self._turn_runner()
         self.runner.closed_tools = self.executor.closed_tools  # one set: hidden = refused
@@ -241,11 +253,30 @@ class ConversationRun:
         spec = self.spec
         # Built even without tools: a model that calls a tool anyway reads "not found", and bad
         # tool_runtime_rules are refused before the run starts.
-        return ToolExecutor(
+        executor = ToolExecutor(
             self.completion.tools, mode=spec.mode, payload=spec.payload,
             engine_data=self.engine_data, registry=self.services.budgets,
             runtime_rules=spec.runtime.tool_runtime_rules, warnings=self.warnings,
             host=self.services)
+        executor.confirmation = self.confirmation
+        executor.turn_gate = self.turn_gate  # a declined limit refuses the turn's calls
+        resumption = self.resumption
+        if resumption is not None:
+            executor.approved_call = resumption.approved_call
+            executor.declined_call = resumption.declined_call
+        return executor
+
+    def _resume_budgets(self, resumption: Resumption) -> None:
+        """Counts and ceilings carry on from the paused run; an approval extends the budget
+        that stopped it."""
+        restored = [_restored(b, resumption.budgets.get(b.name()))
+                    for b in (self.turn_budget, *self.budgets)]
+        self.turn_budget, self.budgets = restored[0], restored[1:]
+        if resumption.extend is not None:
+            name, by = resumption.extend
+            for budget in restored:
+                if budget.name() == name:
+                    budget.extend(by)
 
     def _transcript(self) -> tuple[Any, Any, str | None]:
         """(persister, lock, session id): the payload's, else the host's store."""
@@ -308,6 +339,8 @@ class ConversationRun:
             "on_tool_result": self.completion.on_tool_result,
             "on_stop": self._on_stop,
         }
+        if self.resumption is not None and self.resumption.pending_calls:
+            arguments["pending_tool_calls"] = self.resumption.pending_calls
         if self.writer is not None:
             arguments["transcript_writer"] = self.writer
         else:
@@ -316,17 +349,24 @@ class ConversationRun:
                              transcript_lock_ttl=spec.runtime.transcript_lock_ttl)
         return arguments
 
-    def _confirm_extension(self, budget: IterationBudget, context: dict[str, Any]) -> bool:
-        """Ask ``confirm_continuation``; extend by ``extend_by``, else the original ceiling."""
+    def _confirm_extension(self, budget: IterationBudget,
+                           context: dict[str, Any]) -> bool | Pause:
+        """Ask ``confirm_continuation``; extend by ``extend_by``, else the original ceiling.
+        With ``confirmation="pause"``: stop and wait for ``resume`` instead."""
         spec = self.spec
+        by = spec.runtime.extend_by or self.ceilings.get(budget.name(), budget.ceiling())
+        if self.resumption is not None and self.resumption.declined_budget == budget.name():
+            return False  # a person already said no
+        if self.confirmation == "pause":
+            return Pause({"kind": "budget", "budget": budget.name(), "tool_call": None,
+                          "extend_by": by})
         answer = self.services.first("confirm_continuation", budget=budget, context={
             **context, "kind": "budget_exhausted", "mode": spec.mode,
             "session_id": self.session_id, "provider": spec.provider, "model": spec.model,
         })
         if answer is not True:
             return False
-        budget.extend(spec.runtime.extend_by or self.ceilings.get(budget.name(),
-                                                                   budget.ceiling()))
+        budget.extend(by)
         return True
 
     # -- stopping ---------------------------------------------------------------------------
@@ -340,6 +380,9 @@ class ConversationRun:
         if not self.runner.partial_text:  # a stream cut mid-way keeps its own words instead
             summary = yield from self.summary.steps(stop, context.get("deadline"))
         verdict = self._decide(stop, summary, dict(self.runner.summary_usage))
+        if verdict.pending is not None:
+            # What resuming needs beyond the loop's word: the tools to offer again, by name.
+            verdict.pending = {**verdict.pending, "tools": sorted(self.completion.tools)}
         answer = verdict.for_the_loop([*self.warnings, *self.completion.warnings])
         self.verdict = verdict  # applied by the loop: its result carries our warnings
         return answer
@@ -393,7 +436,11 @@ class ConversationRun:
             available_tool_names=[], mode=spec.mode, provider=spec.provider, model=spec.model,
             output=(self.output.value if self.output is not None
                     and verdict.status == "completed" else None),
-            **_result_diagnostics(verdict.diagnostics))
+            pending=loop.pending, **_result_diagnostics(verdict.diagnostics))
+        if result.status == "awaiting_confirmation" and result.transcript_session_id:
+            paused_runs(self.services).keep(result.transcript_session_id, PausedRun(
+                tools=dict(self.completion.tools),
+                payload=kept_payload(spec.payload, spec.runtime)))
         if self.completion.job is not None:  # a pipeline job's record, read only for one
             self.completion.settle_job(_job_fields(result))
         return result
@@ -417,6 +464,19 @@ _JOB_FIELDS = ("status", "completed", "turn_count", "usage", "transcript_session
 def _job_fields(result: ConversationResult) -> dict[str, Any]:
     """What a pipeline job records of its run's result."""
     return {key: getattr(result, key) for key in _JOB_FIELDS}
+
+
+def _restored(budget: IterationBudget, snapshot: Mapping[str, Any] | None) -> IterationBudget:
+    """``budget`` with the count and ceiling a paused run stored (never past its hard
+    ceiling); as it is when the paused run had no such budget."""
+    if not snapshot:
+        return budget
+    current, ceiling = snapshot.get("current"), snapshot.get("ceiling")
+    if not isinstance(current, int) or not isinstance(ceiling, int):
+        return budget
+    hard = budget.hard_ceiling()
+    return IterationBudget(budget.name(), min(ceiling, hard) if hard is not None else ceiling,
+                           current, hard_ceiling=hard, max_seconds=budget.max_seconds())
 
 
 def _result_diagnostics(diagnostics: Mapping[str, Any]) -> dict[str, Any]:

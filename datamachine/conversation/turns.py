@@ -36,10 +36,13 @@ NaturalCompletion = Callable[[list[Message], str, dict[str, Any]], list[Message]
 
 class TurnGate(Protocol):
     """Asked after every provider answer (a chat session's turn limit): False declines the
-    turn's tool calls and ends the run after it; ``aborted`` then says so, ``notice`` why."""
+    turn's tool calls and ends the run after it; ``aborted`` then says so, ``notice`` why.
+    ``pending`` (set at the limit with ``confirmation="pause"``): the run pauses before the
+    turn's calls run, if it would go on."""
 
     aborted: bool
     notice: str
+    pending: dict[str, Any] | None
 
     def __call__(self, turn: int) -> bool:
         """Count turn ``turn``; whether the run may go on."""
@@ -296,18 +299,24 @@ class ProviderTurnRunner:
         if self.pressure is not None:
             self.pressure.observe(response.content, response.tool_calls)
         calls, complete, continuation = response.tool_calls, self.single_turn, []
-        if self.turn_gate is not None and not self.turn_gate(turn):
-            # Declined at a chat session's limit: this turn's calls do not run, the run ends.
-            calls, complete = [], True
+        gate = self.turn_gate
+        if gate is not None and not gate(turn):
+            # Declined at a chat session's limit: the run ends after this turn, whose calls
+            # the tool executor refuses (stored as rejected, never run).
+            complete = True
         elif self.stop_requested:
             calls, complete = [], True  # the consumer left: this turn's calls do not run
         elif self.on_natural_completion is not None and not calls:
             messages, context = self._turn_input
             continuation = self.on_natural_completion(messages, response.content, context)
+        pause = None
+        if gate is not None and gate.pending is not None and (calls or continuation) \
+                and not complete:
+            pause = gate.pending  # at the limit, paused: the calls wait for the answer
         # Every value here is the runner's own (the response was normalized above), so the
         # loop takes it as it is instead of validating a TurnResult every turn.
         return TurnAnswer(response.content, calls, response.usage, self.last_request_metadata,
-                          complete, continuation)
+                          complete, continuation, pause)
 
     def summarize(self, messages: list[Message], prompt: str) -> Any:
         """One tool-less request for a final summary (not a turn): its text, or an awaitable.

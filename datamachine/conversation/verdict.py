@@ -17,6 +17,7 @@ from agents_api import Message, RunStop, StopVerdict
 from agents_api.records import LoopStatus
 from datamachine.budgets_builtin import CONVERSATION_TURNS
 from datamachine.conversation.exhaustion import Summary
+from datamachine.conversation.pausing import pending_warning
 
 if TYPE_CHECKING:
     from datamachine.completion.controller import CompletionRun
@@ -50,6 +51,8 @@ class ProductVerdict:
     diagnostics: dict[str, Any] = field(default_factory=dict)
     summary: Summary | None = None
     summary_usage: dict[str, Any] = field(default_factory=dict)
+    # What a paused run waits for (status awaiting_confirmation), else None.
+    pending: dict[str, Any] | None = None
 
     def result_fields(self) -> dict[str, Any]:
         """The fields of the run's result this verdict decides (for the job's record)."""
@@ -69,7 +72,7 @@ class ProductVerdict:
         return StopVerdict(status=self.status, budget=self.budget, flags=self.flags,
                            warning=self.warning, final_content=self.final_content,
                            messages=messages, usage=self.summary_usage, warnings=warnings,
-                           metadata=stored)
+                           metadata=stored, pending=self.pending)
 
 
 def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
@@ -85,6 +88,12 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
     cut (the wall clock, a consumer that left), kept as the final content.
     """
     status, budget, flags, warning = stop.status, stop.budget, list(stop.flags), stop.warning
+    if status == "awaiting_confirmation":
+        pending = dict(stop.pending or {})
+        return ProductVerdict(
+            status=status, budget=pending.get("budget"), flags=[],
+            warning=pending_warning(pending), final_content=stop.final_content or partial,
+            max_turns_reached=False, diagnostics=completion.diagnostics(), pending=pending)
     max_turns_reached = status == "budget_exceeded" and budget == CONVERSATION_TURNS
     if max_turns_reached:
         warning = (f"Maximum conversation turns ({turn_ceiling}) reached. "

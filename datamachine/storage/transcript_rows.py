@@ -23,7 +23,8 @@ MessageLike = Message | Mapping[str, Any]
 
 # What a finished run's row keeps of its result (beside usage and budgets).
 SUMMARY_FIELDS = ("status", "completed", "final_content", "budget", "flags", "warning", "error",
-                  "error_code", "warnings", "turn_count", "cumulative_turn_count", "blocker")
+                  "error_code", "warnings", "turn_count", "cumulative_turn_count", "blocker",
+                  "pending")
 
 
 @dataclass(frozen=True, slots=True)

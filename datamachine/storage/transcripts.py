@@ -48,7 +48,8 @@ from datamachine.storage.transcript_writer import TranscriptWriter, TurnHook
 __all__ = ["Transcript", "TranscriptStatus", "TranscriptStore", "TranscriptSummary"]
 
 TranscriptStatus = Literal[
-    "running", "interrupted", "completed", "incomplete", "budget_exceeded", "aborted", "error"
+    "running", "interrupted", "completed", "incomplete", "budget_exceeded", "aborted", "error",
+    "awaiting_confirmation",
 ]
 MessageLike = rows.MessageLike
 

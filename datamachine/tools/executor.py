@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Iterable, Mapping, MutableMapping, Sequen
 from types import MappingProxyType
 from typing import Any
 
-from agents_api import IterationBudget
+from agents_api import IterationBudget, Pause
 from agents_api.drive import awaitable
 from datamachine.payload_keys import RUNTIME_KEYS
 from datamachine.registry import IterationBudgetRegistry
@@ -98,6 +98,13 @@ class ToolExecutor:
         # Tools budget pressure's wrap-up took out of this turn's request: a call to one anyway
         # is refused, not run (the turn runner keeps this set up to date).
         self.closed_tools: set[str] = set()
+        # How a requires_approval tool gets its answer: "ask" (confirm_continuation) or
+        # "pause" (the run stops awaiting_confirmation); a resumed run's answered call id.
+        self.confirmation = "ask"
+        self.approved_call: str | None = None
+        self.declined_call: str | None = None
+        # A chat session's turn gate: once it aborted the session, no call of the run runs.
+        self.turn_gate: Any = None
         # Per tool: (tool, validator, wants_context), read once per run (each read checks the
         # tool's values against what they were worked out from); the identity check notices a
         # swapped tool.
@@ -105,7 +112,7 @@ class ToolExecutor:
 
     def __call__(
         self, tool_call: Mapping[str, Any], context: Mapping[str, Any]
-    ) -> ToolResult | Awaitable[ToolResult]:
+    ) -> ToolResult | Pause | Awaitable[ToolResult]:
         """Run one call: known tool → decodable arguments → duplicate check → runtime rules →
         argument check against the schema → the tool."""
         name = tool_call.get("name") or tool_call.get("tool_name") or ""
@@ -144,6 +151,8 @@ class ToolExecutor:
 
         rejection = self._refusal(tool, key, params, call_id, context)
         if rejection is not None:
+            if isinstance(rejection, Pause):
+                return rejection  # nothing ran: the call waits for a person
             return self._done(tracked, call_id, rejection)
 
         compiled = self._compiled.get(name)
@@ -167,29 +176,42 @@ class ToolExecutor:
         return result if tracked else self._done(tracked, call_id, result)
 
     def _refusal(self, tool: Tool, key: str, params: dict[str, Any], call_id: str,
-                 context: Mapping[str, Any]) -> ToolResult | None:
-        """Why this call must not run, as its (rejected) result; None when it may: a tool
-        wrap-up closed, a duplicate, a runtime rule, an approval not given."""
+                 context: Mapping[str, Any]) -> ToolResult | Pause | None:
+        """Why this call must not run, as its (rejected) result; None when it may: a session
+        that was aborted at its limit, a tool wrap-up closed, a duplicate, a runtime rule, an
+        approval not given. A :class:`Pause` when the approval is to be asked later."""
         name = tool.name
+        gate = self.turn_gate
+        if gate is not None and gate.aborted:
+            return _session_closed(name, params, gate.notice)
         if name in self.closed_tools:
             return _closed(name, params)
         rejection = check_duplicate(tool, key, params, self.index, self.mode)
         if rejection is None and self.rules:
             rejection = self.rules.check(name, params)
         if rejection is None and tool.runtime.get("requires_approval") is True:
-            rejection = self._approval(tool, params, call_id, context)
+            return self._approval(tool, params, call_id, context)
         return rejection
 
     def _approval(self, tool: Tool, params: dict[str, Any], call_id: str,
-                  context: Mapping[str, Any]) -> ToolResult | None:
-        """Ask ``confirm_continuation`` (``kind="tool_approval"``); only a yes lets it run."""
+                  context: Mapping[str, Any]) -> ToolResult | Pause | None:
+        """Ask ``confirm_continuation`` (``kind="tool_approval"``); only a yes lets it run.
+        In ``pause`` mode the run stops instead, and a person's later answer (``resume``)
+        arrives as ``approved_call`` / ``declined_call``."""
+        call = {"id": call_id, "name": tool.name, "parameters": dict(params)}
         answer = None
-        if self.host is not None:
+        if call_id and call_id == self.approved_call:
+            return None
+        if call_id and call_id == self.declined_call:
+            answer = False
+        elif self.confirmation == "pause":
+            return Pause({"kind": "tool_approval", "budget": None, "tool_call": call})
+        elif self.host is not None:
             budgets = context.get("budgets")
             budget = budgets.get("tool_calls") if isinstance(budgets, Mapping) else None
             answer = self.host.first("confirm_continuation", budget=budget, context={
                 "kind": "tool_approval", "session_id": context.get("session_id"),
-                "tool_call": {"id": call_id, "name": tool.name, "parameters": dict(params)}})
+                "tool_call": call})
         if answer is True:
             return None
         why = "was declined" if answer is False else "needs approval, and nobody approved it"
@@ -259,6 +281,13 @@ class ToolExecutor:
 
 TOOLS_CLOSED = "tools_closed"
 APPROVAL_DECLINED = "approval_declined"
+SESSION_ABORTED = "session_aborted"
+
+
+def _session_closed(name: str, params: dict[str, Any], notice: str) -> ToolResult:
+    return {"success": False, "error_type": SESSION_ABORTED, "rejected": True,
+            "error": f"Tool '{name}' was not run: {notice}",
+            "tool_name": name, "parameters": dict(params)}
 
 
 def _closed(name: str, params: dict[str, Any]) -> ToolResult:

@@ -1,0 +1,189 @@
+"""``resume``: a person's answer to a paused run (DESIGN.md 16).
+
+A run with ``confirmation="pause"`` stopped ``awaiting_confirmation`` and stored what it waits
+for (``pending``) with its transcript; it holds no lock. Resuming takes the session's lock
+again, reads the transcript and its ``pending`` under it (so of two resumes at once one runs and
+the other gets ``transcript_lock_contention``, and a session answered already is refused with
+:class:`~datamachine.errors.SessionNotPaused`), and continues the same transcript with the same
+counts:
+
+- a spent budget: approved, it is extended (``extend_by``, else what the run would have added)
+  and the run goes on; declined, the run stops ``budget_exceeded`` (with its final summary);
+- a chat session's turn limit: approved, the count starts again; declined, the session is
+  aborted and the calls that waited are stored as refused;
+- a tool that ``requires_approval``: approved, it runs (exactly once) and the run goes on;
+  declined, the model reads that it was declined and the run goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agents_api import LockLost, Message
+from agents_api.drive import Steps
+from datamachine.conversation.chat import (
+    ChatTurnGate,
+    HookFailed,
+    check_session_payload,
+    contention_result,
+    failed_before_run,
+    settle_without_run,
+)
+from datamachine.conversation.continuation import chat_gate
+from datamachine.conversation.pausing import Resumption, paused_runs
+from datamachine.conversation.result import ConversationResult
+from datamachine.conversation.run import ConversationRun
+from datamachine.conversation.spec import normalize_tools
+from datamachine.errors import SessionNotPaused, UsageError
+from datamachine.registry import validate_budget_value
+from datamachine.services import Services
+from datamachine.storage.chat_sessions import record_limit_answer
+from datamachine.storage.transcript_writer import TranscriptWriter
+from datamachine.storage.transcripts import Transcript
+from datamachine.tools import Tool
+
+__all__ = ["resume_steps"]
+
+
+def resume_steps(services: Services, session_id: str, approve: bool,
+                 extend_by: int | None = None, tools: Any = None,
+                 payload: dict[str, Any] | None = None) -> Steps[ConversationResult]:
+    """Answer the paused run of ``session_id`` and continue it (as steps; see the module).
+
+    ``tools=None``: the paused run's tools, by name (those this process still holds, else the
+    host's registered tools). ``payload``: runtime options for the resumed run (an
+    ``event_sink``, a ``script``) over those the paused run kept in this process.
+    """
+    _check_arguments(session_id, approve, extend_by)
+    ttl = check_session_payload(payload).transcript_lock_ttl
+    store = services.transcripts
+    known = store.summary(session_id)  # an unknown id fails before any write
+    token = store.acquire(session_id, ttl)
+    if token is None:
+        return contention_result(services, session_id, known.mode or "pipeline", None, None,
+                                 payload)
+    try:
+        record = store.get_transcript(session_id)  # read now that nothing can change it
+        pending = _pending(record)
+        gate = chat_gate(services, session_id, pause=True)
+    except BaseException:  # not paused, or an aborted chat session: give the lock back
+        store.release(session_id, token)
+        raise
+    writer = store.open_writer(session_id, token, ttl,
+                               on_turn=gate.write if gate is not None else None)
+    try:
+        kept = paused_runs(services).get(session_id)
+        offered = _tools(services, pending, tools, kept.tools if kept is not None else None)
+        run_payload = {**(kept.payload if kept is not None else {}), "confirmation": "pause",
+                       **(payload or {}), "transcript_session_id": session_id}
+        resumption = _answer(writer, record, pending, gate, approve, extend_by)
+        if resumption is None:  # declined at a chat limit: the session is aborted
+            assert gate is not None
+            return _declined_limit(services, writer, record, pending, gate, run_payload)
+        run = ConversationRun.create(
+            services, record.messages, offered,
+            record.provider or services.default_provider(None), record.model or "",
+            record.mode or "pipeline", run_payload, None, False, writer=writer,
+            turn_gate=gate, cumulative_base=record.cumulative_turn_count,
+            resumption=resumption)
+        paused_runs(services).forget(session_id)
+        return (yield from run.steps())
+    except (LockLost, HookFailed) as exc:  # the lock was lost while the answer was written
+        return failed_before_run(services, session_id, exc, record.mode or "pipeline",
+                                 record.provider, record.model, payload)
+    finally:
+        writer.release()  # the run frees the lock itself; this covers the paths before it
+
+
+def _check_arguments(session_id: object, approve: object, extend_by: object) -> None:
+    if not isinstance(session_id, str) or not session_id.strip():
+        raise UsageError("session_id must be the id of a paused session (a non-empty string).")
+    if not isinstance(approve, bool):
+        raise UsageError(f"approve must be True (go on) or False (stop), got {approve!r}.")
+    if extend_by is not None:
+        validate_budget_value("extend_by", extend_by)
+
+
+def _pending(record: Transcript) -> dict[str, Any]:
+    pending = record.result.get("pending")
+    if record.status != "awaiting_confirmation" or not isinstance(pending, dict):
+        raise SessionNotPaused(
+            f"Session {record.id!r} is not waiting for an answer (its status is "
+            f"{record.status!r}); send it a new message, or continue it with "
+            "continue_conversation.", session_id=record.id, status=record.status)
+    return pending
+
+
+def _tools(services: Services, pending: Mapping[str, Any], given: Any,
+           held: dict[str, Tool] | None) -> dict[str, Tool]:
+    """The resumed run's tools: ``given``, else the paused run's (by name)."""
+    if given is not None:
+        return normalize_tools(given)
+    names = [str(name) for name in pending.get("tools") or ()]
+    registered = services.tools.tools()
+    found: dict[str, Tool] = {}
+    for name in names:
+        tool = (held or {}).get(name) or registered.get(name)
+        if tool is not None:
+            found[name] = tool
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise UsageError(
+            f"The paused run offered tools this process does not have: {', '.join(missing)}; "
+            "pass them again with resume(..., tools=...).")
+    return found
+
+
+def _answer(writer: TranscriptWriter, record: Transcript, pending: Mapping[str, Any],
+            gate: ChatTurnGate | None, approve: bool,
+            extend_by: int | None) -> Resumption | None:
+    """Apply the answer; how the run resumes, or None for a chat limit declined."""
+    budgets = record.budgets
+    waiting = tuple(dict(call) for call in pending.get("tool_calls") or ())
+    kind = pending.get("kind")
+    if kind == "chat_turn_limit" and gate is not None:
+        writer.write("answer a chat session's turn limit",
+                     lambda conn, now: record_limit_answer(conn, gate.session_id,
+                                                           confirmed=approve, now=now))
+        if not approve:
+            gate.aborted = True
+            return None
+        gate.count = 0
+        return Resumption(budgets=budgets, pending_calls=waiting)
+    if kind == "tool_approval":
+        call = pending.get("tool_call") or {}
+        call_id = str(call.get("id") or "")
+        return Resumption(budgets=budgets, pending_calls=waiting,
+                          approved_call=call_id if approve else None,
+                          declined_call=None if approve else call_id)
+    name = str(pending.get("budget") or "")
+    if not approve:
+        return Resumption(budgets=budgets, declined_budget=name)
+    by = extend_by or pending.get("extend_by") or budgets.get(name, {}).get("ceiling") or 1
+    return Resumption(budgets=budgets, pending_calls=waiting, extend=(name, int(by)))
+
+
+def _declined_limit(services: Services, writer: TranscriptWriter, record: Transcript,
+                    pending: Mapping[str, Any], gate: ChatTurnGate,
+                    payload: Mapping[str, Any]) -> ConversationResult:
+    """The session is aborted; the calls that waited are stored as refused, never run."""
+    messages = [Message(**m) for m in record.messages]
+    refused: list[dict[str, Any]] = []
+    for call in pending.get("tool_calls") or ():
+        name, call_id = str(call.get("name")), str(call.get("id"))
+        parameters, turn = call.get("parameters"), int(call.get("turn") or 0)
+        refusal = {"success": False, "error_type": "session_aborted", "rejected": True,
+                   "error": f"Tool '{name}' was not run: {gate.notice}", "tool_name": name,
+                   "parameters": parameters}
+        messages += [Message.tool_call(name, parameters, turn, call_id),
+                     Message.tool_result(name, refusal, turn, call_id, refusal["error"])]
+        refused.append({"id": call_id, "name": name, "parameters": parameters})
+    result = ConversationResult(
+        messages=messages, status="aborted", completed=False, warning=gate.notice,
+        final_content=gate.notice, last_tool_calls=refused,
+        cumulative_turn_count=record.cumulative_turn_count,
+        transcript_session_id=record.id, mode=record.mode or "chat",
+        provider=record.provider or "", model=record.model or "")
+    paused_runs(services).forget(record.id)
+    return settle_without_run(services, writer, messages, result, payload)
