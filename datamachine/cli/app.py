@@ -21,6 +21,7 @@ EXIT_CODES = {
     "incomplete": 3,
     "budget_exceeded": 3,
     "aborted": 3,
+    "awaiting_confirmation": 4,
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -100,13 +101,22 @@ def load_plugin_commands() -> None:
 
 
 def _register_builtin_commands() -> None:
-    from datamachine.cli import admin, chat_cmd, continue_cmd, demo, run_cmd, server_cmds
+    from datamachine.cli import (
+        admin,
+        chat_cmd,
+        continue_cmd,
+        demo,
+        resume_cmd,
+        run_cmd,
+        server_cmds,
+    )
 
     server_cmds.register(cli)
     cli.add_command(demo.demo)
     cli.add_command(run_cmd.run)
     cli.add_command(chat_cmd.chat)
     cli.add_command(continue_cmd.continue_)
+    cli.add_command(resume_cmd.resume)
     for command in admin.COMMANDS:
         cli.add_command(command)
 

@@ -22,12 +22,17 @@ __all__ = ["continue_"]
 @handle_errors
 def continue_(state: State, session: str, extend_by: int | None, as_json: bool) -> None:
     """Resume the stopped (or crash-interrupted) run SESSION (an id, or its first characters
-    as `datamachine transcripts list` shows them) with the same provider, model and mode."""
+    as `datamachine transcripts list` shows them) with the same provider, model and mode. A
+    paused run (status awaiting_confirmation) is approved, as `datamachine resume --approve`
+    would."""
     host = state.host
     session_id = host.transcripts.resolve(session)
-    more = extend_by if extend_by is not None else host.budgets.create(
-        "conversation_turns").ceiling()
-    result = host.continue_conversation(session_id, more)
+    if host.transcripts.summary(session_id).status == "awaiting_confirmation":
+        result = host.resume(session_id, True, extend_by)
+    else:
+        more = extend_by if extend_by is not None else host.budgets.create(
+            "conversation_turns").ceiling()
+        result = host.continue_conversation(session_id, more)
     if as_json:
         click.echo(pretty_json(result.model_dump(mode="json")))
     else:

@@ -27,6 +27,10 @@ def explain_stop(result: ConversationResult) -> str:
         return "another run holds this transcript's lock; nothing ran."
     if result.status == "incomplete":
         return f"incomplete: {result.blocker or result.warning or 'assertions not satisfied'}"
+    if result.status == "awaiting_confirmation":
+        session = result.transcript_session_id or "SESSION"
+        return (f"{result.warning or 'paused.'} From here: `datamachine resume {session[:12]} "
+                "--approve` (or --decline).")
     return result.status
 
 

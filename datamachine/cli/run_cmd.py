@@ -59,6 +59,9 @@ def _streamed(host: Any, *args: Any) -> Any:
 @click.option("--tools", "tool_names", default="",
               help="Comma-separated names of registered tools to offer.")
 @model_option
+@click.option("--confirmation", type=click.Choice(["ask", "pause"]), default=None,
+              help="pause: stop (exit 4) where the run would ask a person, to be answered "
+                   "later with `datamachine resume` (default: setting confirmation, else ask).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON.")
 @click.option("--no-stream", is_flag=True,
               help="On a terminal, print the answer when it is complete instead of as it "
@@ -67,7 +70,8 @@ def _streamed(host: Any, *args: Any) -> Any:
 @handle_errors
 def run(state: State, prompt: str, mode: str, provider: str | None, model: str | None,
         max_turns: int | None, single_turn: bool, script: Path | None, tool_names: str,
-        model_options: dict[str, Any], as_json: bool, no_stream: bool) -> None:
+        model_options: dict[str, Any], confirmation: str | None, as_json: bool,
+        no_stream: bool) -> None:
     """Run one conversation with PROMPT as the user message."""
     host = state.host
     tools = []
@@ -82,6 +86,8 @@ def run(state: State, prompt: str, mode: str, provider: str | None, model: str |
         payload["model_options"] = model_options
     if script is not None:
         payload["script"] = str(script)
+    if confirmation is not None:
+        payload["confirmation"] = confirmation
     messages = [{"role": "user", "content": prompt}]
     if sys.stdout.isatty() and not as_json and not no_stream:
         result = _streamed(host, messages, tools, provider, model, mode, payload, max_turns,

@@ -54,7 +54,7 @@ __all__ = ["create_app", "result_response", "serve"]
 
 logger = logging.getLogger("datamachine.server")
 
-_OK_STATUSES = frozenset({"completed", "incomplete", "budget_exceeded"})
+_OK_STATUSES = frozenset({"completed", "incomplete", "budget_exceeded", "awaiting_confirmation"})
 PREFLIGHT_ERROR_CODE = "completion_required_tool_unavailable"
 
 
@@ -158,6 +158,9 @@ class _ChatEndpoint:
                 messages=parsed.conversation_messages(), caller=caller,
                 session_id=parsed.session_id, mode=parsed.mode, provider=parsed.provider,
                 model=parsed.model, max_turns=parsed.max_turns, tools=self.host.tools.tools(),
+                resume=((parsed.resume.approve, parsed.resume.extend_by)
+                        if parsed.resume is not None else None),
+                confirmation=parsed.confirmation,
             )
             if parsed.stream or _accepts_only_events(request):
                 # Every check above has passed: only now does the answer become a stream.

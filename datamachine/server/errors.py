@@ -20,6 +20,9 @@ from datamachine.errors import (
     InvalidCallerContext,
     RequestTooLarge,
     SessionAborted,
+    SessionAwaitingConfirmation,
+    SessionNotPaused,
+    TranscriptNotFound,
     UsageError,
 )
 
@@ -71,7 +74,13 @@ def problem_for(exc: DataMachineError) -> Problem:
         return Problem(413, "request_too_large", str(exc), {"max_request_bytes": exc.limit})
     if isinstance(exc, SessionAborted):
         return Problem(409, "session_aborted", str(exc))
-    if isinstance(exc, ChatSessionNotFound):
+    if isinstance(exc, SessionAwaitingConfirmation):
+        return Problem(409, "session_awaiting_confirmation", str(exc),
+                       {"session_id": exc.session_id, "pending": exc.pending})
+    if isinstance(exc, SessionNotPaused):
+        return Problem(409, "session_not_paused", str(exc),
+                       {"session_id": exc.session_id, "status": exc.status})
+    if isinstance(exc, ChatSessionNotFound | TranscriptNotFound):
         return Problem(404, "session_not_found", str(exc))
     if isinstance(exc, UsageError):
         return Problem(422, "invalid_request", str(exc))

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from datamachine.errors import InvalidBudgetValue
 from datamachine.registry import validate_budget_value
 
-__all__ = ["ChatMessageIn", "ChatRequest", "FieldProblem", "describe_validation_error"]
+__all__ = ["ChatMessageIn", "ChatRequest", "FieldProblem", "ResumeIn",
+           "describe_validation_error"]
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$"
 MODE_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
@@ -31,12 +32,35 @@ class ChatMessageIn(BaseModel):
     content: str
 
 
+class ResumeIn(BaseModel):
+    """A person's answer to a paused session (``{"approve": bool}``, DESIGN.md 16)."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid", strict=True)
+
+    approve: bool
+    extend_by: int | None = None
+
+    @field_validator("extend_by", mode="before")
+    @classmethod
+    def _check_extend_by(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return validate_budget_value("extend_by", value)
+        except InvalidBudgetValue as exc:
+            raise ValueError(str(exc)) from None
+
+
 class ChatRequest(BaseModel):
-    """The ``POST /chat`` body: ``messages`` or ``message`` (exactly one), and run options.
+    """The ``POST /chat`` body: ``messages``, ``message`` or ``resume`` (exactly one), and run
+    options.
 
     ``session_id`` continues a stored chat session (the id a previous answer returned as
-    ``transcript_session_id``); without it a new session starts. ``provider`` and ``model``
-    default to the site's settings ``default_provider`` and ``default_model``.
+    ``transcript_session_id``); without it a new session starts. ``resume`` answers a session
+    whose run paused (status ``awaiting_confirmation``) and needs ``session_id``.
+    ``confirmation``: ``"pause"`` to pause where the run would ask a person (the site's
+    setting ``confirmation`` otherwise). ``provider`` and ``model`` default to the site's
+    settings ``default_provider`` and ``default_model``.
     """
 
     model_config = ConfigDict(defer_build=True, extra="forbid", strict=True)
@@ -51,6 +75,8 @@ class ChatRequest(BaseModel):
     # Server-Sent Events instead of one JSON answer (also when the request accepts only
     # text/event-stream).
     stream: bool = False
+    resume: ResumeIn | None = None
+    confirmation: Literal["ask", "pause"] | None = None
 
     @field_validator("max_turns", mode="before")
     @classmethod
@@ -64,11 +90,14 @@ class ChatRequest(BaseModel):
 
     @model_validator(mode="after")
     def _exactly_one_input(self) -> ChatRequest:
-        if (self.messages is None) == (self.message is None):
+        given = [self.messages is not None, self.message is not None, self.resume is not None]
+        if sum(given) != 1:
             raise ValueError(
-                "send exactly one of 'messages' (a list of {role, content}) or 'message' "
-                "(a string)"
+                "send exactly one of 'messages' (a list of {role, content}), 'message' "
+                "(a string) or 'resume' ({\"approve\": true|false}, with 'session_id')"
             )
+        if self.resume is not None and self.session_id is None:
+            raise ValueError("'resume' answers a paused session: send its 'session_id' too")
         return self
 
     def conversation_messages(self) -> list[dict[str, str]]:

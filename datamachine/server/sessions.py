@@ -43,6 +43,9 @@ class ChatTurn:
     model: str | None = None
     max_turns: int | None = None
     tools: dict[str, Any] = field(default_factory=dict)
+    # A person's answer to a paused session instead of new messages: (approve, extend_by).
+    resume: tuple[bool, int | None] | None = None
+    confirmation: str | None = None
 
 
 def run_chat_turn(host: Host, turn: ChatTurn, *,
@@ -51,17 +54,25 @@ def run_chat_turn(host: Host, turn: ChatTurn, *,
     """Run ``turn`` on its chat session (a new one when ``turn.session_id`` is None).
 
     Raises :class:`datamachine.errors.ChatSessionNotFound` for an unknown session,
-    :class:`SessionAborted` for an aborted one, and ``UsageError`` for arguments the run
-    refuses; returns a ``transcript_lock_contention`` result, without running, when another
-    request holds the session.
+    :class:`SessionAborted` for an aborted one, ``SessionAwaitingConfirmation`` for a paused
+    one (``SessionNotPaused`` when ``turn.resume`` answers a session that is not), and
+    ``UsageError`` for arguments the run refuses; returns a ``transcript_lock_contention``
+    result, without running, when another request holds the session.
     """
+    from agents_api.drive import drive_sync
     from datamachine.conversation.chat import chat_turns_on
+    from datamachine.conversation.resume import resume_steps
 
     session_id = turn.session_id or uuid.uuid4().hex
     payload: dict[str, Any] = {PAYLOAD_KEY: turn.caller.to_payload(),
                                "transcript_lock_ttl": LOCK_TTL_SECONDS}
     if event_sink is not None:
         payload["event_sink"] = event_sink
+    if turn.confirmation is not None:
+        payload["confirmation"] = turn.confirmation
+    if turn.resume is not None:
+        approve, extend_by = turn.resume
+        return drive_sync(resume_steps(host, session_id, approve, extend_by, None, payload))
     # host.chat's rules: the lock is taken before the session is read, and the session's turn
     # limit is checked after every provider turn; with nobody to confirm over HTTP, a session
     # at its limit is aborted (409).

@@ -378,3 +378,54 @@ def test_session_turn_limit_is_enforced_over_http(site: Site) -> None:
     assert site.host.chat_sessions.get(session_id).status == "aborted"
     assert_error(post(site, {"message": "three", "session_id": session_id}), 409,
                  "session_aborted")
+
+
+def test_a_paused_session_is_200_awaiting_and_resume_continues_it(site: Site) -> None:
+    site.host.settings.set("chat_max_turns", 1)
+    first = post(site, {"message": "one", "confirmation": "pause"}).json()
+    assert first["status"] == "completed"  # a final answer at the limit ends as usual
+    session_id = first["transcript_session_id"]
+    asked = len(site.model.requests)
+    paused = post(site, {"message": "two", "session_id": session_id, "confirmation": "pause"})
+    assert paused.status_code == 200, paused.text
+    body = paused.json()
+    assert (body["status"], body["completed"]) == ("awaiting_confirmation", False)
+    assert body["pending"]["kind"] == "chat_turn_limit"
+    assert len(site.model.requests) == asked  # it waits before asking the model
+    refused = assert_error(post(site, {"message": "three", "session_id": session_id}), 409,
+                           "session_awaiting_confirmation")
+    assert refused["data"]["pending"]["kind"] == "chat_turn_limit"
+
+    resumed = post(site, {"session_id": session_id, "resume": {"approve": True}})
+    assert resumed.status_code == 200, resumed.text
+    assert resumed.json()["final_content"] == "solo answers: two"
+    assert_error(post(site, {"session_id": session_id, "resume": {"approve": True}}), 409,
+                 "session_not_paused")
+
+
+def test_a_declined_resume_over_http_aborts_the_session(site: Site) -> None:
+    site.host.settings.set("chat_max_turns", 1)
+    site.host.settings.set("confirmation", "pause")
+    session_id = post(site, {"message": "one"}).json()["transcript_session_id"]
+    assert post(site, {"message": "two", "session_id": session_id}).json()["status"] == (
+        "awaiting_confirmation")
+    declined = post(site, {"session_id": session_id, "resume": {"approve": False}})
+    assert_error(declined, 409, "session_aborted")
+    assert site.host.chat_sessions.get(session_id).status == "aborted"
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"resume": {"approve": True}}, "session_id"),
+    ({"session_id": "s", "message": "x", "resume": {"approve": True}}, "exactly one"),
+    ({"session_id": "s", "resume": {"approve": "yes"}}, "resume.approve"),
+    ({"session_id": "s", "resume": {"approve": True, "extend_by": 0}}, "extend_by"),
+    ({"message": "x", "confirmation": "later"}, "confirmation")])
+def test_bad_resume_bodies_are_422_naming_the_field(site: Site, body: dict[str, Any],
+                                                    field: str) -> None:
+    answer = assert_error(post(site, body), 422, "invalid_request")
+    assert field in answer["message"]
+
+
+def test_resuming_an_unknown_session_is_404(site: Site) -> None:
+    assert_error(post(site, {"session_id": "nope", "resume": {"approve": True}}), 404,
+                 "session_not_found")

@@ -285,3 +285,51 @@ def test_a_prefix_that_starts_several_sessions_lists_them() -> None:
         assert host.transcripts.resolve("abc1") == "abc1"
         with pytest.raises(UsageError, match="'abc' starts more than one session id"):
             host.transcripts.resolve("abc")
+
+
+def _paused_run(runner: CliRunner, db: Path, tmp_path: Path) -> str:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"content": "", "tool_calls": [
+        {"id": "x1", "name": "nonexistent", "parameters": {}}]}]))
+    code, out = invoke(runner, db, "run", "go", "--script", str(script), "--max-turns", "1",
+                       "--confirmation", "pause", "--json")
+    assert code == 4, out
+    result = json.loads(out)
+    assert result["status"] == "awaiting_confirmation"
+    assert result["pending"]["kind"] == "budget"
+    return str(result["transcript_session_id"])
+
+
+def test_a_paused_run_exits_4_and_resume_answers_it(runner: CliRunner, tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    session = _paused_run(runner, db, tmp_path)
+    answer = tmp_path / "answer.json"
+    answer.write_text(json.dumps([{"content": "all done"}]))
+    code, out = invoke(runner, db, "resume", session[:8], "--approve", "--extend-by", "2",
+                       "--script", str(answer))
+    assert code == 0, out
+    assert "final:       all done" in out
+    code, out = invoke(runner, db, "resume", session[:8], "--approve")
+    assert code == 1
+    assert "not waiting for an answer" in out
+
+
+def test_resume_needs_an_answer_and_decline_stops_the_run(runner: CliRunner,
+                                                         tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    session = _paused_run(runner, db, tmp_path)
+    code, out = invoke(runner, db, "resume", session)
+    assert code == 2
+    assert "--approve" in out
+    code, out = invoke(runner, db, "resume", session, "--decline")
+    assert code == 3, out
+    assert "budget_exceeded" in out
+
+
+def test_continue_on_a_paused_run_approves_it(runner: CliRunner, tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    session = _paused_run(runner, db, tmp_path)
+    code, out = invoke(runner, db, "continue", session, "--extend-by", "3")
+    assert code == 0, out
+    assert "status:      completed" in out
+    assert "echo: go" in out
