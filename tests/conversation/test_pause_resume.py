@@ -363,3 +363,19 @@ def test_aresume_answers_a_pause_inside_an_event_loop(host: Host) -> None:
 
     assert asyncio.run(scenario()) == ("awaiting_confirmation", "completed")
     assert RUNS == ["a.txt"]
+
+
+def test_a_paused_pipeline_run_settles_its_job_and_the_resume_runs_without_it(
+        host: Host) -> None:
+    job = host.jobs.create(flow_step_id="step-1")
+    paused = host.run_conversation(
+        [{"role": "user", "content": "delete"}], [DELETE], "scripted", "m",
+        payload={**PAUSE, "job_id": job.id, "script": [CALL_DELETE]})
+    assert paused.status == "awaiting_confirmation"
+    settled = host.jobs.get(job.id)
+    # A job never stays running: it records that its run waits for a person.
+    assert (settled.status, settled.failure_reason) == ("failed", "awaiting_confirmation")
+    resumed = host.resume(str(paused.transcript_session_id), True,
+                          payload={"script": [{"content": "done"}]})
+    assert resumed.status == "completed"
+    assert host.jobs.get(job.id).status == "failed"  # settled once, by the paused run
