@@ -200,5 +200,5 @@ def _prepare(messages: Iterable[Message | Mapping[str, Any]], turn_runner: TurnR
         session_id=session_id or None, ttl=check_lock_ttl(ttl), context=dict(context or {}),
         request=dict(request or {}), on_tool_result=on_tool_result,
         on_budget_exhausted=on_budget_exhausted, on_stop=on_stop,
-        pending_calls=_check_pending_calls(pending_calls))
+        pending_calls=_check_pending_calls(pending_calls) if pending_calls else ())
     return LoopRun(settings, normalize_messages(messages), budget_map, Emitter(on_event))

@@ -16,7 +16,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias, TypeVar, Union
+from typing import Any, TypeAlias, TypeVar, Union, cast
 
 from agents_api import clock
 from agents_api._tools import ToolExecutor, run_tool
@@ -507,8 +507,8 @@ class LoopRun:
                 call, turn.number, turn.context, self.settings.tool_executor, self.messages,
                 self.emitter.emit, self.emitter.listening,
                 self._deadline_left() if timed else None)
-            if isinstance(outcome, Pause):
-                ran.pause, ran.waiting = outcome, calls[index:]
+            if type(outcome) is not ToolOutcome:  # a Pause: the call did not run, it waits
+                ran.pause, ran.waiting = cast(Pause, outcome), calls[index:]
                 break
             self.tool_outcomes.append(outcome)
             self._count_tool_call(per_tool)

@@ -17,8 +17,8 @@ from typing import Any, Literal
 from datamachine.payload_keys import RuntimeOptions
 from datamachine.services import Services
 
-__all__ = ["CONFIRMATION_SETTING", "PausedRun", "PausedRuns", "PendingKind", "Resumption",
-           "confirmation_mode", "kept_payload", "paused_runs", "pending_warning"]
+__all__ = ["CONFIRMATION_SETTING", "Confirmation", "PausedRun", "PausedRuns", "PendingKind",
+           "Resumption", "confirmation_mode", "kept_payload", "paused_runs", "pending_warning"]
 
 CONFIRMATION_SETTING = "confirmation"
 PendingKind = Literal["budget", "chat_turn_limit", "tool_approval"]
@@ -38,6 +38,30 @@ def confirmation_mode(services: Services, runtime: RuntimeOptions) -> str:
         return runtime.confirmation
     setting = services.settings.get(CONFIRMATION_SETTING)
     return setting if setting in ("ask", "pause") else "ask"
+
+
+class Confirmation:
+    """A run's confirmation mode, read when first needed (a run that never needs a person's
+    answer costs no settings lookup). Holds no reference to the run, so handing its
+    :meth:`pauses` to the tool executor makes no reference cycle."""
+
+    __slots__ = ("_mode", "_runtime", "_services")
+
+    def __init__(self, services: Services, runtime: RuntimeOptions) -> None:
+        self._services = services
+        self._runtime = runtime
+        self._mode: str | None = None
+
+    @property
+    def mode(self) -> str:
+        """``"ask"`` or ``"pause"``."""
+        if self._mode is None:
+            self._mode = confirmation_mode(self._services, self._runtime)
+        return self._mode
+
+    def pauses(self) -> bool:
+        """The run pauses where it would ask."""
+        return self.mode == "pause"
 
 
 def kept_payload(payload: Mapping[str, Any], runtime: RuntimeOptions) -> dict[str, Any]:

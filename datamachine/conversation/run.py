@@ -27,9 +27,9 @@ from datamachine.completion.controller import CompletionRun
 from datamachine.conversation.exhaustion import FinalSummary
 from datamachine.conversation.output import OutputContract
 from datamachine.conversation.pausing import (
+    Confirmation,
     PausedRun,
     Resumption,
-    confirmation_mode,
     kept_payload,
     paused_runs,
 )
@@ -128,7 +128,7 @@ class ConversationRun:
         self.resumption = resumption
         self.warnings: list[str] = []
         runtime = spec.runtime
-        self.confirmation = confirmation_mode(services, runtime)
+        self.confirmation = Confirmation(services, runtime)
         self.emit = run_emitter(services, runtime.event_sink,
                                 base_log_context(spec.mode, spec.payload))
         found = spec.payload.get("engine_data")
@@ -258,7 +258,7 @@ class ConversationRun:
             engine_data=self.engine_data, registry=self.services.budgets,
             runtime_rules=spec.runtime.tool_runtime_rules, warnings=self.warnings,
             host=self.services)
-        executor.confirmation = self.confirmation
+        executor.pauses = self.confirmation.pauses
         executor.turn_gate = self.turn_gate  # a declined limit refuses the turn's calls
         resumption = self.resumption
         if resumption is not None:
@@ -357,7 +357,7 @@ class ConversationRun:
         by = spec.runtime.extend_by or self.ceilings.get(budget.name(), budget.ceiling())
         if self.resumption is not None and self.resumption.declined_budget == budget.name():
             return False  # a person already said no
-        if self.confirmation == "pause":
+        if self.confirmation.pauses():
             return Pause({"kind": "budget", "budget": budget.name(), "tool_call": None,
                           "extend_by": by})
         answer = self.services.first("confirm_continuation", budget=budget, context={

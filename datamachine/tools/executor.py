@@ -14,7 +14,7 @@ transcript grows), its rule state and its engine data.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -98,9 +98,9 @@ class ToolExecutor:
         # Tools budget pressure's wrap-up took out of this turn's request: a call to one anyway
         # is refused, not run (the turn runner keeps this set up to date).
         self.closed_tools: set[str] = set()
-        # How a requires_approval tool gets its answer: "ask" (confirm_continuation) or
-        # "pause" (the run stops awaiting_confirmation); a resumed run's answered call id.
-        self.confirmation = "ask"
+        # Whether a requires_approval tool pauses the run (confirmation="pause") instead of
+        # asking confirm_continuation; a resumed run's answered call id.
+        self.pauses: Callable[[], bool] = _never
         self.approved_call: str | None = None
         self.declined_call: str | None = None
         # A chat session's turn gate: once it aborted the session, no call of the run runs.
@@ -204,7 +204,7 @@ class ToolExecutor:
             return None
         if call_id and call_id == self.declined_call:
             answer = False
-        elif self.confirmation == "pause":
+        elif self.pauses():
             return Pause({"kind": "tool_approval", "budget": None, "tool_call": call})
         elif self.host is not None:
             budgets = context.get("budgets")
@@ -277,6 +277,10 @@ class ToolExecutor:
 
     def _create_budget(self, name: str) -> IterationBudget:
         return self.registry.create(name, warnings=self.warnings)
+
+
+def _never() -> bool:
+    return False
 
 
 TOOLS_CLOSED = "tools_closed"
