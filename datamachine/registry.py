@@ -19,6 +19,8 @@ from datamachine.errors import InvalidBudgetSpec, InvalidBudgetValue
 
 __all__ = [
     "MAX_BUDGET_VALUE",
+    "MAX_METERED_VALUE",
+    "UNITS",
     "UNREGISTERED_SPEC",
     "BudgetSpec",
     "IterationBudgetRegistry",
@@ -27,11 +29,21 @@ __all__ = [
 ]
 
 MAX_BUDGET_VALUE = 10_000
+# Tokens and microdollars run into the millions in one run: their ceilings may go to 10^12.
+MAX_METERED_VALUE = 10**12
+BudgetUnit = Literal["count", "tokens", "microdollars"]
+UNITS: tuple[BudgetUnit, ...] = ("count", "tokens", "microdollars")
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-def validate_budget_value(knob: str, value: object) -> int:
-    """Return ``value`` if it is a positive integer no larger than 10,000.
+def unit_maximum(unit: str) -> int:
+    """The largest ceiling a budget of ``unit`` may have: 10,000 counts, 10^12 otherwise."""
+    return MAX_BUDGET_VALUE if unit == "count" else MAX_METERED_VALUE
+
+
+def validate_budget_value(knob: str, value: object, *, maximum: int = MAX_BUDGET_VALUE) -> int:
+    """Return ``value`` if it is a positive integer no larger than ``maximum`` (10,000, the
+    limit of every count; 10^12 for a token or microdollar budget).
 
     Used for every user-supplied ceiling (``max_turns``, ``--max-turns``, a budget setting);
     anything else raises :class:`InvalidBudgetValue` naming ``knob``. Nothing is coerced:
@@ -39,21 +51,23 @@ def validate_budget_value(knob: str, value: object) -> int:
     """
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidBudgetValue(
-            f"{knob} must be a positive integer between 1 and {MAX_BUDGET_VALUE:,}, "
+            f"{knob} must be a positive integer between 1 and {maximum:,}, "
             f"got {value!r} ({type(value).__name__})."
         )
-    if not 1 <= value <= MAX_BUDGET_VALUE:
+    if not 1 <= value <= maximum:
         raise InvalidBudgetValue(
-            f"{knob} must be a positive integer between 1 and {MAX_BUDGET_VALUE:,}, got {value}."
+            f"{knob} must be a positive integer between 1 and {maximum:,}, got {value}."
         )
     return value
 
 
 class BudgetSpec(BaseModel):
-    """A named budget's registration: default ceiling, clamp ``[min, max]`` and setting key.
+    """A named budget's registration: default ceiling, clamp ``[min, max]``, setting key and
+    ``unit`` (``count``, ``tokens`` or ``microdollars``).
 
-    Validated on construction: ``1 <= min <= default <= max <= 10_000``; a violation raises
-    :class:`InvalidBudgetSpec` naming the field.
+    Validated on construction: ``1 <= min <= default <= max <= 10_000`` for a count, up to
+    10^12 for tokens and microdollars; a violation raises :class:`InvalidBudgetSpec` naming the
+    field.
     """
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", strict=True)
@@ -64,6 +78,7 @@ class BudgetSpec(BaseModel):
     max: int = 100
     setting: str | None = None
     description: str = ""
+    unit: BudgetUnit = "count"
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -83,10 +98,12 @@ class BudgetSpec(BaseModel):
                 f"name {self.name!r} must be lowercase letters, digits and underscores, "
                 "starting with a letter"
             )
+        maximum = unit_maximum(self.unit)
         for field in ("default", "min", "max"):
             value = getattr(self, field)
-            if not 1 <= value <= MAX_BUDGET_VALUE:
-                raise ValueError(f"{field}={value} must be between 1 and {MAX_BUDGET_VALUE:,}")
+            if not 1 <= value <= maximum:
+                raise ValueError(f"{field}={value} must be between 1 and {maximum:,} "
+                                 f"(unit {self.unit!r})")
         if self.min > self.default:
             raise ValueError(f"min={self.min} must not be above default={self.default}")
         if self.default > self.max:
@@ -185,7 +202,8 @@ class IterationBudgetRegistry:
         if spec is None:
             return None
         return {"default": spec.default, "min": spec.min, "max": spec.max,
-                "setting": spec.setting or "", "description": spec.description}
+                "setting": spec.setting or "", "description": spec.description,
+                "unit": spec.unit}
 
     def registered_names(self) -> list[str]:
         """Registered names in registration order."""
@@ -219,7 +237,8 @@ class IterationBudgetRegistry:
         elif spec is not None and spec.setting and self.settings_lookup is not None:
             stored = self.settings_lookup(spec.setting)
             if stored is not None:
-                requested = validate_budget_value(f"setting {spec.setting!r}", stored)
+                requested = validate_budget_value(f"setting {spec.setting!r}", stored,
+                                                  maximum=unit_maximum(spec.unit))
                 source = "setting"
         ceiling = max(low, min(high, requested))
         return ResolvedCeiling(name=name, ceiling=ceiling, requested=requested, source=source,
@@ -247,6 +266,14 @@ class IterationBudgetRegistry:
                                max_seconds=max_seconds)
 
     def validate_setting(self, key: str, value: object) -> None:
-        """Refuse a value for a budget's setting that is not a positive integer <= 10,000."""
-        if key in self.setting_keys():
-            validate_budget_value(f"setting {key!r}", value)
+        """Refuse a value for a budget's setting that is not a positive integer within its
+        unit's limit (10,000 for a count, 10^12 for tokens and microdollars)."""
+        name = self.setting_keys().get(key)
+        if name is not None:
+            validate_budget_value(f"setting {key!r}", value,
+                                  maximum=unit_maximum(self._specs[name].unit))
+
+    def unit(self, name: str) -> BudgetUnit:
+        """The unit of ``name`` (``count`` for an unregistered budget)."""
+        spec = self._specs.get(name)
+        return spec.unit if spec is not None else "count"

@@ -149,3 +149,34 @@ def test_invalid_setting_from_environment_is_reported_at_create(
     monkeypatch.setenv("DATAMACHINE_MAX_TURNS", "lots")
     with pytest.raises(InvalidBudgetValue, match="setting 'max_turns'"):
         host.budgets.create("conversation_turns")
+
+
+def test_a_token_or_microdollar_budget_may_reach_ten_to_the_twelfth() -> None:
+    registry = IterationBudgetRegistry()
+    spec = registry.register(BudgetSpec(name="prompt_tokens", unit="tokens", default=10**9,
+                                        max=10**12))
+    assert spec.unit == "tokens"
+    assert registry.unit("prompt_tokens") == "tokens"
+    assert registry.unit("unregistered") == "count"
+    assert registry.create("prompt_tokens").ceiling() == 10**9
+    config = registry.get_config("prompt_tokens")
+    assert config is not None
+    assert config["unit"] == "tokens"
+    with pytest.raises(InvalidBudgetSpec, match="between 1 and 10,000 \\(unit 'count'\\)"):
+        BudgetSpec(name="turns", default=20_000, max=20_000)
+    with pytest.raises(InvalidBudgetSpec, match="between 1 and 1,000,000,000,000"):
+        BudgetSpec(name="spend", unit="microdollars", max=10**13)
+    with pytest.raises(InvalidBudgetSpec, match="unit"):
+        BudgetSpec(name="spend", unit="dollars")  # type: ignore[arg-type]
+
+
+def test_a_metered_budgets_setting_accepts_its_units_range(host: Host) -> None:
+    host.budgets.register(BudgetSpec(name="prompt_tokens", unit="tokens", default=1000,
+                                     max=10**12, setting="max_prompt_tokens"))
+    host.settings.set("max_prompt_tokens", 5 * 10**9)
+    assert host.budgets.create("prompt_tokens").ceiling() == 5 * 10**9
+    with pytest.raises(InvalidBudgetValue, match="between 1 and 1,000,000,000,000"):
+        host.settings.set("max_prompt_tokens", 10**13)
+    with pytest.raises(InvalidBudgetValue, match="between 1 and 10,000"):
+        host.settings.set("max_turns", 20_000)
+    assert validate_budget_value("x", 10**12, maximum=10**12) == 10**12
