@@ -40,6 +40,8 @@ class RuntimeOptions:
     # "ask" (confirm_continuation answers inside the run) or "pause" (the run stops
     # awaiting_confirmation); None: the setting ``confirmation``, else "ask".
     confirmation: str | None = None
+    # {budget name: ceiling} for this run, in each budget's unit (clamped and reported).
+    budget_ceilings: dict[str, int] = field(default_factory=dict)
 
 
 RUNTIME_KEYS = frozenset(option.name for option in fields(RuntimeOptions))

@@ -25,6 +25,7 @@ __all__ = [
     "BudgetSpec",
     "IterationBudgetRegistry",
     "ResolvedCeiling",
+    "unit_maximum",
     "validate_budget_value",
 ]
 

@@ -167,7 +167,7 @@ def test_a_token_or_microdollar_budget_may_reach_ten_to_the_twelfth() -> None:
     with pytest.raises(InvalidBudgetSpec, match="between 1 and 1,000,000,000,000"):
         BudgetSpec(name="spend", unit="microdollars", max=10**13)
     with pytest.raises(InvalidBudgetSpec, match="unit"):
-        BudgetSpec(name="spend", unit="dollars")  # type: ignore[arg-type]
+        BudgetSpec(name="spend", unit="dollars")
 
 
 def test_a_metered_budgets_setting_accepts_its_units_range(host: Host) -> None:

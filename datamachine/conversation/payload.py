@@ -14,7 +14,7 @@ from typing import Any
 from datamachine.errors import UsageError
 from datamachine.payload_keys import RUNTIME_KEYS, RuntimeOptions
 from datamachine.providers.options import validate_model_options
-from datamachine.registry import validate_budget_value
+from datamachine.registry import MAX_METERED_VALUE, validate_budget_value
 from datamachine.storage.locks import MAX_TTL
 
 __all__ = ["CONFIRMATION_MODES", "RUNTIME_KEYS", "RuntimeOptions", "base_log_context",
@@ -104,6 +104,20 @@ def _confirmation(value: Any) -> Any:
     return value
 
 
+def _budget_ceilings(value: Any) -> Any:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise UsageError("payload['budget_ceilings'] must be a dict of budget name -> ceiling.")
+    for name, ceiling in value.items():
+        if not isinstance(name, str) or not name:
+            raise UsageError(f"payload['budget_ceilings'] keys must be budget names, "
+                             f"got {name!r}.")
+        validate_budget_value(f"payload['budget_ceilings'][{name!r}]", ceiling,
+                              maximum=MAX_METERED_VALUE)
+    return dict(value)
+
+
 def _output_type(value: Any) -> Any:
     from datamachine.conversation.output import check_output_type
 
@@ -125,6 +139,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "model_options": validate_model_options,
     "output_type": _output_type,
     "confirmation": _confirmation,
+    "budget_ceilings": _budget_ceilings,
 }
 
 

@@ -46,6 +46,7 @@ from datamachine.providers.options import (
     merge_model_options,
     validate_model_options,
 )
+from datamachine.registry import unit_maximum, validate_budget_value
 from datamachine.services import Services
 
 __all__ = ["ConversationRun", "RunEmitter", "emit_outside_run", "run_emitter"]
@@ -139,8 +140,12 @@ class ConversationRun:
         self.provider = self._provider()
         self.output = (OutputContract(runtime.output_type)
                        if runtime.output_type is not None else None)
+        self.ceiling_overrides = _ceiling_overrides(services, runtime.budget_ceilings)
         self.turn_budget = services.budgets.create(
-            CONVERSATION_TURNS, ceiling_override=spec.max_turns, warnings=self.warnings)
+            CONVERSATION_TURNS,
+            ceiling_override=(spec.max_turns if spec.max_turns is not None
+                              else self.ceiling_overrides.get(CONVERSATION_TURNS)),
+            warnings=self.warnings)
         self.budgets = self._other_budgets()
         # What a confirmed extension adds by default: the budget's ceiling at the start.
         self.ceilings = {b.name(): b.ceiling() for b in (self.turn_budget, *self.budgets)}
@@ -179,12 +184,15 @@ class ConversationRun:
         return provider
 
     def _other_budgets(self) -> list[IterationBudget]:
-        registry = self.services.budgets
-        budgets = [registry.create(TOOL_CALLS, warnings=self.warnings)]
-        # A registered tool_calls_<tool> budget bounds that tool in every run that offers it.
-        budgets += [registry.create(name, warnings=self.warnings)
+        registry, overrides = self.services.budgets, self.ceiling_overrides
+        budgets = [registry.create(TOOL_CALLS, ceiling_override=overrides.get(TOOL_CALLS),
+                                   warnings=self.warnings)]
+        # A registered tool_calls_<tool> budget bounds that tool in every run that offers it
+        # (and so does a ceiling for it in budget_ceilings).
+        budgets += [registry.create(name, ceiling_override=overrides.get(name),
+                                    warnings=self.warnings)
                     for name in map(per_tool_budget, self.completion.tools)
-                    if registry.is_registered(name)]
+                    if registry.is_registered(name) or name in overrides]
         max_seconds = self.spec.runtime.max_seconds
         if max_seconds is None:
             setting = self.services.settings.get("max_run_seconds")
@@ -259,6 +267,7 @@ class ConversationRun:
             runtime_rules=spec.runtime.tool_runtime_rules, warnings=self.warnings,
             host=self.services)
         executor.pauses = self.confirmation.pauses
+        executor.ceiling_overrides = self.ceiling_overrides
         executor.turn_gate = self.turn_gate  # a declined limit refuses the turn's calls
         resumption = self.resumption
         if resumption is not None:
@@ -464,6 +473,20 @@ _JOB_FIELDS = ("status", "completed", "turn_count", "usage", "transcript_session
 def _job_fields(result: ConversationResult) -> dict[str, Any]:
     """What a pipeline job records of its run's result."""
     return {key: getattr(result, key) for key in _JOB_FIELDS}
+
+
+def _ceiling_overrides(services: Services, given: Mapping[str, int]) -> dict[str, int]:
+    """payload ``budget_ceilings``, each checked against its budget's unit."""
+    if not given:
+        return {}
+    if WALL_CLOCK in given:
+        raise UsageError(f"payload['budget_ceilings'] cannot set {WALL_CLOCK!r}: give the run "
+                         "its time with payload['max_seconds'] (seconds, fractions allowed).")
+    registry = services.budgets
+    for name, ceiling in given.items():
+        validate_budget_value(f"payload['budget_ceilings'][{name!r}]", ceiling,
+                              maximum=unit_maximum(registry.unit(name)))
+    return dict(given)
 
 
 def _restored(budget: IterationBudget, snapshot: Mapping[str, Any] | None) -> IterationBudget:

@@ -105,6 +105,8 @@ class ToolExecutor:
         self.declined_call: str | None = None
         # A chat session's turn gate: once it aborted the session, no call of the run runs.
         self.turn_gate: Any = None
+        # payload budget_ceilings: the ceiling of a budget a tool creates for itself.
+        self.ceiling_overrides: Mapping[str, int] = {}
         # Per tool: (tool, validator, wants_context), read once per run (each read checks the
         # tool's values against what they were worked out from); the identity check notices a
         # swapped tool.
@@ -276,7 +278,8 @@ class ToolExecutor:
         )
 
     def _create_budget(self, name: str) -> IterationBudget:
-        return self.registry.create(name, warnings=self.warnings)
+        return self.registry.create(name, ceiling_override=self.ceiling_overrides.get(name),
+                                    warnings=self.warnings)
 
 
 def _never() -> bool:
