@@ -32,6 +32,17 @@ class ChatMessageIn(BaseModel):
     content: str
 
 
+def _ceiling(field: str, value: Any) -> Any:
+    """A turn count in a body: None, or a positive integer <= 10,000 (a ValueError for
+    pydantic, which names the field)."""
+    if value is None:
+        return None
+    try:
+        return validate_budget_value(field, value)
+    except InvalidBudgetValue as exc:
+        raise ValueError(str(exc)) from None
+
+
 class ResumeIn(BaseModel):
     """A person's answer to a paused session (``{"approve": bool}``, DESIGN.md 16)."""
 
@@ -43,12 +54,7 @@ class ResumeIn(BaseModel):
     @field_validator("extend_by", mode="before")
     @classmethod
     def _check_extend_by(cls, value: Any) -> Any:
-        if value is None:
-            return None
-        try:
-            return validate_budget_value("extend_by", value)
-        except InvalidBudgetValue as exc:
-            raise ValueError(str(exc)) from None
+        return _ceiling("extend_by", value)
 
 
 class ChatRequest(BaseModel):
@@ -81,12 +87,7 @@ class ChatRequest(BaseModel):
     @field_validator("max_turns", mode="before")
     @classmethod
     def _check_max_turns(cls, value: Any) -> Any:
-        if value is None:
-            return None
-        try:
-            return validate_budget_value("max_turns", value)
-        except InvalidBudgetValue as exc:
-            raise ValueError(str(exc)) from None
+        return _ceiling("max_turns", value)
 
     @model_validator(mode="after")
     def _exactly_one_input(self) -> ChatRequest:

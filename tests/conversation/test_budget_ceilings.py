@@ -48,7 +48,7 @@ def test_max_turns_wins_over_budget_ceilings(host: Host) -> None:
 
 
 def test_a_ceiling_above_the_clamp_is_clamped_and_reported(host: Host) -> None:
-    result = run(host, {"tool_calls": 5000}, calls(1) + [{"content": "done"}])
+    result = run(host, {"tool_calls": 5000}, [*calls(1), {"content": "done"}])
     assert result.budgets["tool_calls"]["ceiling"] == 1000
     assert any("'tool_calls': requested ceiling 5000" in w for w in result.warnings)
 
