@@ -8,6 +8,7 @@ session's limit, and the count is written in the same transaction as the turn it
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -301,8 +302,9 @@ def pause_before_run(services: Services, gate: ChatTurnGate, writer: TranscriptW
     message is stored and the run waits for ``resume`` before its first turn."""
     label = mode if isinstance(mode, str) else ",".join(mode)
     offered = normalize_tools(tools)
+    pause_id = uuid.uuid4().hex
     pending = {"kind": "chat_turn_limit", "budget": CHAT_TURNS, "tool_call": None,
-               "tool_calls": [], "tools": sorted(offered)}
+               "tool_calls": [], "tools": sorted(offered), "pause_id": pause_id}
     messages = [*(Message(**m) for m in writer.history()),
                 *(Message(**m) for m in new_messages)]
     result = ConversationResult(
@@ -313,7 +315,7 @@ def pause_before_run(services: Services, gate: ChatTurnGate, writer: TranscriptW
     clean, runtime = split_payload(payload)
     settle_without_run(services, writer, messages, result, payload)
     paused_runs(services).keep(gate.session_id, PausedRun(
-        tools=offered, payload=kept_payload(clean, runtime)))
+        tools=offered, payload=kept_payload(clean, runtime), pause_id=pause_id))
     return result
 
 

@@ -10,6 +10,7 @@ can resume it; the objects JSON cannot hold (its tools, its policy) stay in this
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -27,7 +28,7 @@ PendingKind = Literal["budget", "chat_turn_limit", "tool_approval"]
 # judged and bounded. Sinks, stores and scripts belong to whoever resumes it.
 _KEPT_OPTIONS = ("completion_assertions", "completion_policy", "tool_runtime_rules",
                  "budget_pressure", "final_summary", "max_seconds", "extend_by", "model_options",
-                 "output_type", "confirmation", "transcript_lock_ttl")
+                 "output_type", "confirmation", "transcript_lock_ttl", "budget_ceilings")
 # Payload keys a resumed run must not inherit: its pipeline job was settled when it paused.
 _JOB_KEYS = frozenset({"job_id", "flow_step_id"})
 
@@ -91,28 +92,38 @@ def pending_warning(pending: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class PausedRun:
-    """What this process keeps of a paused run beyond its stored ``pending``."""
+    """What this process keeps of a paused run beyond its stored ``pending`` (``pause_id``:
+    the pause it belongs to, so a later pause of the session elsewhere is never answered with
+    this one's tools)."""
 
     tools: dict[str, Any]
     payload: dict[str, Any]
+    pause_id: str
 
 
 class PausedRuns:
-    """Paused runs of one host in this process, by session id (thread-safe)."""
+    """Paused runs of one host in this process, by session id (thread-safe). Holds the most
+    recent ``limit`` pauses: an older one resumes with the tools found by name instead."""
 
-    def __init__(self) -> None:
-        self._runs: dict[str, PausedRun] = {}
+    def __init__(self, limit: int = 1000) -> None:
+        self._runs: OrderedDict[str, PausedRun] = OrderedDict()
         self._lock = threading.Lock()
+        self._limit = limit
 
     def keep(self, session_id: str, run: PausedRun) -> None:
         """Remember a run that just paused."""
         with self._lock:
             self._runs[session_id] = run
+            self._runs.move_to_end(session_id)
+            while len(self._runs) > self._limit:
+                self._runs.popitem(last=False)
 
-    def get(self, session_id: str) -> PausedRun | None:
-        """The paused run of ``session_id`` this process holds, if any."""
+    def get(self, session_id: str, pause_id: object = None) -> PausedRun | None:
+        """The paused run of ``session_id`` this process holds, if it is the pause
+        ``pause_id`` (another process may have resumed and paused the session since)."""
         with self._lock:
-            return self._runs.get(session_id)
+            found = self._runs.get(session_id)
+        return found if found is not None and found.pause_id == pause_id else None
 
     def forget(self, session_id: str) -> None:
         """Drop a run once it is resumed."""

@@ -73,7 +73,7 @@ def resume_steps(services: Services, session_id: str, approve: bool,
     writer = store.open_writer(session_id, token, ttl,
                                on_turn=gate.write if gate is not None else None)
     try:
-        kept = paused_runs(services).get(session_id)
+        kept = paused_runs(services).get(session_id, pending.get("pause_id"))
         offered = _tools(services, pending, tools, kept.tools if kept is not None else None)
         run_payload = {**(kept.payload if kept is not None else {}), "confirmation": "pause",
                        **(payload or {}), "transcript_session_id": session_id}

@@ -268,7 +268,6 @@ class ConversationRun:
             host=self.services)
         executor.pauses = self.confirmation.pauses
         executor.ceiling_overrides = self.ceiling_overrides
-        executor.turn_gate = self.turn_gate  # a declined limit refuses the turn's calls
         resumption = self.resumption
         if resumption is not None:
             executor.approved_call = resumption.approved_call
@@ -280,6 +279,12 @@ class ConversationRun:
         that stopped it."""
         restored = [_restored(b, resumption.budgets.get(b.name()))
                     for b in (self.turn_budget, *self.budgets)]
+        # Budgets the paused run had beyond those a run starts with (one a tool created, a
+        # per-tool one from budget_ceilings) carry on too.
+        present = {b.name() for b in restored}
+        for name, snapshot in resumption.budgets.items():
+            if name not in present and name != WALL_CLOCK:
+                restored.append(_restored(self.services.budgets.create(name), snapshot))
         self.turn_budget, self.budgets = restored[0], restored[1:]
         if resumption.extend is not None:
             name, by = resumption.extend
@@ -391,7 +396,8 @@ class ConversationRun:
         verdict = self._decide(stop, summary, dict(self.runner.summary_usage))
         if verdict.pending is not None:
             # What resuming needs beyond the loop's word: the tools to offer again, by name.
-            verdict.pending = {**verdict.pending, "tools": sorted(self.completion.tools)}
+            verdict.pending = {**verdict.pending, "tools": sorted(self.completion.tools),
+                               "pause_id": uuid.uuid4().hex}
         answer = verdict.for_the_loop([*self.warnings, *self.completion.warnings])
         self.verdict = verdict  # applied by the loop: its result carries our warnings
         return answer
@@ -449,7 +455,8 @@ class ConversationRun:
         if result.status == "awaiting_confirmation" and result.transcript_session_id:
             paused_runs(self.services).keep(result.transcript_session_id, PausedRun(
                 tools=dict(self.completion.tools),
-                payload=kept_payload(spec.payload, spec.runtime)))
+                payload=kept_payload(spec.payload, spec.runtime),
+                pause_id=str((loop.pending or {}).get("pause_id"))))
         if self.completion.job is not None:  # a pipeline job's record, read only for one
             self.completion.settle_job(_job_fields(result))
         return result

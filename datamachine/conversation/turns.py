@@ -301,9 +301,8 @@ class ProviderTurnRunner:
         calls, complete, continuation = response.tool_calls, self.single_turn, []
         gate = self.turn_gate
         if gate is not None and not gate(turn):
-            # Declined at a chat session's limit: the run ends after this turn, whose calls
-            # the tool executor refuses (stored as rejected, never run).
-            complete = True
+            # Declined at a chat session's limit: this turn's calls do not run, the run ends.
+            calls, complete = [], True
         elif self.stop_requested:
             calls, complete = [], True  # the consumer left: this turn's calls do not run
         elif self.on_natural_completion is not None and not calls:

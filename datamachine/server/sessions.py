@@ -71,6 +71,7 @@ def run_chat_turn(host: Host, turn: ChatTurn, *,
     if turn.confirmation is not None:
         payload["confirmation"] = turn.confirmation
     if turn.resume is not None:
+        host.chat_sessions.get(session_id)  # /chat answers chat sessions only (else 404)
         approve, extend_by = turn.resume
         return drive_sync(resume_steps(host, session_id, approve, extend_by, None, payload))
     # host.chat's rules: the lock is taken before the session is read, and the session's turn

@@ -103,8 +103,6 @@ class ToolExecutor:
         self.pauses: Callable[[], bool] = _never
         self.approved_call: str | None = None
         self.declined_call: str | None = None
-        # A chat session's turn gate: once it aborted the session, no call of the run runs.
-        self.turn_gate: Any = None
         # payload budget_ceilings: the ceiling of a budget a tool creates for itself.
         self.ceiling_overrides: Mapping[str, int] = {}
         # Per tool: (tool, validator, wants_context), read once per run (each read checks the
@@ -183,9 +181,9 @@ class ToolExecutor:
         that was aborted at its limit, a tool wrap-up closed, a duplicate, a runtime rule, an
         approval not given. A :class:`Pause` when the approval is to be asked later."""
         name = tool.name
-        gate = self.turn_gate
-        if gate is not None and gate.aborted:
-            return _session_closed(name, params, gate.notice)
+        if call_id and call_id == self.declined_call:
+            self.declined_call = None  # one answer, for the one call that waited
+            return _declined(tool.name, params, "was declined")
         if name in self.closed_tools:
             return _closed(name, params)
         rejection = check_duplicate(tool, key, params, self.index, self.mode)
@@ -203,10 +201,11 @@ class ToolExecutor:
         call = {"id": call_id, "name": tool.name, "parameters": dict(params)}
         answer = None
         if call_id and call_id == self.approved_call:
+            # One approval, for the one call that waited (it runs first on resume): a later
+            # call that happens to reuse the id is asked again.
+            self.approved_call = None
             return None
-        if call_id and call_id == self.declined_call:
-            answer = False
-        elif self.pauses():
+        if self.pauses():
             return Pause({"kind": "tool_approval", "budget": None, "tool_call": call})
         elif self.host is not None:
             budgets = context.get("budgets")
@@ -217,10 +216,7 @@ class ToolExecutor:
         if answer is True:
             return None
         why = "was declined" if answer is False else "needs approval, and nobody approved it"
-        return {"success": False, "error_type": APPROVAL_DECLINED, "rejected": True,
-                "error": (f"Tool '{tool.name}' was not run: it {why}. Continue without it, "
-                          "or explain to the user what you wanted to do."),
-                "tool_name": tool.name, "parameters": dict(params)}
+        return _declined(tool.name, params, why)
 
     async def _finish_async(
         self, pending: Awaitable[Any], tool: Tool, params: dict[str, Any], tracked: bool,
@@ -288,12 +284,12 @@ def _never() -> bool:
 
 TOOLS_CLOSED = "tools_closed"
 APPROVAL_DECLINED = "approval_declined"
-SESSION_ABORTED = "session_aborted"
 
 
-def _session_closed(name: str, params: dict[str, Any], notice: str) -> ToolResult:
-    return {"success": False, "error_type": SESSION_ABORTED, "rejected": True,
-            "error": f"Tool '{name}' was not run: {notice}",
+def _declined(name: str, params: dict[str, Any], why: str) -> ToolResult:
+    return {"success": False, "error_type": APPROVAL_DECLINED, "rejected": True,
+            "error": (f"Tool '{name}' was not run: it {why}. Continue without it, or explain "
+                      "to the user what you wanted to do."),
             "tool_name": name, "parameters": dict(params)}
 
 

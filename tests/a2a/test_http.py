@@ -429,3 +429,15 @@ def test_bad_resume_bodies_are_422_naming_the_field(site: Site, body: dict[str, 
 def test_resuming_an_unknown_session_is_404(site: Site) -> None:
     assert_error(post(site, {"session_id": "nope", "resume": {"approve": True}}), 404,
                  "session_not_found")
+
+
+def test_chat_resume_answers_chat_sessions_only(site: Site) -> None:
+    site.model.next_site = "elsewhere"  # the model calls a tool: one turn spends the budget
+    paused = site.host.run_conversation(
+        [{"role": "user", "content": "go"}], provider="scripted", max_turns=1,
+        payload={"confirmation": "pause"})
+    assert paused.status == "awaiting_confirmation"
+    assert_error(post(site, {"session_id": paused.transcript_session_id,
+                             "resume": {"approve": True}}), 404, "session_not_found")
+    assert site.host.transcripts.summary(str(paused.transcript_session_id)).status == (
+        "awaiting_confirmation")

@@ -56,6 +56,8 @@ def test_a_spent_turn_budget_pauses_and_an_approval_extends_it(host: Host) -> No
         payload={**PAUSE, "script": [lookup_call(1)],
                  "event_sink": lambda e, p: events.append((e, p))})
     assert (paused.status, paused.completed) == ("awaiting_confirmation", False)
+    assert paused.pending is not None
+    assert len(paused.pending.pop("pause_id")) == 32
     assert paused.pending == {"kind": "budget", "budget": "conversation_turns",
                               "tool_call": None, "extend_by": 1, "tool_calls": [],
                               "tools": ["lookup"]}
@@ -254,15 +256,67 @@ def test_a_message_to_a_session_already_at_its_limit_waits_before_it_runs(host: 
     assert (resumed.status, resumed.final_content) == ("completed", "echo: and now?")
 
 
-def test_ask_mode_at_a_chat_limit_stores_the_declined_call_as_refused(host: Host) -> None:
-    session = host.chat_sessions.create(max_turns=1)
-    result = host.chat(session.id, "look", [LOOKUP], payload={"script": [lookup_call(1)]})
-    assert result.status == "aborted"
-    # Before: the call vanished (not run, not stored, not in last_tool_calls).
-    assert result.last_tool_calls == [{"id": "l1", "name": "lookup", "parameters": {"q": "1"}}]
-    refused = [m for m in result.messages if m.type == "tool_result"]
-    assert refused[0].payload["error_type"] == "session_aborted"
-    assert result.tool_execution_results == []
+def test_an_approval_answers_the_waiting_call_only(host: Host) -> None:
+    # Providers that send no ids get made-up ones that repeat (call_<turn>_<n>): the approval
+    # of the waiting call must not approve a later call that reuses its id.
+    no_id = {"tool_calls": [{"name": "delete_file", "parameters": {"path": "a.txt"}}]}
+    paused = host.run_conversation(
+        [{"role": "user", "content": "delete"}], [DELETE], "scripted", "m",
+        payload={**PAUSE, "script": [no_id]})
+    again = {"tool_calls": [{"name": "delete_file", "parameters": {"path": "b.txt"}}]}
+    resumed = host.resume(str(paused.transcript_session_id), True,
+                          payload={"script": [again, {"content": "done"}]})
+    assert RUNS == ["a.txt"]
+    assert resumed.status == "awaiting_confirmation"
+    assert resumed.pending is not None
+    assert resumed.pending["tool_call"]["parameters"] == {"path": "b.txt"}
+
+
+def test_a_declined_call_never_runs_even_under_a_tool_without_approval(host: Host) -> None:
+    plain = Tool(name="delete_file", description="Delete.", function=lambda path: RUNS.append(
+        path))
+    paused = host.run_conversation(
+        [{"role": "user", "content": "delete"}], [DELETE], "scripted", "m",
+        payload={**PAUSE, "script": [CALL_DELETE]})
+    resumed = host.resume(str(paused.transcript_session_id), False, tools=[plain],
+                          payload={"script": [{"content": "kept it"}]})
+    assert resumed.status == "completed"
+    assert RUNS == []
+
+
+def test_every_budget_of_the_paused_run_carries_on(host: Host) -> None:
+    host.settings.set("confirmation", "pause")
+    paused = host.run_conversation(
+        [{"role": "user", "content": "look"}], [LOOKUP], "scripted", "m",
+        payload={"budget_ceilings": {"tool_calls_lookup": 1},
+                 "script": [lookup_call(1), lookup_call(2)]})
+    assert paused.budget == "tool_calls_lookup"
+    from datamachine.conversation.pausing import paused_runs
+
+    session = str(paused.transcript_session_id)
+    paused_runs(host).forget(session)  # another process: the payload's ceilings are not here
+    resumed = host.resume(session, True, extend_by=1,
+                          payload={"script": [lookup_call(3), lookup_call(4)]})
+    assert resumed.status == "awaiting_confirmation"
+    assert resumed.budgets["tool_calls_lookup"]["current"] == 2
+    assert resumed.budgets["tool_calls_lookup"]["ceiling"] == 2
+
+
+def test_a_pause_answered_elsewhere_is_never_resumed_with_this_processes_old_tools(
+        tmp_path: Path) -> None:
+    db = str(tmp_path / "dm.db")
+    old = Tool(name="delete_file", description="Old.", function=lambda path: "old",
+               runtime={"requires_approval": True})
+    with bootstrap.boot(db, plugins=[HitlTools()], load_entrypoints=False) as first, \
+            bootstrap.boot(db, plugins=[HitlTools()], load_entrypoints=False) as second:
+        session = first.chat_sessions.create().id
+        first.chat(session, "delete", [old], payload={**PAUSE, "script": [CALL_DELETE]})
+        second.resume(session, True, tools=[DELETE], payload={"script": [
+            {"tool_calls": [{"id": "d2", "name": "delete_file",
+                             "parameters": {"path": "b.txt"}}]}]})
+        resumed = first.resume(session, True, payload={"script": [{"content": "ok"}]})
+    assert resumed.status == "completed"
+    assert resumed.tool_execution_results[0]["result"]["result"] == "deleted b.txt"
 
 
 # -- refusals and races -----------------------------------------------------------------------
