@@ -22,6 +22,7 @@ from datamachine.conversation.pausing import (
     kept_payload,
     paused_runs,
     pending_warning,
+    stored_pending,
 )
 from datamachine.conversation.payload import split_payload
 from datamachine.conversation.result import ConversationResult
@@ -273,8 +274,8 @@ def refuse_if_paused(services: Services, session_id: str) -> None:
         stored = services.transcripts.summary(session_id)
     except TranscriptNotFound:
         return
-    pending = stored.result.get("pending")
-    if stored.status == "awaiting_confirmation" and isinstance(pending, dict):
+    pending = stored_pending(stored.status, stored.result)
+    if pending is not None:
         raise SessionAwaitingConfirmation(
             f"Session {session_id!r} is paused: {pending_warning(pending)}",
             session_id=session_id, pending=pending)

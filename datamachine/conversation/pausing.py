@@ -19,7 +19,8 @@ from datamachine.payload_keys import RuntimeOptions
 from datamachine.services import Services
 
 __all__ = ["CONFIRMATION_SETTING", "Confirmation", "PausedRun", "PausedRuns", "PendingKind",
-           "Resumption", "confirmation_mode", "kept_payload", "paused_runs", "pending_warning"]
+           "Resumption", "confirmation_mode", "kept_payload", "paused_runs", "pending_warning",
+           "stored_pending"]
 
 CONFIRMATION_SETTING = "confirmation"
 PendingKind = Literal["budget", "chat_turn_limit", "tool_approval"]
@@ -74,6 +75,15 @@ def kept_payload(payload: Mapping[str, Any], runtime: RuntimeOptions) -> dict[st
         if value != getattr(defaults, key):
             kept[key] = value
     return kept
+
+
+def stored_pending(status: str, result: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a stored transcript's run waits for (its ``status`` and ``result`` summary), or
+    None when it is not paused."""
+    pending = result.get("pending")
+    if status == "awaiting_confirmation" and isinstance(pending, dict):
+        return pending
+    return None
 
 
 def pending_warning(pending: Mapping[str, Any]) -> str:

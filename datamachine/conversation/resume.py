@@ -31,7 +31,7 @@ from datamachine.conversation.chat import (
     settle_without_run,
 )
 from datamachine.conversation.continuation import chat_gate
-from datamachine.conversation.pausing import Resumption, paused_runs
+from datamachine.conversation.pausing import Resumption, paused_runs, stored_pending
 from datamachine.conversation.result import ConversationResult
 from datamachine.conversation.run import ConversationRun
 from datamachine.conversation.spec import normalize_tools
@@ -106,8 +106,8 @@ def _check_arguments(session_id: object, approve: object, extend_by: object) -> 
 
 
 def _pending(record: Transcript) -> dict[str, Any]:
-    pending = record.result.get("pending")
-    if record.status != "awaiting_confirmation" or not isinstance(pending, dict):
+    pending = stored_pending(record.status, record.result)
+    if pending is None:
         raise SessionNotPaused(
             f"Session {record.id!r} is not waiting for an answer (its status is "
             f"{record.status!r}); send it a new message, or continue it with "
