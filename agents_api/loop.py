@@ -23,6 +23,7 @@ from agents_api.run import (
     BudgetExhaustedHook,
     LoopRun,
     LoopSettings,
+    RequestEstimate,
     ShouldContinue,
     StopHook,
     ToolResultHook,
@@ -30,9 +31,9 @@ from agents_api.run import (
 )
 from agents_api.transcript import TranscriptLock, TranscriptPersister, TranscriptWriter
 
-__all__ = ["MAX_LOCK_TTL", "EventSink", "ToolExecutor", "TranscriptLock", "TranscriptPersister",
-           "TurnRunner", "arun_loop", "loop_steps", "normalize_tool_result", "run_loop",
-           "tool_result_content"]
+__all__ = ["MAX_LOCK_TTL", "EventSink", "RequestEstimate", "ToolExecutor", "TranscriptLock",
+           "TranscriptPersister", "TurnRunner", "arun_loop", "loop_steps",
+           "normalize_tool_result", "run_loop", "tool_result_content"]
 
 # A transcript lock lives at most a day: a run renews it after every turn, so a longer TTL
 # only keeps a crashed run's session blocked longer.
@@ -59,6 +60,7 @@ def run_loop(
     on_stop: StopHook | None = None,
     transcript_writer: TranscriptWriter | None = None,
     pending_tool_calls: Iterable[Mapping[str, Any]] = (),
+    estimate_request: RequestEstimate | None = None,
 ) -> LoopResult:
     """Run a bounded conversation synchronously and return its :class:`LoopResult`.
 
@@ -67,12 +69,16 @@ def run_loop(
     ``transcript_writer``: a writer for a session whose lock the caller already holds (instead
     of ``transcript_persister`` and ``transcript_lock``); see :mod:`agents_api.transcript`.
     ``pending_tool_calls``: the calls a paused run left waiting (its ``pending["tool_calls"]``),
-    run before the first turn; see :mod:`agents_api.pause`.
+    run before the first turn; see :mod:`agents_api.pause`. ``estimate_request``: what the
+    coming request would add to budgets that count what requests spend (tokens, money), asked
+    before every turn: a request that would pass a ceiling is not sent (see
+    :data:`~agents_api.run.RequestEstimate`).
     """
     run = _prepare(messages, turn_runner, turn_budget, budgets, tool_executor, on_event,
                    should_continue, transcript_persister, transcript_lock,
                    transcript_session_id, transcript_lock_ttl, context, request, on_tool_result,
-                   on_budget_exhausted, on_stop, transcript_writer, pending_tool_calls)
+                   on_budget_exhausted, on_stop, transcript_writer, pending_tool_calls,
+                   estimate_request)
     return drive_sync(run.steps())
 
 
@@ -96,12 +102,14 @@ async def arun_loop(
     on_stop: StopHook | None = None,
     transcript_writer: TranscriptWriter | None = None,
     pending_tool_calls: Iterable[Mapping[str, Any]] = (),
+    estimate_request: RequestEstimate | None = None,
 ) -> LoopResult:
     """Run a bounded conversation inside the running event loop (same arguments as run_loop)."""
     run = _prepare(messages, turn_runner, turn_budget, budgets, tool_executor, on_event,
                    should_continue, transcript_persister, transcript_lock,
                    transcript_session_id, transcript_lock_ttl, context, request, on_tool_result,
-                   on_budget_exhausted, on_stop, transcript_writer, pending_tool_calls)
+                   on_budget_exhausted, on_stop, transcript_writer, pending_tool_calls,
+                   estimate_request)
     return await drive_async(run.steps())
 
 
@@ -121,7 +129,8 @@ def loop_steps(
                    options.pop("request", None), options.pop("on_tool_result", None),
                    options.pop("on_budget_exhausted", None), options.pop("on_stop", None),
                    options.pop("transcript_writer", None),
-                   options.pop("pending_tool_calls", ()))
+                   options.pop("pending_tool_calls", ()),
+                   options.pop("estimate_request", None))
     if options:
         raise TypeError(f"loop_steps() got unexpected arguments: {', '.join(sorted(options))}")
     return run.steps()
@@ -187,18 +196,23 @@ def _prepare(messages: Iterable[Message | Mapping[str, Any]], turn_runner: TurnR
              request: Mapping[str, Any] | None, on_tool_result: ToolResultHook | None,
              on_budget_exhausted: BudgetExhaustedHook | None, on_stop: StopHook | None,
              writer: TranscriptWriter | None,
-             pending_calls: Iterable[Mapping[str, Any]] = ()) -> LoopRun:
+             pending_calls: Iterable[Mapping[str, Any]] = (),
+             estimate_request: RequestEstimate | None = None) -> LoopRun:
     """Validate the arguments (every failure names the argument) and build the run."""
     if not callable(turn_runner):
         raise InvalidLoopArgument(
             "turn_runner must be a callable (messages, context) -> TurnResult.")
     budget_map = _budget_map(turn_budget, budgets)
     _check_transcript(persister, lock, writer)
+    if estimate_request is not None and not callable(estimate_request):
+        raise InvalidLoopArgument(
+            "estimate_request must be a callable (messages, context) -> {budget_name: units}.")
     settings = LoopSettings(
         turn_runner=turn_runner, turn_budget=turn_budget, tool_executor=tool_executor,
         should_continue=should_continue, persister=persister, lock=lock, writer=writer,
         session_id=session_id or None, ttl=check_lock_ttl(ttl), context=dict(context or {}),
         request=dict(request or {}), on_tool_result=on_tool_result,
         on_budget_exhausted=on_budget_exhausted, on_stop=on_stop,
-        pending_calls=_check_pending_calls(pending_calls) if pending_calls else ())
+        pending_calls=_check_pending_calls(pending_calls) if pending_calls else (),
+        estimate_request=estimate_request)
     return LoopRun(settings, normalize_messages(messages), budget_map, Emitter(on_event))

@@ -42,8 +42,8 @@ from agents_api.results import (
 from agents_api.transcript import HeldLock, LegacyTranscript, TranscriptWriter
 from agents_api.unchecked import unchecked
 
-__all__ = ["BudgetExhaustedHook", "LoopRun", "LoopSettings", "ShouldContinue", "StopHook",
-           "ToolResultHook", "TurnRunner"]
+__all__ = ["BudgetExhaustedHook", "LoopRun", "LoopSettings", "RequestEstimate",
+           "ShouldContinue", "StopHook", "ToolResultHook", "TurnRunner"]
 
 logger = logging.getLogger("agents_api.loop")
 
@@ -63,6 +63,11 @@ ShouldContinue = Callable[[TurnResult, dict[str, Any]], bool]
 # Called once when a run stops, under the transcript lock, before the result is built: it sees
 # the run (RunStop) and returns the StopVerdict the loop applies (or None: no change).
 StopHook = Callable[[RunStop, dict[str, Any]], MaybeAwaitable[StopVerdict | None]]
+# Asked before every turn (synchronously): what the coming request would add to budgets that
+# count what requests spend, ``{budget_name: units}``. A request that would take a budget past
+# its ceiling is not sent: the budget is offered for extension like a spent one, else the run
+# stops on it. Whoever estimates also feeds those budgets with what answers report.
+RequestEstimate = Callable[[list[Message], dict[str, Any]], Mapping[str, int]]
 
 # The verdict fields that replace the loop's own when a stop handler sets them.
 _OVERRIDES = ("status", "budget", "flags", "warning", "error", "error_code", "final_content",
@@ -89,6 +94,7 @@ class LoopSettings:
     on_stop: StopHook | None
     # Calls a paused run left waiting, run before the first turn (see agents_api.pause).
     pending_calls: tuple[dict[str, Any], ...] = ()
+    estimate_request: RequestEstimate | None = None
 
 
 @dataclass(slots=True)
@@ -142,6 +148,8 @@ class LoopRun:
         self.warnings: list[str] = []
         self.outcome: Outcome | None = None
         self.pending: dict[str, Any] | None = None  # what a paused run waits for
+        # Units the refused request would have added to the budget that stopped the run.
+        self.needed: int | None = None
         self._records: list[dict[str, Any]] | None = None  # made once the run has stopped
         self._rails_seen, self._time_rail = -1, False  # see _has_time_rail
         self.transcript: TranscriptWriter | LegacyTranscript | None = None
@@ -169,6 +177,8 @@ class LoopRun:
         spent = self._spent_before_turn()
         if spent is not None and not (yield from self._extend(spent)):
             self._stop(Outcome("budget_exceeded", budget=spent))
+            return
+        if self.settings.estimate_request is not None and not (yield from self._request_fits()):
             return
         turn = self._start_turn()
         answer = yield from self._ask_runner(turn)
@@ -367,12 +377,13 @@ class LoopRun:
         return self._first_exceeded()
 
     def _extend(self, budget: IterationBudget, waiting: list[ToolCall] | None = None,
-                turn: int = 0) -> Steps[bool]:
+                turn: int = 0, needed: int = 0) -> Steps[bool]:
         """Ask the host to extend a spent budget; only soft ceilings are ever offered. A
         :class:`Pause` for an answer stops the run (``waiting``: the calls of ``turn`` that
-        the budget kept from running wait with it)."""
+        the budget kept from running wait with it). ``needed``: the units a request that would
+        pass the ceiling needs (the budget is not spent yet; extended, it must hold them)."""
         hook = self.settings.on_budget_exhausted
-        if hook is None or not budget.extendable():
+        if hook is None or not (_can_hold(budget, needed) if needed else budget.extendable()):
             return False
         try:
             answer = hook(budget, {"turn": self.turn_count, "budget": budget.name()})
@@ -385,12 +396,52 @@ class LoopRun:
         if type(answer) is Pause:
             self._pause(answer, waiting, turn)
             return False
-        if answer is True and not budget.exceeded():
+        if answer is True and (budget.current() + needed <= budget.ceiling() if needed
+                               else not budget.exceeded()):
             self.emitter.emit("budget_extended", {"budget": budget.name(),
                                                   "ceiling": budget.ceiling(),
                                                   "current": budget.current()})
             return True
         return False
+
+    def _request_fits(self) -> Steps[bool]:
+        """Before a turn: whether its request fits every budget the estimate names. One that
+        would pass its ceiling is offered for extension once; refused, the run stops on it and
+        the request is never sent."""
+        estimate = self.settings.estimate_request
+        assert estimate is not None
+        asked: set[str] = set()
+        while True:
+            try:
+                needed = estimate(self.messages, {
+                    **self.settings.context, "turn": self.turn_count + 1,
+                    "budgets": self.budgets, "session_id": self.session_id})
+                crossing = self._crossing(needed)
+            except Exception as exc:
+                self._fail("request_estimate_failed", exc)
+                return False
+            if crossing is None:
+                return True
+            budget, units = crossing
+            if budget.name() in asked or not (yield from self._extend(budget, needed=units)):
+                self.needed = units
+                self._stop(Outcome("budget_exceeded", budget=budget))
+                return False
+            asked.add(budget.name())
+
+    def _crossing(self, needed: Mapping[str, int]) -> tuple[IterationBudget, int] | None:
+        """The first budget the estimated units would take past its ceiling, and the units."""
+        for name, units in needed.items():
+            budget = self.budgets.get(name)
+            if budget is None:
+                raise KeyError(f"estimate_request named {name!r}, which is not a budget of "
+                               "this run")
+            if isinstance(units, bool) or not isinstance(units, int) or units < 0:
+                raise TypeError(f"estimate_request gave {name!r} {units!r} units; give a "
+                                "non-negative integer")
+            if budget.exceeded() or budget.current() + units > budget.ceiling():
+                return budget, units
+        return None
 
     def _first_exceeded(self, skip: IterationBudget | None = None) -> IterationBudget | None:
         for budget in self.budgets.values():
@@ -494,6 +545,13 @@ class LoopRun:
         if answer.pause is not None:  # the runner paused the run: no call runs, all wait
             ran.pause, ran.waiting = Pause(answer.pause), calls
             return ran
+        if calls and self.settings.estimate_request is not None:
+            # The answer's own spend (its reported tokens) may have used a budget up: then
+            # none of its calls runs; they wait with the run for an extension.
+            ran.spent = self._first_exceeded(skip=self.settings.turn_budget)
+            if ran.spent is not None:
+                ran.waiting = calls
+                return ran
         timed = bool(calls) and self._has_time_rail()
         for index, call in enumerate(calls):
             per_tool = self.per_tool.get(call.name)
@@ -569,7 +627,10 @@ class LoopRun:
         outcome = self.outcome
         assert outcome is not None
         if outcome.status == "budget_exceeded" and outcome.budget is not None:
-            self.emitter.emit("budget_exceeded", _exceeded_payload(outcome.budget))
+            payload = _exceeded_payload(outcome.budget)
+            if self.needed is not None:
+                payload["needed"] = self.needed  # the refused request's estimate
+            self.emitter.emit("budget_exceeded", payload)
         handler = self.settings.on_stop
         if handler is None:
             return None
@@ -671,6 +732,13 @@ def _add_usage(total: dict[str, Any], usage: Mapping[str, Any]) -> None:
                 total[key] = previous + value
                 continue
         total[key] = value
+
+
+def _can_hold(budget: IterationBudget, needed: int) -> bool:
+    """Whether extending ``budget`` could make room for ``needed`` more units."""
+    hard = budget.hard_ceiling()
+    return (budget.exhausted_rail() in (None, "ceiling")
+            and (hard is None or budget.current() + needed <= hard))
 
 
 def _final_content(messages: list[Message], start: int = 0) -> str:
