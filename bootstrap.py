@@ -25,7 +25,13 @@ from datamachine.registry import BudgetSpec, IterationBudgetRegistry
 from datamachine.server.site import ensure_site_id
 from datamachine.setting_rules import validate_known_setting
 from datamachine.settings import Settings
-from datamachine.storage import ChatSessionStore, JobStore, TokenStore, TranscriptStore
+from datamachine.storage import (
+    ChatSessionStore,
+    JobStore,
+    SpendStore,
+    TokenStore,
+    TranscriptStore,
+)
 from datamachine.tools.registry import ToolRegistry
 
 __all__ = ["boot"]
@@ -66,7 +72,7 @@ def boot(
                 tools=ToolRegistry.from_plugin_manager(pm),
                 transcripts=transcripts, jobs=JobStore(handle),
                 chat_sessions=ChatSessionStore(handle, settings=settings, transcripts=transcripts),
-                tokens=TokenStore(handle))
+                tokens=TokenStore(handle), spend=SpendStore(handle))
     # Every host has a site id from its first boot (agent-to-agent chains use it).
     ensure_site_id(host)
     try:

@@ -7,7 +7,7 @@ from agents_api.names import TOOL_CALLS, WALL_CLOCK
 from datamachine.registry import BudgetSpec
 
 __all__ = ["BUILTIN_BUDGETS", "BUILTIN_OWNER", "CHAIN_DEPTH", "CHAT_TURNS", "CONVERSATION_TURNS",
-           "TOOL_CALLS", "WALL_CLOCK"]
+           "COST", "METERED_BUDGETS", "TOOL_CALLS", "TOTAL_TOKENS", "WALL_CLOCK"]
 
 BUILTIN_OWNER = "bootstrap"
 
@@ -16,6 +16,11 @@ CHAIN_DEPTH = "chain_depth"
 # A chat session's own turn count, shown to confirm_continuation at the session's limit (not a
 # registry budget: the limit is the session's).
 CHAT_TURNS = "chat_turns"
+# What a run's requests spend, fed from the usage each answer reports: they join a run only
+# when a ceiling is set for it (their setting or payload budget_ceilings).
+TOTAL_TOKENS = "total_tokens"
+COST = "cost"
+METERED_BUDGETS = (TOTAL_TOKENS, COST)
 
 BUILTIN_BUDGETS: tuple[BudgetSpec, ...] = (
     BudgetSpec(
@@ -29,5 +34,16 @@ BUILTIN_BUDGETS: tuple[BudgetSpec, ...] = (
     BudgetSpec(
         name=TOOL_CALLS, default=100, min=1, max=1000, setting="max_tool_calls",
         description="Tool calls in one run_conversation call.",
+    ),
+    BudgetSpec(
+        name=TOTAL_TOKENS, default=10**12, min=1, max=10**12, setting="max_total_tokens",
+        unit="tokens",
+        description="Prompt and completion tokens in one run (only when a ceiling is set).",
+    ),
+    BudgetSpec(
+        name=COST, default=10**12, min=1, max=10**12, setting="max_cost_usd",
+        unit="microdollars",
+        description="What one run's requests cost, from the prices setting (only when a "
+                    "ceiling is set; the setting is in dollars).",
     ),
 )

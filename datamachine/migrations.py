@@ -157,6 +157,40 @@ def m006_api_tokens(db: Database) -> None:
     )
 
 
+@MIGRATIONS()
+def m007_spend(db: Database) -> None:
+    """Spend windows (``spend_limits``): settled use per window, and the open reservations of
+    requests in flight (each with an expiry, so a killed process's reservation stops counting).
+    """
+    db.execute(
+        """
+        CREATE TABLE spend_settled (
+            limit_name TEXT NOT NULL,
+            scope_key TEXT NOT NULL,
+            window_start TEXT NOT NULL,
+            amount INTEGER NOT NULL DEFAULT 0,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (limit_name, scope_key, window_start)
+        ) WITHOUT ROWID
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE spend_reservations (
+            id TEXT NOT NULL,
+            limit_name TEXT NOT NULL,
+            scope_key TEXT NOT NULL,
+            window_start TEXT NOT NULL,
+            amount INTEGER NOT NULL,
+            expires_at REAL NOT NULL,
+            PRIMARY KEY (id, limit_name)
+        )
+        """
+    )
+    db.execute("CREATE INDEX spend_reservations_window ON spend_reservations "
+               "(limit_name, scope_key, window_start)")
+
+
 def migrate(db: Database, *, label: str = "database", migrations: Migrations = MIGRATIONS) -> None:
     """Apply pending ``migrations`` atomically; any failure leaves the schema untouched.
 

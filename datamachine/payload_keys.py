@@ -42,6 +42,9 @@ class RuntimeOptions:
     confirmation: str | None = None
     # {budget name: ceiling} for this run, in each budget's unit (clamped and reported).
     budget_ceilings: dict[str, int] = field(default_factory=dict)
+    # The name of the /chat bearer token the run answers (set by the server): spend limits
+    # scoped "token" count against it.
+    token_name: str | None = None
 
 
 RUNTIME_KEYS = frozenset(option.name for option in fields(RuntimeOptions))

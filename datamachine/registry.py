@@ -7,6 +7,7 @@ the clamp, which is non-negotiable. Anything clamped is reported, never silently
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,12 +21,14 @@ from datamachine.errors import InvalidBudgetSpec, InvalidBudgetValue
 __all__ = [
     "MAX_BUDGET_VALUE",
     "MAX_METERED_VALUE",
+    "MICRODOLLARS_PER_USD",
     "UNITS",
     "UNREGISTERED_SPEC",
     "BudgetSpec",
     "IterationBudgetRegistry",
     "ResolvedCeiling",
     "unit_maximum",
+    "usd_to_microdollars",
     "validate_budget_value",
 ]
 
@@ -34,6 +37,7 @@ MAX_BUDGET_VALUE = 10_000
 MAX_METERED_VALUE = 10**12
 BudgetUnit = Literal["count", "tokens", "microdollars"]
 UNITS: tuple[BudgetUnit, ...] = ("count", "tokens", "microdollars")
+MICRODOLLARS_PER_USD = 1_000_000
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -60,6 +64,27 @@ def validate_budget_value(knob: str, value: object, *, maximum: int = MAX_BUDGET
             f"{knob} must be a positive integer between 1 and {maximum:,}, got {value}."
         )
     return value
+
+
+def usd_to_microdollars(knob: str, value: object) -> int:
+    """``value`` dollars (a positive finite number, at most 10^6) as whole microdollars,
+    rounded up, so a limit never grows by rounding; anything else raises
+    :class:`InvalidBudgetValue` naming ``knob``."""
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or not 0 < value <= MAX_METERED_VALUE
+            / MICRODOLLARS_PER_USD):
+        raise InvalidBudgetValue(
+            f"{knob} must be a positive number of US dollars, at most "
+            f"{MAX_METERED_VALUE // MICRODOLLARS_PER_USD:,}, got {value!r}.")
+    return max(1, math.ceil(round(value * MICRODOLLARS_PER_USD, 6)))
+
+
+def _setting_ceiling(spec: BudgetSpec, key: str, value: object) -> int:
+    """A budget setting's stored value as a ceiling in the budget's unit: a microdollar
+    budget's setting named ``*_usd`` holds dollars (``max_cost_usd: 0.5``)."""
+    if spec.unit == "microdollars" and key.endswith("_usd"):
+        return usd_to_microdollars(f"setting {key!r}", value)
+    return validate_budget_value(f"setting {key!r}", value, maximum=unit_maximum(spec.unit))
 
 
 class BudgetSpec(BaseModel):
@@ -238,8 +263,7 @@ class IterationBudgetRegistry:
         elif spec is not None and spec.setting and self.settings_lookup is not None:
             stored = self.settings_lookup(spec.setting)
             if stored is not None:
-                requested = validate_budget_value(f"setting {spec.setting!r}", stored,
-                                                  maximum=unit_maximum(spec.unit))
+                requested = _setting_ceiling(spec, spec.setting, stored)
                 source = "setting"
         ceiling = max(low, min(high, requested))
         return ResolvedCeiling(name=name, ceiling=ceiling, requested=requested, source=source,
@@ -268,11 +292,20 @@ class IterationBudgetRegistry:
 
     def validate_setting(self, key: str, value: object) -> None:
         """Refuse a value for a budget's setting that is not a positive integer within its
-        unit's limit (10,000 for a count, 10^12 for tokens and microdollars)."""
+        unit's limit (10,000 for a count, 10^12 for tokens and microdollars), or for a
+        microdollar budget's ``*_usd`` setting, a positive number of dollars."""
         name = self.setting_keys().get(key)
         if name is not None:
-            validate_budget_value(f"setting {key!r}", value,
-                                  maximum=unit_maximum(self._specs[name].unit))
+            _setting_ceiling(self._specs[name], key, value)
+
+    def setting_ceiling(self, name: str) -> int | None:
+        """The ceiling the setting of budget ``name`` asks for, in its unit (None when the
+        budget has no setting or it is not set)."""
+        spec = self._specs.get(name)
+        if spec is None or not spec.setting or self.settings_lookup is None:
+            return None
+        stored = self.settings_lookup(spec.setting)
+        return None if stored is None else _setting_ceiling(spec, spec.setting, stored)
 
     def unit(self, name: str) -> BudgetUnit:
         """The unit of ``name`` (``count`` for an unregistered budget)."""

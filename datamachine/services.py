@@ -18,7 +18,13 @@ from datamachine.plugins import PluginInfo, first_result, fold_value
 from datamachine.providers.registry import ProviderRegistry
 from datamachine.registry import IterationBudgetRegistry
 from datamachine.settings import Settings
-from datamachine.storage import ChatSessionStore, JobStore, TokenStore, TranscriptStore
+from datamachine.storage import (
+    ChatSessionStore,
+    JobStore,
+    SpendStore,
+    TokenStore,
+    TranscriptStore,
+)
 from datamachine.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -42,11 +48,12 @@ class Services:
     providers: ProviderRegistry = field(kw_only=True, default_factory=ProviderRegistry)
     tools: ToolRegistry = field(kw_only=True, default_factory=ToolRegistry)
     # Storage (docs/storage.md): the default transcript persister and lock, jobs, chat sessions
-    # and API tokens, all on ``db``.
+    # API tokens and spend windows, all on ``db``.
     transcripts: TranscriptStore = field(kw_only=True)
     jobs: JobStore = field(kw_only=True)
     chat_sessions: ChatSessionStore = field(kw_only=True)
     tokens: TokenStore = field(kw_only=True)
+    spend: SpendStore = field(kw_only=True)
 
     @property
     def db(self) -> Database:

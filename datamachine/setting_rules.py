@@ -75,6 +75,18 @@ def _max_retries(key: str, value: Any) -> None:
                              f"the first request), got {value!r}.")
 
 
+def _prices(key: str, value: Any) -> None:
+    from datamachine.conversation.metering import check_prices
+
+    check_prices(value, f"Setting {key!r}")
+
+
+def _spend_limits(key: str, value: Any) -> None:
+    from datamachine.conversation.spending import parse_spend_limits
+
+    parse_spend_limits(value, f"Setting {key!r}")
+
+
 _RULES: dict[str, Callable[[str, Any], None]] = {
     "request_timeout": _number,
     "connect_timeout": _number,
@@ -89,6 +101,8 @@ _RULES: dict[str, Callable[[str, Any], None]] = {
     "model_options": _model_options,
     "provider_max_retries": _max_retries,
     "providers": _endpoints,
+    "prices": _prices,
+    "spend_limits": _spend_limits,
 }
 
 

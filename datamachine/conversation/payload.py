@@ -118,6 +118,14 @@ def _budget_ceilings(value: Any) -> Any:
     return dict(value)
 
 
+def _token_name(value: Any) -> Any:
+    if value is not None and (not isinstance(value, str) or not value.strip()
+                              or len(value) > 100):
+        raise UsageError("payload['token_name'] must be the name of an API token (a non-empty "
+                         f"string of at most 100 characters), got {value!r}.")
+    return value
+
+
 def _output_type(value: Any) -> Any:
     from datamachine.conversation.output import check_output_type
 
@@ -140,6 +148,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "output_type": _output_type,
     "confirmation": _confirmation,
     "budget_ceilings": _budget_ceilings,
+    "token_name": _token_name,
 }
 
 

@@ -22,9 +22,17 @@ from agents_api.drive import Steps, drive_async, drive_sync, run_steps
 from agents_api.loop import loop_steps
 from agents_api.names import per_tool_budget
 from agents_api.unchecked import unchecked
-from datamachine.budgets_builtin import CONVERSATION_TURNS, TOOL_CALLS, WALL_CLOCK
+from datamachine.budgets_builtin import (
+    CONVERSATION_TURNS,
+    COST,
+    METERED_BUDGETS,
+    TOOL_CALLS,
+    TOTAL_TOKENS,
+    WALL_CLOCK,
+)
 from datamachine.completion.controller import CompletionRun
 from datamachine.conversation.exhaustion import FinalSummary
+from datamachine.conversation.metering import RunMeter, check_metered_run, price_for
 from datamachine.conversation.output import OutputContract
 from datamachine.conversation.pausing import (
     Confirmation,
@@ -37,6 +45,7 @@ from datamachine.conversation.payload import base_log_context, split_payload
 from datamachine.conversation.pressure import PressureTracker, parse_budget_pressure
 from datamachine.conversation.result import ConversationResult, empty_usage
 from datamachine.conversation.spec import RunSpec
+from datamachine.conversation.spending import SpendWindows, parse_spend_limits, scopes_of
 from datamachine.conversation.timeouts import resolve_timeouts
 from datamachine.conversation.turns import ProviderTurnRunner, TurnGate
 from datamachine.conversation.verdict import ProductVerdict, decide
@@ -151,12 +160,16 @@ class ConversationRun:
         self.ceilings = {b.name(): b.ceiling() for b in (self.turn_budget, *self.budgets)}
         if resumption is not None:
             self._resume_budgets(resumption)
+        self.persister, self.lock, self.session_id = self._transcript()
+        self.meter = self._meter()
         self.executor = self._executor()
         self.runner = self._turn_runner()
         self.runner.closed_tools = self.executor.closed_tools  # one set: hidden = refused
+        if self.meter is not None:
+            self.runner.meter = self.meter
+            self.meter.request_bytes = self.runner.request_bytes
         self.summary = FinalSummary(self.runner.summarize, self.emit,
                                     enabled=runtime.final_summary)
-        self.persister, self.lock, self.session_id = self._transcript()
         # Decided once, by the stop handler (or after the loop for a run that never ran).
         self.verdict: ProductVerdict | None = None
 
@@ -193,6 +206,11 @@ class ConversationRun:
                                     warnings=self.warnings)
                     for name in map(per_tool_budget, self.completion.tools)
                     if registry.is_registered(name) or name in overrides]
+        # Token and cost budgets join a run only when a ceiling is set for it.
+        budgets += [registry.create(name, ceiling_override=overrides.get(name),
+                                    warnings=self.warnings)
+                    for name in METERED_BUDGETS
+                    if name in overrides or registry.setting_ceiling(name) is not None]
         max_seconds = self.spec.runtime.max_seconds
         if max_seconds is None:
             setting = self.services.settings.get("max_run_seconds")
@@ -209,6 +227,35 @@ class ConversationRun:
             budgets.append(IterationBudget(WALL_CLOCK, seconds, hard_ceiling=seconds,
                                            max_seconds=float(max_seconds)))
         return budgets
+
+    def _meter(self) -> RunMeter | None:
+        """What the run's requests spend: its token and cost budgets, the model's price and
+        the spend windows it counts against (None when there is nothing to count)."""
+        spec, settings = self.spec, self.services.settings
+        own = {b.name(): b for b in self.budgets if b.name() in METERED_BUDGETS}
+        price = price_for(settings.get("prices"), spec.model)
+        limits = parse_spend_limits(settings.get("spend_limits"))
+        spend = None
+        if limits:
+            spend = SpendWindows(self.services.spend, limits,
+                                 scopes_of(spec.payload, spec.runtime.token_name,
+                                           self.session_id),
+                                 spec.runtime.transcript_lock_ttl)
+            taken = {b.name() for b in (self.turn_budget, *self.budgets)}
+            for budget in spend.budgets:
+                if budget.name() in taken:
+                    raise UsageError(f"Spend limit {budget.name()!r} has the name of a budget of "
+                                     "this run; rename it in the setting 'spend_limits'.")
+            self.budgets += spend.budgets
+            spend = spend if spend.budgets else None
+        if not own and price is None and spend is None:
+            return None
+        units: dict[str, str] = {name: self.services.budgets.unit(name) for name in own}
+        units.update({limit.name: limit.unit for limit in limits})
+        check_metered_run(units, price, spec.model,
+                          [*own, *(b.name() for b in spend.budgets)] if spend else list(own))
+        return RunMeter(tokens=own.get(TOTAL_TOKENS), cost=own.get(COST), price=price,
+                        spend=spend, units=units)
 
     def _turn_runner(self) -> ProviderTurnRunner:
         spec, tools = self.spec, self.completion.tools
@@ -281,7 +328,10 @@ class ConversationRun:
                     for b in (self.turn_budget, *self.budgets)]
         # Budgets the paused run had beyond those a run starts with (one a tool created, a
         # per-tool one from budget_ceilings) carry on too.
-        present = {b.name() for b in restored}
+        # Spend windows are read again from the store (their use moved on meanwhile).
+        present = {b.name() for b in restored} | {
+            limit.name for limit in parse_spend_limits(
+                self.services.settings.get("spend_limits"))}
         for name, snapshot in resumption.budgets.items():
             if name not in present and name != WALL_CLOCK:
                 restored.append(_restored(self.services.budgets.create(name), snapshot))
@@ -355,6 +405,8 @@ class ConversationRun:
         }
         if self.resumption is not None and self.resumption.pending_calls:
             arguments["pending_tool_calls"] = self.resumption.pending_calls
+        if self.meter is not None and self.meter.estimates:
+            arguments["estimate_request"] = self.meter.estimate
         if self.writer is not None:
             arguments["transcript_writer"] = self.writer
         else:
@@ -390,10 +442,18 @@ class ConversationRun:
         return run_steps(self._stop_steps(stop, context))
 
     def _stop_steps(self, stop: RunStop, context: dict[str, Any]) -> Steps[StopVerdict]:
+        meter = self.meter
+        if meter is not None:
+            meter.release()  # a request that never answered gives its reservation back
         summary = None
         if not self.runner.partial_text:  # a stream cut mid-way keeps its own words instead
             summary = yield from self.summary.steps(stop, context.get("deadline"))
-        verdict = self._decide(stop, summary, dict(self.runner.summary_usage))
+        usage = dict(self.runner.summary_usage)
+        if meter is not None:
+            meter.release()
+            if meter.cost_usd is not None:
+                usage["cost_usd"] = meter.cost_usd  # the whole run's, summary included
+        verdict = self._decide(stop, summary, usage)
         if verdict.pending is not None:
             # What resuming needs beyond the loop's word: the tools to offer again, by name.
             verdict.pending = {**verdict.pending, "tools": sorted(self.completion.tools),
@@ -407,7 +467,14 @@ class ConversationRun:
         return decide(stop, turn_ceiling=self.turn_budget.ceiling(), completion=self.completion,
                       summary=summary, summary_usage=summary_usage, chat_abort=self._abort(),
                       truncated=self.runner.answer_truncated, output=self.output,
-                      partial=self.runner.partial_text)
+                      partial=self.runner.partial_text, metered_warning=self._metered_warning(stop))
+
+    def _metered_warning(self, stop: RunStop) -> str | None:
+        """The warning of a stop on a token or cost budget, in tokens or dollars."""
+        meter = self.meter
+        if meter is None or stop.budget is None or stop.status != "budget_exceeded":
+            return None
+        return meter.stop_warning(stop.budget, stop.budgets.get(stop.budget, {}))
 
     def _abort(self) -> str | None:
         if self.runner.stop_requested:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from agents_api import IterationBudget, Message, TurnAnswer
 from agents_api.drive import awaitable
 from agents_api.jsontext import canonical_json, compact_bytes
+from datamachine.conversation.metering import RunMeter
 from datamachine.conversation.pressure import PressureTracker
 from datamachine.conversation.projection import ChatProjector
 from datamachine.conversation.timeouts import Timeouts
@@ -127,6 +128,14 @@ class ProviderTurnRunner:
         self.partial_text = ""
         self.stop_requested = False
         self._streamed = False
+        # What the run's requests spend (token and cost budgets, prices, spend windows).
+        self.meter: RunMeter | None = None
+
+    def request_bytes(self, messages: list[Message]) -> int:
+        """The JSON size of the request ``messages`` make: messages and tool definitions, as
+        they are sent (what the meter's prompt estimate reads)."""
+        self.projector.sync(messages)
+        return self.projector.bytes + self._tools_bytes
 
     # -- request building -----------------------------------------------------------------
     def build_request(
@@ -290,6 +299,9 @@ class ProviderTurnRunner:
             self._report(turn, success=False, error=exc)
             raise
         self.last_request_metadata["response"] = {"finish_reason": response.finish_reason}
+        if self.meter is not None:
+            self.meter.settle(response.usage, len(response.content.encode())
+                              + sum(len(str(call)) for call in response.tool_calls))
         if self.stream_text is not None and not self._streamed and response.content:
             self.stream_text(response.content)  # a provider that cannot stream: one delta
         # An answer without calls that the output token limit cut off (see verdict.decide).
@@ -324,26 +336,46 @@ class ProviderTurnRunner:
         in the answer are ignored because no tools were offered.
         """
         turn = int(self.last_request_metadata.get("turn", 0)) + 1
-        request = self.build_request(messages, turn, extra=[{"role": "user", "content": prompt}],
-                                     offer_tools=False)
+        extra = {"role": "user", "content": prompt}
+        request = self.build_request(messages, turn, extra=[extra], offer_tools=False)
         self.last_request_metadata["final_summary"] = True
-        answer = self._dispatch(request, turn)
+        if self.meter is not None:  # only a summary that fits the run's budgets is asked for
+            request = self.meter.admit_summary(
+                request, self.projector.bytes + len(compact_bytes(extra)) + 1)
+        try:
+            answer = self._dispatch(request, turn)
+        except BaseException:
+            if self.meter is not None:
+                self.meter.release()
+            raise
         if inspect.isawaitable(answer):
             return self._summary_async(answer, turn)
         return self._summary_text(answer, turn)
 
     async def _summary_async(self, answer: Awaitable[Any], turn: int) -> str:
-        return self._summary_text(await answer, turn)
+        try:
+            response = await answer
+        except BaseException:
+            if self.meter is not None:
+                self.meter.release()
+            raise
+        return self._summary_text(response, turn)
 
     def _summary_text(self, answer: Any, turn: int) -> str:
         if not isinstance(answer, ProviderResponse | Mapping):
+            if self.meter is not None:
+                self.meter.release()
             return ""
         response = normalize_response(answer, provider=self.provider_name, turn=turn)
         for key, value in response.usage.items():
             self.summary_usage[key] = self.summary_usage.get(key, 0) + value
+        if self.meter is not None:
+            self.meter.settle(response.usage, len(response.content.encode()))
         return response.content
 
     def _report(self, turn: int, *, success: bool, error: BaseException | None = None) -> None:
+        if not success and self.meter is not None:
+            self.meter.release()  # the request failed: its reservation is given back
         if not self._emit_active:
             return
         payload: dict[str, Any] = {"turn": turn, "provider": self.provider_name,

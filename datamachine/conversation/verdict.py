@@ -78,7 +78,8 @@ class ProductVerdict:
 def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
            summary: Summary | None = None, summary_usage: dict[str, Any] | None = None,
            chat_abort: str | None = None, truncated: bool = False,
-           output: OutputContract | None = None, partial: str = "") -> ProductVerdict:
+           output: OutputContract | None = None, partial: str = "",
+           metered_warning: str | None = None) -> ProductVerdict:
     """The verdict on ``stop`` (see the module docstring). Pure: reads, never writes.
 
     ``truncated``: the run ended on a final answer the output token limit cut off
@@ -86,6 +87,7 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
     output type; a run whose last answer does not fit it is ``incomplete`` (also when the turns
     ran out retrying), never ``completed``. ``partial``: the text of an answer whose stream was
     cut (the wall clock, a consumer that left), kept as the final content.
+    ``metered_warning``: the warning of a stop on a token or cost budget, in its own words.
     """
     status, budget, flags, warning = stop.status, stop.budget, list(stop.flags), stop.warning
     if status == "awaiting_confirmation":
@@ -98,6 +100,8 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
     if max_turns_reached:
         warning = (f"Maximum conversation turns ({turn_ceiling}) reached. "
                    "Response may be incomplete.")
+    elif metered_warning is not None:
+        warning = metered_warning
     judgement = completion.judge(status, budget, warning, turn_ceiling)
     status, warning = judgement.status, judgement.warning
     if output is not None and output.value is None and (

@@ -1,4 +1,5 @@
-"""SQLite storage of a host: transcripts and their locks, jobs, chat sessions, API tokens.
+"""SQLite storage of a host: transcripts and their locks, jobs, chat sessions, API tokens,
+spend windows.
 
 Each store owns one table group and takes the database connection's lock for every use, so one
 host can be shared across threads; every write is one ``BEGIN IMMEDIATE`` transaction, so several
@@ -13,6 +14,7 @@ from datamachine.storage.chat_sessions import (
 )
 from datamachine.storage.jobs import Job, JobStatus, JobStore
 from datamachine.storage.locks import LockInfo, TranscriptLocks
+from datamachine.storage.spend import SpendStore, WindowKey, WindowUse
 from datamachine.storage.tokens import ApiToken, TokenStore
 from datamachine.storage.transcript_writer import TranscriptWriter
 from datamachine.storage.transcripts import (
@@ -31,6 +33,7 @@ __all__ = [
     "JobStore",
     "LockInfo",
     "MaxTurns",
+    "SpendStore",
     "TokenStore",
     "Transcript",
     "TranscriptLocks",
@@ -38,5 +41,7 @@ __all__ = [
     "TranscriptStore",
     "TranscriptSummary",
     "TranscriptWriter",
+    "WindowKey",
+    "WindowUse",
     "validate_max_turns",
 ]
