@@ -21,7 +21,8 @@ from agents_api import IterationBudget
 from datamachine.budgets_builtin import CONVERSATION_TURNS, TOOL_CALLS, WALL_CLOCK
 from datamachine.errors import UsageError
 
-__all__ = ["BudgetPressure", "PressureTracker", "default_tier", "parse_budget_pressure"]
+__all__ = ["BudgetPressure", "PressureTracker", "default_tier", "metered_tier",
+           "parse_budget_pressure"]
 
 CAUTION = "caution"
 WARNING = "warning"
@@ -35,6 +36,18 @@ _WARNING_TEXT = ("[BUDGET WARNING: {unit} {current}/{ceiling}. {remaining} left.
                  "answer now; call a tool only if it is essential.]")
 _ESCALATION_TEXT = ("[BUDGET FINAL WARNING: {unit} {current}/{ceiling}. {remaining} left. Stop "
                     "calling tools and write your final answer with what you have.]")
+# Token and cost budgets speak in what they count: "7,200 tokens of 10,000 tokens", "$0.72 of
+# $1.00" ({label}: the budget's name in words).
+_METERED_CAUTION = ("[BUDGET: {current} of {ceiling} used ({label}). {remaining} left. Start "
+                    "consolidating your work.]")
+_METERED_WARNING = ("[BUDGET WARNING: {current} of {ceiling} used ({label}). {remaining} left. "
+                    "Give your final answer now; call a tool only if it is essential.]")
+_METERED_ESCALATION = ("[BUDGET FINAL WARNING: {current} of {ceiling} used ({label}). "
+                       "{remaining} left. Stop calling tools and write your final answer with "
+                       "what you have.]")
+# Token and cost budgets: a tier by the fraction already spent.
+METERED_CAUTION_AT = 0.7
+METERED_WARNING_AT = 0.9
 
 
 class TierConfig(BaseModel):
@@ -110,6 +123,24 @@ def parse_budget_pressure(
     return resolved
 
 
+def metered_tier(spent: int, ceiling: int) -> str | None:
+    """The default tier of a token or cost budget with ``spent`` of ``ceiling`` used."""
+    fraction = spent / ceiling
+    if fraction >= METERED_WARNING_AT:
+        return WARNING
+    if fraction >= METERED_CAUTION_AT:
+        return CAUTION
+    return None
+
+
+def _shown(unit: str, amount: int) -> str:
+    if unit == "microdollars":
+        from datamachine.conversation.metering import format_usd
+
+        return format_usd(amount)
+    return f"{amount:,} tokens"
+
+
 def default_tier(current: int, ceiling: int) -> str | None:
     """The default tier before the request of unit ``current`` (1-based) of ``ceiling``."""
     left = ceiling - current
@@ -126,6 +157,8 @@ class PressureTracker:
 
     rules: dict[str, BudgetPressure] | bool
     emit: Callable[[str, dict[str, Any]], None]
+    # The unit of each token or cost budget ("tokens", "microdollars"); others count.
+    units: Mapping[str, str] = field(default_factory=dict)
     fired: set[tuple[str, str]] = field(default_factory=set)
     _warned: set[str] = field(default_factory=set)
     _escalate: set[str] = field(default_factory=set)
@@ -138,11 +171,14 @@ class PressureTracker:
             return self.rules.get(name)
         return None
 
-    def _tier(self, rule: BudgetPressure, current: int, ceiling: int) -> tuple[str, str] | None:
+    def _tier(self, rule: BudgetPressure, current: int, ceiling: int,
+              metered: bool = False) -> tuple[str, str] | None:
         if rule.tiers is None:
-            tier = default_tier(current, ceiling)
+            tier = metered_tier(current, ceiling) if metered else default_tier(current, ceiling)
             if tier is None:
                 return None
+            if metered:
+                return tier, _METERED_WARNING if tier == WARNING else _METERED_CAUTION
             return tier, _WARNING_TEXT if tier == WARNING else _CAUTION_TEXT
         reached = [t for t in rule.tiers if current / ceiling >= t.at]
         if not reached:
@@ -166,8 +202,12 @@ class PressureTracker:
             if rule is None:
                 continue
             ceiling = budget.ceiling()
-            current = min(budget.current() + 1, ceiling)
-            found = self._tier(rule, current, ceiling)
+            unit = self.units.get(name)
+            # A count's tier looks at the unit the coming request uses; a token or cost
+            # budget's at what is already spent (the coming request's spend is unknown).
+            current = (min(budget.current(), ceiling) if unit is not None
+                       else min(budget.current() + 1, ceiling))
+            found = self._tier(rule, current, ceiling, metered=unit is not None)
             if found is None:
                 continue
             tier, template = found
@@ -181,12 +221,16 @@ class PressureTracker:
                 self._warned.add(name)
                 if name in self._escalate and name not in self._escalated:
                     self._escalated.add(name)
-                    template = _ESCALATION_TEXT
+                    template = _METERED_ESCALATION if unit is not None else _ESCALATION_TEXT
                     self.emit("budget_pressure", {"budget": name, "tier": ESCALATION,
                                                   "current": current, "ceiling": ceiling})
-            values = {"unit": _UNITS.get(name, name.replace("_", " ")), "budget": name,
-                      "current": current, "ceiling": ceiling,
-                      "remaining": max(0, ceiling - current)}
+            values: dict[str, Any] = {
+                "unit": _UNITS.get(name, name.replace("_", " ")), "budget": name,
+                "label": name.replace("_", " "), "current": current, "ceiling": ceiling,
+                "remaining": max(0, ceiling - current)}
+            if unit is not None:
+                for key in ("current", "ceiling", "remaining"):
+                    values[key] = _shown(unit, values[key])
             try:
                 text = template.format_map(values)
             except (KeyError, ValueError, IndexError):

@@ -268,7 +268,8 @@ class ConversationRun:
             timeouts=resolve_timeouts(self.services, spec.mode, spec.provider, spec.model,
                                       spec.payload),
             emit=self.emit, single_turn=spec.single_turn,
-            pressure=None if rules is False else PressureTracker(rules, self.emit),
+            pressure=None if rules is False else PressureTracker(
+                rules, self.emit, self.meter.units if self.meter is not None else {}),
             tools_json="[" + ",".join(t.provider_json() for t in tools.values()) + "]",
             on_natural_completion=self._on_natural_completion(),
             turn_gate=self.turn_gate, call_keys=self.executor.index.keys,

@@ -243,3 +243,35 @@ def test_a_stream_cut_short_without_a_finish_reason_is_not_taken_as_an_answer(
     assert "ended before the answer did" in (result.error or "")
     # (LLMock's verdict would call this "truncated_stream_accepted" because the client did not
     # retry; it did not accept it either: text already shown is not re-requested.)
+
+
+def test_a_request_that_would_pass_total_tokens_is_never_sent(llmock: LLMock, host: Host) -> None:
+    for n in range(10):  # a runaway: every request that offers tools gets a call
+        llmock.add(Reply(tool_calls=(ToolCall("get_weather", {"city": f"city {n}"}),),
+                         match=Match(tools=True)))
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    def sink(event: str, payload: dict[str, Any]) -> None:
+        events.append((event, payload))
+
+    # A ceiling of one token: the first request's estimate does not fit; nothing is sent.
+    refused = host.run_conversation(USER, [get_weather], "openai", "gpt-4o-mini", payload={
+        "budget_ceilings": {"total_tokens": 1}, "event_sink": sink})
+    assert (refused.status, refused.turn_count, _chat_bodies(llmock)) == (
+        "budget_exceeded", 0, [])
+    first_estimate = next(p for e, p in events if e == "budget_exceeded")["needed"]
+    # One turn, to learn what LLMock reports for it.
+    one = host.run_conversation(USER, [get_weather], "openai", "gpt-4o-mini", max_turns=1,
+                                payload={"final_summary": False})
+    first_usage = one.usage["total_tokens"]
+    assert len(_chat_bodies(llmock)) == 1
+    # Room for the first request and its answer, not for the second request's estimate.
+    ceiling = max(first_estimate, first_usage) + 1
+    result = host.run_conversation(USER, [get_weather], "openai", "gpt-4o-mini", payload={
+        "budget_ceilings": {"total_tokens": ceiling}})
+    assert (result.status, result.budget, result.turn_count) == (
+        "budget_exceeded", "total_tokens", 1)
+    assert len(_chat_bodies(llmock)) == 2  # one more request: the second, and the summary,
+    # were never sent (the log is LLMock's own)
+    assert result.budgets["total_tokens"]["current"] == first_usage <= ceiling
+    assert result.flags == ["max_total_tokens_reached"]
