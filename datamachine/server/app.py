@@ -2,8 +2,9 @@
 
 Order of checks on ``/chat``, cheapest refusal first and all before any work: the bearer token
 (401), the caller-context headers (400 naming the header), a cycle (409), the chain depth (429),
-the body size (413), the body itself (400 malformed JSON, 422 naming the field), the session
-(404 unknown, 409 aborted or busy). Only then does a conversation run, in a worker thread: the
+the body size (413), the body itself (400 malformed JSON, 422 naming the field), a spent spend
+window (429 with ``Retry-After``), the session (404 unknown, 409 aborted or busy). Only then
+does a conversation run, in a worker thread: the
 host's SQLite connection is shared and its stores serialize on a lock, and a run's tools may
 block on HTTP (a call to another site that may call back here), which must never stall the
 event loop that would answer the call back.
@@ -45,6 +46,7 @@ from datamachine.server.errors import Problem, error_response, problem_for
 from datamachine.server.schemas import ChatRequest, describe_validation_error
 from datamachine.server.sessions import ChatTurn, run_chat_turn
 from datamachine.server.site import bound_host, ensure_site_id, max_request_bytes
+from datamachine.server.spend import refuse_if_spent, spend_refusal
 
 if TYPE_CHECKING:
     from datamachine.conversation.result import ConversationResult
@@ -131,23 +133,32 @@ class _ChatEndpoint:
         self.site_id = site_id
 
     def _preflight(self, authorization: str | None, header_items: list[tuple[str, str]]
-                   ) -> tuple[CallerContext, int]:
+                   ) -> tuple[CallerContext, int, str]:
         # One worker-thread hop for everything that reads the database before the body.
-        authenticate(self.host, authorization)
+        token_name = authenticate(self.host, authorization)
         inbound = parse_caller_headers(header_items)
         caller = admit(self.host, inbound, self.site_id)
-        return caller, max_request_bytes(self.host)
+        return caller, max_request_bytes(self.host), token_name
 
     def _run(self, turn: ChatTurn, event_sink: Any = None, on_text: Any = None
              ) -> ConversationResult:
         with bound_host(self.host):
             return run_chat_turn(self.host, turn, event_sink=event_sink, on_text=on_text)
 
+    def _run_checked(self, turn: ChatTurn) -> ConversationResult:
+        """Refuse a request under a spent window (429), else run it."""
+        refuse_if_spent(self.host, turn.token_name, turn.session_id)
+        result = self._run(turn)
+        refused = spend_refusal(self.host, result)
+        if refused is not None:
+            raise refused
+        return result
+
     async def handle(self, request: Request) -> Response:
         """Answer one ``POST /chat`` (see the module docstring for the order of checks)."""
         headers: dict[str, str] = {}
         try:
-            caller, limit = await anyio.to_thread.run_sync(
+            caller, limit, token_name = await anyio.to_thread.run_sync(
                 self._preflight, request.headers.get("authorization"),
                 list(request.headers.items()))
             headers = {HEADER_CHAIN_ID: caller.chain_id,
@@ -160,12 +171,14 @@ class _ChatEndpoint:
                 model=parsed.model, max_turns=parsed.max_turns, tools=self.host.tools.tools(),
                 resume=((parsed.resume.approve, parsed.resume.extend_by)
                         if parsed.resume is not None else None),
-                confirmation=parsed.confirmation,
+                confirmation=parsed.confirmation, token_name=token_name,
             )
             if parsed.stream or _accepts_only_events(request):
+                await anyio.to_thread.run_sync(refuse_if_spent, self.host, token_name,
+                                               turn.session_id)
                 # Every check above has passed: only now does the answer become a stream.
                 return sse_response(self._run, turn, headers)
-            result = await anyio.to_thread.run_sync(self._run, turn)
+            result = await anyio.to_thread.run_sync(self._run_checked, turn)
         except Problem as problem:
             return problem.response(headers)
         except DataMachineError as exc:

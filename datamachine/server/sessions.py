@@ -46,6 +46,8 @@ class ChatTurn:
     # A person's answer to a paused session instead of new messages: (approve, extend_by).
     resume: tuple[bool, int | None] | None = None
     confirmation: str | None = None
+    # The name of the bearer token the request came with (spend limits scoped "token").
+    token_name: str | None = None
 
 
 def run_chat_turn(host: Host, turn: ChatTurn, *,
@@ -70,6 +72,8 @@ def run_chat_turn(host: Host, turn: ChatTurn, *,
         payload["event_sink"] = event_sink
     if turn.confirmation is not None:
         payload["confirmation"] = turn.confirmation
+    if turn.token_name is not None:
+        payload["token_name"] = turn.token_name
     if turn.resume is not None:
         host.chat_sessions.get(session_id)  # /chat answers chat sessions only (else 404)
         approve, extend_by = turn.resume

@@ -441,3 +441,45 @@ def test_chat_resume_answers_chat_sessions_only(site: Site) -> None:
                              "resume": {"approve": True}}), 404, "session_not_found")
     assert site.host.transcripts.summary(str(paused.transcript_session_id)).status == (
         "awaiting_confirmation")
+
+
+def test_a_spent_window_is_429_with_retry_after_until_the_window_resets(site: Site) -> None:
+    from freezegun import freeze_time
+
+    from datamachine.storage import WindowKey
+
+    site.host.settings.set("spend_limits", [
+        {"name": "daily_tokens", "budget": "total_tokens", "window": "day", "limit": 1000,
+         "scope": "token"}])
+    # The server's clock is the test's: frozen one minute before midnight UTC (ticking).
+    with freeze_time("2026-11-24T23:59:00Z", tick=True) as frozen:
+        site.host.spend.settle("earlier-runs", [
+            (WindowKey("daily_tokens", "peer", "2026-11-24T00:00:00Z"), 1000)])
+        refused = post(site, {"message": "hello"})
+        body = assert_error(refused, 429, "spend_limit_reached")
+        assert 58 <= int(refused.headers["retry-after"]) <= 60
+        assert body["data"]["limit"] == "daily_tokens"
+        assert body["data"]["used"] == 1000
+        assert site.model.requests == []  # refused before any provider call
+        frozen.move_to("2026-11-25T00:00:01Z")
+        accepted = post(site, {"message": "hello"})
+        assert accepted.status_code == 200, accepted.text
+        # The new window holds this run's own spend only.
+        assert 0 < accepted.json()["budgets"]["daily_tokens"]["current"] < 1000
+    assert len(site.model.requests) == 1
+
+
+def test_a_first_request_too_big_for_what_is_left_is_429_too(site: Site) -> None:
+    from agents_api import clock
+    from datamachine.conversation.spending import window_bounds
+    from datamachine.storage import WindowKey
+
+    site.host.settings.set("spend_limits", [
+        {"name": "hourly_tokens", "budget": "total_tokens", "window": "hour", "limit": 1000}])
+    start, _ = window_bounds("hour", clock.now())
+    site.host.spend.settle("earlier", [(WindowKey("hourly_tokens", "site", start), 999)])
+    refused = post(site, {"message": "hello"})
+    body = assert_error(refused, 429, "spend_limit_reached")
+    assert body["data"]["status"] == "budget_exceeded"  # the run's result, which sent nothing
+    assert 1 <= int(refused.headers["retry-after"]) <= 3600
+    assert site.model.requests == []
