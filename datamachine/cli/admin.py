@@ -3,38 +3,16 @@
 from __future__ import annotations
 
 import json
-import sys
 from datetime import UTC, datetime
 from typing import Any
 
 import click
 
-from agents_api.jsontext import compact_json, pretty_json
+from agents_api.jsontext import compact_json
 from datamachine.cli.app import State, handle_errors
+from datamachine.cli.output import emit_json, table
 
 __all__ = ["COMMANDS"]
-
-
-def _emit_json(value: Any) -> None:
-    click.echo(pretty_json(value))
-
-
-def _table(headers: list[str], rows: list[list[Any]]) -> None:
-    """A rich table on a terminal; aligned plain text when piped (easy to grep and cut)."""
-    cells = [[str(c) for c in row] for row in rows]
-    if sys.stdout.isatty():
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(*headers, header_style="bold")
-        for row in cells:
-            table.add_row(*row)
-        Console().print(table)
-        return
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for row in cells:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 @click.group()
@@ -58,9 +36,9 @@ def budgets_list(state: State, as_json: bool) -> None:
                      "source": resolved.source + (" (clamped)" if resolved.clamped else ""),
                      "owner": host.budgets.owner(name)})
     if as_json:
-        _emit_json(rows)
+        emit_json(rows)
         return
-    _table(["name", "default", "clamp", "setting", "ceiling", "from", "owner"],
+    table(["name", "default", "clamp", "setting", "ceiling", "from", "owner"],
            [[r["name"], r["default"], f"[{r['min']}, {r['max']}]", r["setting"] or "-",
              r["ceiling"], r["source"], r["owner"]] for r in rows])
 
@@ -83,7 +61,7 @@ def settings() -> None:
 @handle_errors
 def settings_get(state: State, key: str) -> None:
     """Print one setting's value as JSON (environment overrides applied)."""
-    _emit_json(state.host.settings.get(key))
+    emit_json(state.host.settings.get(key))
 
 
 @settings.command("set")
@@ -115,9 +93,9 @@ def settings_list(state: State, as_json: bool) -> None:
     """Every setting with its source (env or db)."""
     values = state.host.settings.all()
     if as_json:
-        _emit_json(values)
+        emit_json(values)
         return
-    _table(["key", "value", "from"],
+    table(["key", "value", "from"],
            [[k, compact_json(v), state.host.settings.source(k)] for k, v in values.items()])
 
 
@@ -139,9 +117,9 @@ def transcripts_list(state: State, limit: int, as_json: bool) -> None:
     """The most recent transcripts."""
     items = state.host.transcripts.list(limit=limit)
     if as_json:
-        _emit_json([item.model_dump() for item in items])
+        emit_json([item.model_dump() for item in items])
         return
-    _table(["id", "status", "turns", "messages", "tokens", "provider", "updated (UTC)"],
+    table(["id", "status", "turns", "messages", "tokens", "provider", "updated (UTC)"],
            [[t.id, t.status, t.turn_count, t.message_count, t.usage.get("total_tokens", 0),
              t.provider or "-", _when(t.updated_at)] for t in items])
 
@@ -155,7 +133,7 @@ def transcripts_show(state: State, session_id: str, as_json: bool) -> None:
     """One transcript: metadata, budgets and every message."""
     record = state.host.transcripts.get_transcript(session_id)
     if as_json:
-        _emit_json(record.model_dump())
+        emit_json(record.model_dump())
         return
     click.echo(f"transcript {record.id}: {record.status}, {record.turn_count} turns "
                f"({record.cumulative_turn_count} in all), provider {record.provider}, "
@@ -188,9 +166,9 @@ def jobs_list(state: State, status: str | None, limit: int, as_json: bool) -> No
     """The most recent jobs."""
     items = state.host.jobs.list(status=status, limit=limit)
     if as_json:
-        _emit_json([item.model_dump() for item in items])
+        emit_json([item.model_dump() for item in items])
         return
-    _table(["id", "status", "flow step", "failure", "updated (UTC)"],
+    table(["id", "status", "flow step", "failure", "updated (UTC)"],
            [[j.id, j.status, j.flow_step_id or "-", j.failure_reason or "-",
              _when(j.updated_at)] for j in items])
 
@@ -201,7 +179,7 @@ def jobs_list(state: State, status: str | None, limit: int, as_json: bool) -> No
 @handle_errors
 def jobs_show(state: State, job_id: int) -> None:
     """One job with its engine data, as JSON."""
-    _emit_json(state.host.jobs.get(job_id).model_dump())
+    emit_json(state.host.jobs.get(job_id).model_dump())
 
 
 @click.group()
@@ -218,9 +196,9 @@ def sessions_list(state: State, limit: int, as_json: bool) -> None:
     """The most recent chat sessions."""
     items = state.host.chat_sessions.list(limit=limit)
     if as_json:
-        _emit_json([item.model_dump() for item in items])
+        emit_json([item.model_dump() for item in items])
         return
-    _table(["id", "status", "turns", "updated (UTC)"],
+    table(["id", "status", "turns", "updated (UTC)"],
            [[c.id, c.status, f"{c.turn_count}/{c.max_turns}", _when(c.updated_at)]
             for c in items])
 
@@ -231,7 +209,7 @@ def sessions_list(state: State, limit: int, as_json: bool) -> None:
 @handle_errors
 def sessions_show(state: State, session_id: str) -> None:
     """One chat session, as JSON (read its messages with ``transcripts show``)."""
-    _emit_json(state.host.chat_sessions.get(session_id).model_dump())
+    emit_json(state.host.chat_sessions.get(session_id).model_dump())
 
 
 @click.command()
@@ -248,9 +226,9 @@ def plugins(state: State, as_json: bool) -> None:
         rows.append({"name": name, "source": info.source, "distribution": info.distribution,
                      "version": info.version, "hooks": hooks})
     if as_json:
-        _emit_json(rows)
+        emit_json(rows)
         return
-    _table(["name", "source", "distribution", "version", "hooks"],
+    table(["name", "source", "distribution", "version", "hooks"],
            [[r["name"], r["source"], r["distribution"] or "-", r["version"] or "-",
              ", ".join(r["hooks"])] for r in rows])
 
@@ -269,9 +247,9 @@ def tools(state: State, as_json: bool) -> None:
         rows.append({"name": name, "plugin": found.plugin,
                      "description": description[0] if description else ""})
     if as_json:
-        _emit_json(rows)
+        emit_json(rows)
         return
-    _table(["name", "plugin", "description"],
+    table(["name", "plugin", "description"],
            [[r["name"], r["plugin"] or "-", r["description"][:70]] for r in rows])
 
 

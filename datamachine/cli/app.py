@@ -109,6 +109,7 @@ def _register_builtin_commands() -> None:
         resume_cmd,
         run_cmd,
         server_cmds,
+        spend_cmd,
     )
 
     server_cmds.register(cli)
@@ -117,6 +118,7 @@ def _register_builtin_commands() -> None:
     cli.add_command(chat_cmd.chat)
     cli.add_command(continue_cmd.continue_)
     cli.add_command(resume_cmd.resume)
+    cli.add_command(spend_cmd.spend)
     for command in admin.COMMANDS:
         cli.add_command(command)
 

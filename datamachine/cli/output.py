@@ -2,15 +2,39 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
 
-from agents_api.jsontext import compact_json
+from agents_api.jsontext import compact_json, pretty_json
 from datamachine.budgets_builtin import CONVERSATION_TURNS
 from datamachine.conversation.result import ConversationResult
 
-__all__ = ["explain_stop", "print_run_summary", "tool_lines"]
+__all__ = ["emit_json", "explain_stop", "print_run_summary", "table", "tool_lines"]
+
+
+def emit_json(value: Any) -> None:
+    """``value`` as indented JSON on stdout."""
+    click.echo(pretty_json(value))
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> None:
+    """A rich table on a terminal; aligned plain text when piped (easy to grep and cut)."""
+    cells = [[str(c) for c in row] for row in rows]
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        shown = Table(*headers, header_style="bold")
+        for row in cells:
+            shown.add_row(*row)
+        Console().print(shown)
+        return
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for row in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 def explain_stop(result: ConversationResult) -> str:
@@ -74,6 +98,10 @@ def print_run_summary(title: str, result: ConversationResult, host: Any = None) 
     click.echo(f"  tokens:      {usage.get('total_tokens', 0)} "
                f"(prompt {usage.get('prompt_tokens', 0)}, "
                f"completion {usage.get('completion_tokens', 0)})")
+    if isinstance(usage.get("cost_usd"), int | float):
+        from datamachine.conversation.metering import format_usd
+
+        click.echo(f"  cost:        {format_usd(usage['cost_usd'] * 1_000_000)}")
     if result.flags:
         click.echo(f"  flags:       {', '.join(result.flags)}")
     for notice in result.warnings:

@@ -333,3 +333,39 @@ def test_continue_on_a_paused_run_approves_it(runner: CliRunner, tmp_path: Path)
     assert code == 0, out
     assert "status:      completed" in out
     assert "echo: go" in out
+
+
+def test_spend_shows_each_window_as_a_table_and_as_json(runner: CliRunner,
+                                                        tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    code, out = invoke(runner, db, "spend")
+    assert code == 0
+    assert "No spend limits are set" in out
+    limits = [{"name": "daily_tokens", "budget": "total_tokens", "window": "day", "limit": 5000},
+              {"name": "per_agent", "budget": "total_tokens", "window": "month",
+               "limit": 900, "scope": "agent"},
+              {"name": "hourly_spend", "budget": "cost", "window": "hour", "limit_usd": 0.5}]
+    assert invoke(runner, db, "settings", "set", "spend_limits", json.dumps(limits))[0] == 0
+    assert invoke(runner, db, "settings", "set", "prices",
+                  json.dumps({"tiny": {"input": 1, "output": 2}}))[0] == 0
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps([{"content": "hi", "usage": {
+        "prompt_tokens": 600, "completion_tokens": 300, "total_tokens": 900}}]))
+    code, out = invoke(runner, db, "run", "hello", "--script", str(script), "--model", "tiny",
+                       "--json")
+    assert code == 0, out
+    assert json.loads(out)["usage"]["cost_usd"] == pytest.approx(0.0012)
+    code, out = invoke(runner, db, "spend", "--json")
+    assert code == 0, out
+    rows = {row["limit"]: row for row in json.loads(out)}
+    assert set(rows) == {"daily_tokens", "hourly_spend"}  # no agent used per_agent yet
+    assert (rows["daily_tokens"]["used"], rows["daily_tokens"]["left"]) == (900, 4100)
+    assert rows["hourly_spend"]["used"] == 1200  # 600 x $1 + 300 x $2 per million
+    assert 0 < rows["hourly_spend"]["resets_in_seconds"] <= 3600
+    code, out = invoke(runner, db, "spend")
+    assert code == 0
+    header, *lines = out.splitlines()
+    assert header.split() == ["limit", "window", "scope", "used", "of", "left", "reserved",
+                              "resets", "in"]
+    assert any(line.startswith("daily_tokens") and "900 tokens" in line for line in lines)
+    assert any(line.startswith("hourly_spend") and "$0.0012" in line for line in lines)
