@@ -18,6 +18,7 @@ from typing import Any
 
 from agents_api import RunStop
 from agents_api.drive import Steps, awaitable
+from datamachine.conversation.metering import SummaryWontFit
 
 __all__ = ["FinalSummary", "Summary", "fallback_summary", "strip_thinking", "summary_prompt"]
 
@@ -116,7 +117,10 @@ class FinalSummary:
                     answer = yield asyncio.wait_for(answer, timeout=grace)
             except Exception as exc:  # any failure of the summary call falls back
                 error = str(exc) or type(exc).__name__
-                logger.warning("datamachine: final summary call failed: %s", error)
+                if isinstance(exc, SummaryWontFit):  # the budgets working, not a failure
+                    logger.info("datamachine: no final summary: %s", error)
+                else:
+                    logger.warning("datamachine: final summary call failed: %s", error)
                 break
             text = strip_thinking(str(answer or ""))
         summary = (Summary(text, "model") if text
