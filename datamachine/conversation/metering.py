@@ -24,11 +24,12 @@ so a summary never overspends; otherwise the run's fallback sentence is used.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agents_api import IterationBudget, Message
+from agents_api.jsontext import compact_bytes
 from datamachine.errors import InvalidSetting, UsageError
 from datamachine.providers.base import ProviderRequest
 
@@ -192,11 +193,14 @@ class RunMeter:
         return math.ceil(self.price.microdollars(prompt, completion)) if self.price else 0
 
     # -- after a request ----------------------------------------------------------------------
-    def settle(self, usage: Mapping[str, Any], answer_bytes: int = 0) -> None:
-        """Feed the budgets what the answered request spent (its reported usage)."""
+    def settle(self, usage: Mapping[str, Any], content: str = "",
+               tool_calls: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Feed the budgets what the answered request spent: its reported usage, else the
+        estimate and the answer's own size (``content`` and ``tool_calls``)."""
         prompt, completion, reported = _tokens(usage)
         if reported is None:
-            prompt, completion = self._estimate, estimate_prompt_tokens(answer_bytes)
+            answer = len(content.encode()) + sum(len(compact_bytes(call)) for call in tool_calls)
+            prompt, completion = self._estimate, estimate_prompt_tokens(answer)
             reported = prompt + completion
         total = math.ceil(reported)
         micro = self.price.microdollars(prompt, completion) if self.price else 0.0

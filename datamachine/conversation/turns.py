@@ -300,8 +300,7 @@ class ProviderTurnRunner:
             raise
         self.last_request_metadata["response"] = {"finish_reason": response.finish_reason}
         if self.meter is not None:
-            self.meter.settle(response.usage, len(response.content.encode())
-                              + sum(len(str(call)) for call in response.tool_calls))
+            self.meter.settle(response.usage, response.content, response.tool_calls)
         if self.stream_text is not None and not self._streamed and response.content:
             self.stream_text(response.content)  # a provider that cannot stream: one delta
         # An answer without calls that the output token limit cut off (see verdict.decide).
@@ -370,7 +369,7 @@ class ProviderTurnRunner:
         for key, value in response.usage.items():
             self.summary_usage[key] = self.summary_usage.get(key, 0) + value
         if self.meter is not None:
-            self.meter.settle(response.usage, len(response.content.encode()))
+            self.meter.settle(response.usage, response.content)
         return response.content
 
     def _report(self, turn: int, *, success: bool, error: BaseException | None = None) -> None:
