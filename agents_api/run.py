@@ -185,6 +185,7 @@ class LoopRun:
         if answer is None:
             return
         ran = yield from self._run_tools(turn, answer)
+        ran = yield from self._extend_and_go_on(turn, ran)
         self.messages.extend(answer.continuation_messages)
         self.settings.turn_budget.increment()
         if self.transcript is not None and not (yield from self._store_turn(turn)):
@@ -192,10 +193,20 @@ class LoopRun:
         if ran.pause is not None:
             self._pause(ran.pause, ran.waiting, turn.number)
             return
-        if ran.spent is not None and (yield from self._extend(ran.spent, ran.waiting,
-                                                              turn.number)):
-            ran.spent = None  # granted more: the run goes on
         self._decide(turn, answer, ran)
+
+    def _extend_and_go_on(self, turn: _Turn, ran: _ToolsRan) -> Steps[_ToolsRan]:
+        """A budget the turn's calls spent is offered for extension; granted, the calls that
+        waited for it run now, in this turn (and may spend a budget again). Declined, they
+        stay unrun and ``ran.spent`` stops the run; a pause for the answer stops it with them
+        waiting."""
+        while ran.spent is not None and ran.pause is None and ran.hook_error is None:
+            if not (yield from self._extend(ran.spent, ran.waiting, turn.number)):
+                return ran
+            waiting, ran.spent, ran.waiting = ran.waiting or [], None, None
+            if waiting:
+                ran = yield from self._run_calls(turn, waiting, ran)
+        return ran
 
     def _run_waiting_calls(self) -> Steps[None]:
         """A resumed run first runs the calls its paused run left waiting (in their own turn's
@@ -207,12 +218,12 @@ class LoopRun:
             **self.settings.context, "turn": number, "budgets": self.budgets,
             "session_id": self.session_id})
         ran = yield from self._run_tools(turn, TurnAnswer("", list(waiting)))
+        ran = yield from self._extend_and_go_on(turn, ran)
         if ran.hook_error is not None:
             self._fail("tool_result_hook_failed", ran.hook_error)
         elif ran.pause is not None:
             self._pause(ran.pause, ran.waiting, number)
-        elif ran.spent is not None and not (yield from self._extend(ran.spent, ran.waiting,
-                                                                    number)):
+        elif ran.spent is not None:
             self._stop(Outcome("budget_exceeded", budget=ran.spent))
         elif ran.complete:
             self._stop(Outcome("completed"))
@@ -552,6 +563,11 @@ class LoopRun:
             if ran.spent is not None:
                 ran.waiting = calls
                 return ran
+        return (yield from self._run_calls(turn, calls, ran))
+
+    def _run_calls(self, turn: _Turn, calls: list[ToolCall], ran: _ToolsRan
+                   ) -> Steps[_ToolsRan]:
+        """Run ``calls`` in order into ``ran`` (see :meth:`_run_tools`)."""
         timed = bool(calls) and self._has_time_rail()
         for index, call in enumerate(calls):
             per_tool = self.per_tool.get(call.name)

@@ -200,3 +200,42 @@ def test_estimate_request_must_be_callable() -> None:
         run_loop(USER, lambda m, c: TurnResult(content="x"),
                  turn_budget=IterationBudget("turns", 10),
                  estimate_request="no")  # type: ignore[arg-type]
+
+
+def test_an_extension_granted_after_the_answer_runs_its_waiting_calls_once() -> None:
+    tokens = IterationBudget("tokens", 10)
+    runner = Metered(tokens, cost=12, estimate=1, answer_at=2)
+    ran: list[str] = []
+
+    def extend(budget: IterationBudget, context: dict[str, Any]) -> bool:
+        budget.extend(100)
+        return True
+
+    result = run_loop(USER, runner, turn_budget=IterationBudget("turns", 10), budgets=[tokens],
+                      tool_executor=executor(ran), estimate_request=runner.estimate_request,
+                      on_budget_exhausted=extend)
+    assert ran == ["c1"]  # the first answer's call ran after the extension, in its own turn
+    assert runner.sent == [1, 2]  # and the first request was not sent again
+    assert result.status == "completed"
+    assert len([m for m in result.messages if m.type == "tool_call"]) == 1
+
+
+def test_an_extension_granted_mid_turn_runs_the_rest_of_the_turn_s_calls() -> None:
+    calls_budget = IterationBudget("tool_calls", 1)
+    ran: list[str] = []
+
+    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        if context["turn"] > 1:
+            return TurnResult(content="done")
+        return TurnResult(tool_calls=[{"id": "a", "name": "t", "parameters": {}},
+                                      {"id": "b", "name": "t", "parameters": {}}])
+
+    def extend(budget: IterationBudget, context: dict[str, Any]) -> bool:
+        budget.extend(5)
+        return True
+
+    result = run_loop(USER, runner, turn_budget=IterationBudget("turns", 10),
+                      budgets=[calls_budget], tool_executor=executor(ran),
+                      on_budget_exhausted=extend)
+    assert ran == ["a", "b"]
+    assert result.status == "completed"

@@ -24,7 +24,7 @@ so a summary never overspends; otherwise the run's fallback sentence is used.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -52,7 +52,8 @@ def format_usd(microdollars: float) -> str:
     dollars = microdollars / 1_000_000
     if microdollars == 0 or round(dollars, 2) * 1_000_000 == round(microdollars):
         return f"${dollars:,.2f}"
-    return f"${dollars:,.6f}".rstrip("0")
+    text = f"${dollars:,.6f}".rstrip("0")
+    return text if len(text.partition(".")[2]) >= 2 else f"${dollars:,.2f}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +145,10 @@ class RunMeter:
         # The unit of every metered budget by name ("tokens" or "microdollars").
         self.units = dict(units or {})
         self.request_bytes: Any = None  # set by the turn runner that owns the projection
+        # What the cost budget holds (a resumed run starts from the paused run's count) and
+        # what this run's own requests cost (usage.cost_usd).
         self.spent_microdollars = float(cost.current()) if cost is not None else 0.0
+        self.run_microdollars = 0.0
         self._estimate = 0
         self._open = False  # a spend reservation waits for its request's answer
         # The refused request: (budget name, units it needed), for the run's warning.
@@ -197,21 +201,30 @@ class RunMeter:
                tool_calls: Sequence[Mapping[str, Any]] = ()) -> None:
         """Feed the budgets what the answered request spent: its reported usage, else the
         estimate and the answer's own size (``content`` and ``tool_calls``)."""
-        prompt, completion, reported = _tokens(usage)
-        if reported is None:
-            answer = len(content.encode()) + sum(len(compact_bytes(call)) for call in tool_calls)
-            prompt, completion = self._estimate, estimate_prompt_tokens(answer)
-            reported = prompt + completion
+        prompt, completion, total = _split(usage, self._estimate, lambda: estimate_prompt_tokens(
+            len(content.encode()) + sum(len(compact_bytes(call)) for call in tool_calls)))
+        self._feed(prompt, completion, total)
+
+    def charge_failed(self) -> None:
+        """A request that failed or was cut off after it was sent may still be billed: it is
+        charged its prompt estimate (never less than nothing, never its unknown answer)."""
+        if self._estimate:
+            self._feed(self._estimate, 0, self._estimate)
+        else:
+            self.release()
+
+    def _feed(self, prompt: float, completion: float, reported: float) -> None:
         total = math.ceil(reported)
         micro = self.price.microdollars(prompt, completion) if self.price else 0.0
         self.spent_microdollars += micro
+        self.run_microdollars += micro
         if self.tokens is not None:
             self.tokens.set_current(self.tokens.current() + total)
         if self.cost is not None:
             self.cost.set_current(math.ceil(self.spent_microdollars - 1e-6))
         if self.spend is not None:
-            self.spend.settle(total, math.ceil(micro))
             self._open = False
+            self.spend.settle(total, math.ceil(micro - 1e-6))
 
     def release(self) -> None:
         """Give back an open spend reservation (its request failed or was never sent)."""
@@ -222,7 +235,7 @@ class RunMeter:
     @property
     def cost_usd(self) -> float | None:
         """What the run's requests cost in dollars, when the model has a price."""
-        return round(self.spent_microdollars / 1_000_000, 9) if self.price else None
+        return round(self.run_microdollars / 1_000_000, 9) if self.price else None
 
     # -- the final summary --------------------------------------------------------------------
     def admit_summary(self, request: ProviderRequest, request_bytes: int) -> ProviderRequest:
@@ -286,15 +299,27 @@ def _tokens_text(tokens: float) -> str:
     return f"{int(tokens):,} tokens"
 
 
-def _tokens(usage: Mapping[str, Any]) -> tuple[float, float, float | None]:
-    """(prompt, completion, total) from a usage mapping; total None when nothing was
-    reported."""
+def _split(usage: Mapping[str, Any], estimate: int, answer: Callable[[], int]
+           ) -> tuple[float, float, float]:
+    """(prompt, completion, total) tokens of one answer: what the usage reports, the rest
+    filled in (a total without a split takes the prompt estimate as its prompt part, so the
+    cost is priced; a missing part is the estimate, or the answer's own size)."""
     prompt = _number(usage.get("prompt_tokens"))
     completion = _number(usage.get("completion_tokens"))
     total = _number(usage.get("total_tokens"))
-    if total is None and prompt is None and completion is None:
-        return 0, 0, None
-    prompt, completion = prompt or 0, completion or 0
+    if prompt is None and completion is None:
+        if total is None:
+            prompt, completion = estimate, answer()
+        else:
+            prompt = min(float(estimate), total)
+            completion = total - prompt
+    elif completion is None:
+        assert prompt is not None
+        completion = max(0.0, total - prompt) if total is not None else answer()
+    elif prompt is None:
+        prompt = max(0.0, total - completion) if total is not None else estimate
+    assert prompt is not None
+    assert completion is not None
     return prompt, completion, total if total is not None else prompt + completion
 
 

@@ -36,7 +36,7 @@ from datamachine.conversation.result import ConversationResult
 from datamachine.conversation.run import ConversationRun
 from datamachine.conversation.spec import normalize_tools
 from datamachine.errors import SessionNotPaused, UsageError
-from datamachine.registry import validate_budget_value
+from datamachine.registry import MAX_METERED_VALUE, validate_budget_value
 from datamachine.services import Services
 from datamachine.storage.chat_sessions import record_limit_answer
 from datamachine.storage.transcript_writer import TranscriptWriter
@@ -101,8 +101,8 @@ def _check_arguments(session_id: object, approve: object, extend_by: object) -> 
         raise UsageError("session_id must be the id of a paused session (a non-empty string).")
     if not isinstance(approve, bool):
         raise UsageError(f"approve must be True (go on) or False (stop), got {approve!r}.")
-    if extend_by is not None:
-        validate_budget_value("extend_by", extend_by)
+    if extend_by is not None:  # up to 10^12: the paused budget may count tokens or money
+        validate_budget_value("extend_by", extend_by, maximum=MAX_METERED_VALUE)
 
 
 def _pending(record: Transcript) -> dict[str, Any]:

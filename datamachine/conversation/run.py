@@ -421,7 +421,10 @@ class ConversationRun:
         """Ask ``confirm_continuation``; extend by ``extend_by``, else the original ceiling.
         With ``confirmation="pause"``: stop and wait for ``resume`` instead."""
         spec = self.spec
-        by = spec.runtime.extend_by or self.ceilings.get(budget.name(), budget.ceiling())
+        # extend_by counts (turns, calls); a token or cost budget grows by its own ceiling.
+        counted = self.meter is None or budget.name() not in self.meter.units
+        by = ((spec.runtime.extend_by if counted else None)
+              or self.ceilings.get(budget.name(), budget.ceiling()))
         if self.resumption is not None and self.resumption.declined_budget == budget.name():
             return False  # a person already said no
         if self.confirmation.pauses():

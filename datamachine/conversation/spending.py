@@ -13,6 +13,7 @@ provider call, with the flag ``max_<name>_reached``.
 
 from __future__ import annotations
 
+import logging
 import math
 import uuid
 from collections.abc import Mapping
@@ -24,12 +25,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from agents_api import IterationBudget, clock
 from datamachine.budgets_builtin import COST, TOTAL_TOKENS
-from datamachine.errors import InvalidSetting
+from datamachine.errors import DatabaseError, InvalidSetting
 from datamachine.registry import MAX_METERED_VALUE, usd_to_microdollars
 from datamachine.storage.spend import SpendStore, WindowKey, WindowUse
 
 __all__ = ["SPEND_LIMITS_KEY", "RunScopes", "SpendLimit", "SpendWindows", "applicable_windows",
            "parse_spend_limits", "retry_after", "scopes_of", "spent_windows", "window_bounds"]
+
+logger = logging.getLogger("datamachine.spend")
 
 SPEND_LIMITS_KEY = "spend_limits"
 Window = Literal["hour", "day", "month"]
@@ -213,16 +216,22 @@ class SpendWindows:
         reservation, keys = self._reservation, self._keys
         if reservation is None:
             return
-        self._reservation = None
         by_name = {limit.name: limit for limit in self.limits}
-        items = []
         budgets = {budget.name(): budget for budget in self.budgets}
-        for key in keys:
-            amount = tokens if by_name[key.limit].budget == TOTAL_TOKENS else microdollars
-            items.append((key, amount))
+        items = [(key, tokens if by_name[key.limit].budget == TOTAL_TOKENS else microdollars)
+                 for key in keys]
+        try:
+            self.store.settle(reservation, items)
+        except DatabaseError:
+            # The answer is paid for and stays the run's; its reservation (the estimate) keeps
+            # counting until it expires. Failing the run would throw the answer away.
+            logger.error("datamachine: could not settle spend %s", reservation, exc_info=True)
+            return
+        finally:
+            self._reservation = None
+        for key, amount in items:
             budget = budgets[key.limit]
             budget.set_current(budget.current() + amount)
-        self.store.settle(reservation, items)
 
     def release(self) -> None:
         """Drop the open reservation."""

@@ -345,7 +345,7 @@ class ProviderTurnRunner:
             answer = self._dispatch(request, turn)
         except BaseException:
             if self.meter is not None:
-                self.meter.release()
+                self.meter.charge_failed()
             raise
         if inspect.isawaitable(answer):
             return self._summary_async(answer, turn)
@@ -356,7 +356,7 @@ class ProviderTurnRunner:
             response = await answer
         except BaseException:
             if self.meter is not None:
-                self.meter.release()
+                self.meter.charge_failed()
             raise
         return self._summary_text(response, turn)
 
@@ -374,7 +374,8 @@ class ProviderTurnRunner:
 
     def _report(self, turn: int, *, success: bool, error: BaseException | None = None) -> None:
         if not success and self.meter is not None:
-            self.meter.release()  # the request failed: its reservation is given back
+            # It may have reached the provider (a timeout, a cut stream): charged its estimate.
+            self.meter.charge_failed()
         if not self._emit_active:
             return
         payload: dict[str, Any] = {"turn": turn, "provider": self.provider_name,

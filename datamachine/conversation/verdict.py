@@ -95,7 +95,8 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
         return ProductVerdict(
             status=status, budget=pending.get("budget"), flags=[],
             warning=pending_warning(pending), final_content=stop.final_content or partial,
-            max_turns_reached=False, diagnostics=completion.diagnostics(), pending=pending)
+            max_turns_reached=False, diagnostics=completion.diagnostics(), pending=pending,
+            summary_usage=dict(summary_usage or {}))
     max_turns_reached = status == "budget_exceeded" and budget == CONVERSATION_TURNS
     if max_turns_reached:
         warning = (f"Maximum conversation turns ({turn_ceiling}) reached. "

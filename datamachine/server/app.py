@@ -46,7 +46,7 @@ from datamachine.server.errors import Problem, error_response, problem_for
 from datamachine.server.schemas import ChatRequest, describe_validation_error
 from datamachine.server.sessions import ChatTurn, run_chat_turn
 from datamachine.server.site import bound_host, ensure_site_id, max_request_bytes
-from datamachine.server.spend import refuse_if_spent, spend_refusal
+from datamachine.server.spend import refuse_if_spent
 
 if TYPE_CHECKING:
     from datamachine.conversation.result import ConversationResult
@@ -148,11 +148,7 @@ class _ChatEndpoint:
     def _run_checked(self, turn: ChatTurn) -> ConversationResult:
         """Refuse a request under a spent window (429), else run it."""
         refuse_if_spent(self.host, turn.token_name, turn.session_id)
-        result = self._run(turn)
-        refused = spend_refusal(self.host, result)
-        if refused is not None:
-            raise refused
-        return result
+        return self._run(turn)
 
     async def handle(self, request: Request) -> Response:
         """Answer one ``POST /chat`` (see the module docstring for the order of checks)."""

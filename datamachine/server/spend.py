@@ -1,8 +1,8 @@
 """``/chat`` under a spent window: 429 with ``Retry-After`` until the window resets.
 
 Checked before the run, with the scopes the request has (the site, its bearer token, the
-session it continues); a run refused at its first request by a window it would pass (its
-estimate does not fit what is left) is answered the same way, since no provider call was made.
+session it continues), so nothing is stored for a refused request. A window not spent but too
+full for the run's first request stops that run like any budget: 200, ``budget_exceeded``.
 """
 
 from __future__ import annotations
@@ -16,17 +16,16 @@ from datamachine.conversation.spending import (
     retry_after,
     scopes_of,
     spent_windows,
-    window_bounds,
 )
 from datamachine.server.errors import Problem
 
 if TYPE_CHECKING:
-    from datamachine.conversation.result import ConversationResult
     from datamachine.host import Host
 
-__all__ = ["SPEND_LIMIT_CODE", "refuse_if_spent", "spend_refusal"]
+__all__ = ["SPEND_LIMIT_CODE", "refuse_if_spent"]
 
 SPEND_LIMIT_CODE = "spend_limit_reached"
+_ADJECTIVE = {"hour": "hourly", "day": "daily", "month": "monthly"}
 
 
 def _limits(host: Host) -> list[SpendLimit]:
@@ -45,27 +44,13 @@ def refuse_if_spent(host: Host, token: str | None, session: str | None) -> None:
     raise _problem(limit, use.used, [reset for _, _, reset in spent])
 
 
-def spend_refusal(host: Host, result: ConversationResult) -> Problem | None:
-    """The 429 for a run a spend window stopped before any provider call, else None."""
-    if result.status != "budget_exceeded" or result.turn_count or result.budget is None:
-        return None
-    limit = next((item for item in _limits(host) if item.name == result.budget), None)
-    if limit is None:
-        return None
-    from agents_api import clock
-
-    _, reset = window_bounds(limit.window, clock.now())
-    used = int(result.budgets.get(limit.name, {}).get("current", 0))
-    return _problem(limit, used, [reset], result.model_dump(mode="json"))
-
-
 def _problem(limit: SpendLimit, used: int, resets: list[float],
              data: dict[str, Any] | None = None) -> Problem:
     wait = retry_after(resets)
     unit = "microdollars" if limit.budget == "cost" else "tokens"
     return Problem(
         429, SPEND_LIMIT_CODE,
-        f"The {limit.window}ly spend limit {limit.name!r} ({limit.ceiling:,} {unit} per "
+        f"The {_ADJECTIVE[limit.window]} spend limit {limit.name!r} ({limit.ceiling:,} {unit} per "
         f"{limit.scope}) is used up ({used:,}); retry after {wait} seconds, when the window "
         "resets.",
         {**(data or {}), "limit": limit.name, "window": limit.window, "scope": limit.scope,

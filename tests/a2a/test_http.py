@@ -469,7 +469,7 @@ def test_a_spent_window_is_429_with_retry_after_until_the_window_resets(site: Si
     assert len(site.model.requests) == 1
 
 
-def test_a_first_request_too_big_for_what_is_left_is_429_too(site: Site) -> None:
+def test_a_window_too_full_for_the_first_request_is_a_200_budget_stop(site: Site) -> None:
     from agents_api import clock
     from datamachine.conversation.spending import window_bounds
     from datamachine.storage import WindowKey
@@ -478,8 +478,12 @@ def test_a_first_request_too_big_for_what_is_left_is_429_too(site: Site) -> None
         {"name": "hourly_tokens", "budget": "total_tokens", "window": "hour", "limit": 1000}])
     start, _ = window_bounds("hour", clock.now())
     site.host.spend.settle("earlier", [(WindowKey("hourly_tokens", "site", start), 999)])
-    refused = post(site, {"message": "hello"})
-    body = assert_error(refused, 429, "spend_limit_reached")
-    assert body["data"]["status"] == "budget_exceeded"  # the run's result, which sent nothing
-    assert 1 <= int(refused.headers["retry-after"]) <= 3600
+    # Not spent (999 of 1,000), so not refused up front; the run stops on the window before
+    # its first request, like any budget stop.
+    response = post(site, {"message": "hello"})
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert (result["status"], result["budget"], result["turn_count"]) == (
+        "budget_exceeded", "hourly_tokens", 0)
+    assert "would pass the hourly tokens budget" in result["warning"]
     assert site.model.requests == []

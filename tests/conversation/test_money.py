@@ -197,7 +197,7 @@ def test_pressure_speaks_in_dollars(host: Host) -> None:
 
 
 def test_a_summary_that_fits_is_asked_for_with_max_tokens_lowered(host: Host) -> None:
-    result = run(host, [turn(1), turn(2), turn(3)], budget_ceilings={
+    result = run(host, [turn(1), turn(2), answer("what was done")], budget_ceilings={
         "conversation_turns": 2, "total_tokens": 1000})
     assert (result.status, result.budget) == ("budget_exceeded", "conversation_turns")
     summary = sent(host)[-1]
@@ -205,6 +205,7 @@ def test_a_summary_that_fits_is_asked_for_with_max_tokens_lowered(host: Host) ->
     # 240 of 1,000 spent; what is left after the summary's own prompt bounds its answer.
     assert 0 < summary.options["max_tokens"] < 760
     assert result.budgets["total_tokens"]["current"] == 240 + 120  # the summary is counted
+    assert result.final_content == "what was done"
 
 
 def test_a_summary_that_cannot_fit_is_never_sent(host: Host) -> None:
@@ -218,3 +219,20 @@ def test_a_summary_that_cannot_fit_is_never_sent(host: Host) -> None:
 def test_format_usd() -> None:
     assert [format_usd(v) for v in (0, 720_000, 1_000_000, 1_250_000_000, 150, 6000)] == [
         "$0.00", "$0.72", "$1.00", "$1,250.00", "$0.00015", "$0.006"]
+
+
+def test_a_total_without_a_split_is_still_priced(host: Host) -> None:
+    host.settings.set("prices", {"m": {"input": 1, "output": 3}})
+    result = run(host, [{"content": "done", "usage": {"total_tokens": 1000}}],
+                 budget_ceilings={"cost": 10**9})
+    # The prompt estimate is the prompt part, the rest the answer: never priced at zero.
+    assert result.usage["cost_usd"] > 0.001
+    assert result.budgets["cost"]["current"] > 1000
+
+
+def test_a_failed_request_is_charged_its_estimate(host: Host) -> None:
+    result = run(host, [{"error": "the connection dropped"}],
+                 budget_ceilings={"total_tokens": 10_000})
+    assert result.status == "error"
+    # It may have reached the provider and been billed: its prompt estimate counts.
+    assert result.budgets["total_tokens"]["current"] > 0
