@@ -44,6 +44,7 @@ __all__ = [
     "SessionAborted",
     "SessionAwaitingConfirmation",
     "SessionNotPaused",
+    "SiteMisconfigured",
     "TranscriptNotFound",
     "UnknownProvider",
     "UsageError",
@@ -280,6 +281,20 @@ class RequestTooLarge(UsageError):
     def __init__(self, message: str, *, limit: int) -> None:
         super().__init__(message)
         self.limit = limit
+
+
+class SiteMisconfigured(DataMachineError):
+    """A site setting (stored or from the environment) cannot be used: a run would fail on it.
+
+    The site's fault, not a caller's: ``datamachine serve`` refuses to start with it, and a
+    ``/chat`` caller gets 503 ``site_misconfigured`` (worth retrying once an operator fixed it).
+    ``setting`` is the key; the message says what it must be. The text stays on the server:
+    callers are told only which setting is wrong.
+    """
+
+    def __init__(self, message: str, *, setting: str) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 class InvalidCompletionAssertions(UsageError):

@@ -191,6 +191,22 @@ def m007_spend(db: Database) -> None:
                "(limit_name, scope_key, window_start)")
 
 
+@MIGRATIONS()
+def m008_token_claims(db: Database) -> None:
+    """Who may do what over ``/chat`` (DESIGN.md 20).
+
+    ``api_tokens.tools`` is the token's tool allowlist (a JSON list, NULL: the site's default)
+    and ``api_tokens.site`` the caller site it may claim (NULL: none). ``chat_sessions
+    .token_name`` is the token that created the session (NULL: made through the Python API),
+    the only one that may continue it; ``transcripts.token_name`` records the token of the
+    run that wrote the transcript.
+    """
+    db.execute("ALTER TABLE api_tokens ADD COLUMN tools TEXT")
+    db.execute("ALTER TABLE api_tokens ADD COLUMN site TEXT")
+    db.execute("ALTER TABLE chat_sessions ADD COLUMN token_name TEXT")
+    db.execute("ALTER TABLE transcripts ADD COLUMN token_name TEXT")
+
+
 def migrate(db: Database, *, label: str = "database", migrations: Migrations = MIGRATIONS) -> None:
     """Apply pending ``migrations`` atomically; any failure leaves the schema untouched.
 

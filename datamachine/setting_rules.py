@@ -7,6 +7,7 @@ are checked by the budget registry; keys nobody owns are free-form JSON.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -17,8 +18,9 @@ __all__ = ["validate_known_setting"]
 
 
 def _number(key: str, value: Any, *, positive: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidSetting(f"Setting {key!r} must be a number of seconds, got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidSetting(f"Setting {key!r} must be a finite number of seconds, got "
+                             f"{value!r}.")
     if value < 0 or (positive and value == 0):
         kind = "a positive" if positive else "a non-negative"
         raise InvalidSetting(f"Setting {key!r} must be {kind} number of seconds, got {value!r}.")
@@ -87,6 +89,23 @@ def _spend_limits(key: str, value: Any) -> None:
     parse_spend_limits(value, f"Setting {key!r}")
 
 
+def _whole(key: str, value: Any, meaning: str, maximum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
+        raise InvalidSetting(f"Setting {key!r} must be a whole number from 0 (off) to "
+                             f"{maximum:,} ({meaning}), got {value!r}.")
+
+
+def _tool_names(key: str, value: Any) -> None:
+    from datamachine.storage.tokens import check_tool_names
+
+    if value is None:
+        return
+    try:
+        check_tool_names(value, f"Setting {key!r}")
+    except UsageError as exc:
+        raise InvalidSetting(str(exc)) from None
+
+
 _RULES: dict[str, Callable[[str, Any], None]] = {
     "request_timeout": _number,
     "connect_timeout": _number,
@@ -103,6 +122,11 @@ _RULES: dict[str, Callable[[str, Any], None]] = {
     "providers": _endpoints,
     "prices": _prices,
     "spend_limits": _spend_limits,
+    "chat_tools": _tool_names,
+    "chat_rate_limit": lambda key, value: _whole(key, value, "requests per minute per token",
+                                                 1_000_000),
+    "chat_max_concurrent": lambda key, value: _whole(key, value, "runs at once per token",
+                                                     10_000),
 }
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agents_api import clock
 from agents_api.jsontext import plain_json
-from datamachine.errors import InvalidSetting
+from datamachine.errors import InvalidSetting, SiteMisconfigured, UsageError
 
 if TYPE_CHECKING:  # datamachine.storage imports this module
     from datamachine.storage._tx import Connected
@@ -48,12 +48,19 @@ def _override_name(key: str) -> str | None:
     return name
 
 
-def _decode(encoded: str) -> Any:
+def _decode(encoded: str, key: str) -> Any:
     """A stored value from its JSON text; a dict or list is decoded afresh every time (the
-    caller may change it), a scalar once."""
+    caller may change it), a scalar once. Text that is not JSON (written around ``set``) is
+    the site's fault: :class:`SiteMisconfigured` naming the key."""
     value = _scalars.get(encoded, _MISSING)
     if value is _MISSING:
-        value = json.loads(encoded)
+        try:
+            value = json.loads(encoded)
+        except ValueError:
+            raise SiteMisconfigured(
+                f"The stored value of setting {key!r} is not JSON ({encoded[:40]!r}); store it "
+                f"again with `datamachine settings set {key} <value>` or delete it.",
+                setting=key) from None
         if type(value) in _SCALAR_TYPES and len(_scalars) < 1024:
             _scalars[encoded] = value
     return value
@@ -90,6 +97,8 @@ class Settings:
         self._cache: dict[str, str] | None = None
         self._version: int | None = None
         self._trusted = False
+        self._problems: tuple[dict[str, str], tuple[tuple[str, str], ...],
+                              tuple[tuple[str, str], ...]] | None = None
 
     @property
     def _env(self) -> Mapping[str, str]:
@@ -115,7 +124,7 @@ class Settings:
             if raw is not None:
                 return _parse_env(raw)
         encoded = self._rows().get(key)
-        return default if encoded is None else _decode(encoded)
+        return default if encoded is None else _decode(encoded, key)
 
     def _rows(self) -> dict[str, str]:
         """Every stored key and its JSON text, read again only when the database changed.
@@ -164,7 +173,37 @@ class Settings:
     def stored(self, key: str, default: Any = None) -> Any:
         """The value in the database only, ignoring the environment."""
         encoded = self._rows().get(key)
-        return default if encoded is None else _decode(encoded)
+        return default if encoded is None else _decode(encoded, key)
+
+    def problems(self) -> list[tuple[str, str]]:
+        """``(key, why)`` for every stored or environment value a run would fail on: text that
+        is not JSON, or a value the host's validator refuses (what ``set`` would have refused).
+
+        Values that reach the site around ``set`` (an environment variable, an older version's
+        rules, a hand-edited database) are caught here: ``datamachine serve`` refuses to start
+        on them, and ``/chat`` answers 503 while they last. Cached until the stored settings
+        or the environment change, so a server may ask on every request.
+        """
+        rows = self._rows()
+        overrides = tuple(sorted(
+            (name[len("DATAMACHINE_"):].lower(), raw) for name, raw in self._env.items()
+            if name.startswith("DATAMACHINE_") and name not in RESERVED_ENV))
+        cached = self._problems
+        if cached is not None and cached[0] is rows and cached[1] == overrides:
+            return list(cached[2])
+        env = {key: raw for key, raw in overrides if _KEY_RE.match(key)}
+        found: list[tuple[str, str]] = []
+        for key in sorted(set(rows) | set(env)):
+            try:
+                value = _parse_env(env[key]) if key in env else _decode(rows[key], key)
+                if self.validator is not None:
+                    self.validator(key, value)
+            except (SiteMisconfigured, UsageError, ValueError) as exc:
+                where = (f" (from the environment variable {_env_name(key)})" if key in env
+                         else "")
+                found.append((key, f"{exc}{where}"))
+        self._problems = (rows, overrides, tuple(found))
+        return found
 
     def set(self, key: str, value: Any) -> None:
         """Validate and store ``value`` (any JSON value) under ``key``."""
@@ -200,7 +239,7 @@ class Settings:
 
     def all(self) -> dict[str, Any]:
         """Every stored setting, with environment overrides applied on top."""
-        values = {key: json.loads(encoded) for key, encoded in self._rows().items()}
+        values = {key: _decode(encoded, key) for key, encoded in self._rows().items()}
         for env_name, raw in self._env.items():
             if env_name.startswith("DATAMACHINE_") and env_name not in RESERVED_ENV:
                 key = env_name[len("DATAMACHINE_"):].lower()

@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 
 import click
 
-from agents_api.jsontext import pretty_json
 from datamachine.cli.app import State, handle_errors
+from datamachine.cli.output import emit_json, table
+from datamachine.errors import UsageError
 
 __all__ = ["COMMANDS", "register", "serve", "tokens"]
 
@@ -28,13 +29,33 @@ def tokens() -> None:
     """Bearer tokens for this site's /chat endpoint (only their hashes are stored)."""
 
 
+def _tool_list(state: State, raw: str | None) -> list[str] | None:
+    """``--tools a,b`` as names, each one a tool registered on this site (else UsageError)."""
+    if raw is None:
+        return None
+    names = [part.strip() for part in raw.split(",") if part.strip()]
+    known = state.host.tools.tools()
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        listed = ", ".join(sorted(known)) or "none"
+        raise UsageError(f"--tools names tools this site does not have: {', '.join(unknown)} "
+                         f"(registered: {listed}).")
+    return names
+
+
 @tokens.command("create")
 @click.argument("name")
+@click.option("--tools", "tools", metavar="A,B",
+              help="The only tools callers with this token may use, comma-separated ('' for "
+                   "none). Default: the setting chat_tools (every tool when unset).")
+@click.option("--site", "site", metavar="SITE_ID",
+              help="The site this token is for: the only X-Datamachine-Caller-Site its "
+                   "requests may claim. Without it the token may claim no caller site.")
 @click.pass_obj
 @handle_errors
-def tokens_create(state: State, name: str) -> None:
+def tokens_create(state: State, name: str, tools: str | None, site: str | None) -> None:
     """Create a token called NAME and print it, once, on the last line."""
-    token = state.host.tokens.create(name)
+    token = state.host.tokens.create(name, tools=_tool_list(state, tools), site=site)
     click.echo(f"Created API token {name!r}. Copy it now: it is not stored and cannot be shown "
                "again. Callers send it as 'Authorization: Bearer <token>'.")
     # Last line and nothing else on it, so scripts can take it with `tail -n 1`.
@@ -62,17 +83,15 @@ def tokens_list(state: State, as_json: bool) -> None:
     """Every token by name, active and revoked (never the tokens themselves)."""
     items = state.host.tokens.list()
     if as_json:
-        click.echo(pretty_json([item.model_dump() for item in items]))
+        emit_json([item.model_dump() for item in items])
         return
     if not items:
         click.echo("No API tokens. Create one with `datamachine tokens create NAME`.")
         return
-    rows = [(t.name, "active" if t.active else "revoked", _when(t.created_at),
-             _when(t.revoked_at)) for t in items]
-    headers = ("name", "status", "created (UTC)", "revoked (UTC)")
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    for row in (headers, *rows):
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    table(["name", "status", "tools", "site", "created (UTC)", "revoked (UTC)"],
+          [[t.name, "active" if t.active else "revoked",
+            "(chat_tools)" if t.tools is None else (",".join(t.tools) or "(none)"),
+            t.site or "-", _when(t.created_at), _when(t.revoked_at)] for t in items])
 
 
 @click.command()

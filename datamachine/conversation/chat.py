@@ -72,8 +72,10 @@ class ChatTurnGate:
     """
 
     def __init__(self, services: Services, session: ChatSession, *, create: bool,
-                 pause: bool = False) -> None:
+                 pause: bool = False, token_name: str | None = None) -> None:
         self.services = services
+        # The /chat token a session created by this run belongs to.
+        self.token_name = token_name
         # confirmation="pause": at the limit the run stops awaiting_confirmation instead of
         # asking; ``pending`` says so to the turn runner.
         self.pause = pause
@@ -126,7 +128,8 @@ class ChatTurnGate:
     def write(self, conn: Any, turn: int, now: float) -> None:
         """The writer's ``on_turn``: the count (and an abort) move with the turn."""
         record_turn(conn, self.session_id, reset=self._reset, abort=self.aborted,
-                    max_turns=self.max_turns, now=now, create=self.create)
+                    max_turns=self.max_turns, now=now, create=self.create,
+                    token_name=self.token_name)
         self.create = False
 
 
@@ -225,7 +228,8 @@ def chat_steps(services: Services, session_id: str, new_messages: list[dict[str,
         store.release(session_id, token)
         raise
     gate = ChatTurnGate(services, session, create=not existing,
-                        pause=confirmation_mode(services, runtime) == "pause")
+                        pause=confirmation_mode(services, runtime) == "pause",
+                        token_name=runtime.token_name)
     writer = store.open_writer(session_id, token, ttl, on_turn=gate.write)
     try:
         if gate.pause and gate.at_limit:

@@ -1,10 +1,12 @@
 """The Starlette app: ``POST /chat`` and ``GET /health``, and :func:`serve` to run it.
 
 Order of checks on ``/chat``, cheapest refusal first and all before any work: the bearer token
-(401), the caller-context headers (400 naming the header), a cycle (409), the chain depth (429),
-the body size (413), the body itself (400 malformed JSON, 422 naming the field), a spent spend
-window (429 with ``Retry-After``), the session (404 unknown, 409 aborted or busy). Only then
-does a conversation run, in a worker thread: the
+(401), the site's own settings (503 ``site_misconfigured``), the caller-context headers (400
+naming the header, 403 for a claim the token may not make), the token's rate and concurrency
+limits (429 with ``Retry-After``), a cycle (409), the chain depth (429), the body size (413), the
+body itself (400 malformed JSON, 422 naming the field), a spent spend window (429 with
+``Retry-After``), the session (404 unknown or another token's, 409 aborted or busy). Only then
+does a conversation run, with the tools the token may reach, in a worker thread: the
 host's SQLite connection is shared and its stores serialize on a lock, and a run's tools may
 block on HTTP (a call to another site that may call back here), which must never stall the
 event loop that would answer the call back.
@@ -28,12 +30,13 @@ import anyio.to_thread
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agents_api.jsontext import compact_json
 from datamachine.errors import DataMachineError, RequestTooLarge
+from datamachine.server.access import check_claims, reachable_tools
 from datamachine.server.auth import authenticate
 from datamachine.server.chain import (
     HEADER_CHAIN_DEPTH,
@@ -42,15 +45,17 @@ from datamachine.server.chain import (
     admit,
     parse_caller_headers,
 )
-from datamachine.server.errors import Problem, error_response, problem_for
+from datamachine.server.errors import Problem, Redactor, error_response, problem_for
 from datamachine.server.schemas import ChatRequest, describe_validation_error
 from datamachine.server.sessions import ChatTurn, run_chat_turn
-from datamachine.server.site import bound_host, ensure_site_id, max_request_bytes
+from datamachine.server.site import bound_host, check_site, ensure_site_id, max_request_bytes
 from datamachine.server.spend import refuse_if_spent
+from datamachine.server.throttle import Slot, TokenThrottle
 
 if TYPE_CHECKING:
     from datamachine.conversation.result import ConversationResult
     from datamachine.host import Host
+    from datamachine.tools import Tool
 
 __all__ = ["create_app", "result_response", "serve"]
 
@@ -125,20 +130,43 @@ def parse_chat_request(body: bytes) -> ChatRequest:
         raise Problem(422, "invalid_request", f"Invalid request body: {summary}.", data) from None
 
 
+class _Admitted:
+    """What the checks before the body established about one request."""
+
+    __slots__ = ("caller", "limit", "slot", "token_name", "tools")
+
+    def __init__(self, caller: CallerContext, limit: int, token_name: str,
+                 tools: dict[str, Tool], slot: Slot) -> None:
+        self.caller = caller
+        self.limit = limit
+        self.token_name = token_name
+        self.tools = tools
+        self.slot = slot
+
+
 class _ChatEndpoint:
     """The ``/chat`` handler bound to one host and its site id."""
 
     def __init__(self, host: Host, site_id: str) -> None:
         self.host = host
         self.site_id = site_id
+        self.throttle = TokenThrottle()
+        self.redact = Redactor.for_host(host)
 
     def _preflight(self, authorization: str | None, header_items: list[tuple[str, str]]
-                   ) -> tuple[CallerContext, int, str]:
+                   ) -> _Admitted:
         # One worker-thread hop for everything that reads the database before the body.
-        token_name = authenticate(self.host, authorization)
-        inbound = parse_caller_headers(header_items)
-        caller = admit(self.host, inbound, self.site_id)
-        return caller, max_request_bytes(self.host), token_name
+        token = authenticate(self.host, authorization)
+        check_site(self.host)
+        inbound = check_claims(token, parse_caller_headers(header_items))
+        slot = self.throttle.admit(self.host, token.name)
+        try:
+            caller = admit(self.host, inbound, self.site_id)
+            return _Admitted(caller, max_request_bytes(self.host), token.name,
+                             reachable_tools(self.host, token), slot)
+        except BaseException:
+            slot.release()
+            raise
 
     def _run(self, turn: ChatTurn, event_sink: Any = None, on_text: Any = None
              ) -> ConversationResult:
@@ -153,41 +181,54 @@ class _ChatEndpoint:
     async def handle(self, request: Request) -> Response:
         """Answer one ``POST /chat`` (see the module docstring for the order of checks)."""
         headers: dict[str, str] = {}
+        slot: Slot | None = None
         try:
-            caller, limit, token_name = await anyio.to_thread.run_sync(
+            admitted = await anyio.to_thread.run_sync(
                 self._preflight, request.headers.get("authorization"),
                 list(request.headers.items()))
+            slot = admitted.slot
+            caller = admitted.caller
             headers = {HEADER_CHAIN_ID: caller.chain_id,
                        HEADER_CHAIN_DEPTH: str(caller.chain_depth)}
-            body = await read_body(request, limit)
+            body = await read_body(request, admitted.limit)
             parsed = parse_chat_request(body)
             turn = ChatTurn(
                 messages=parsed.conversation_messages(), caller=caller,
                 session_id=parsed.session_id, mode=parsed.mode, provider=parsed.provider,
-                model=parsed.model, max_turns=parsed.max_turns, tools=self.host.tools.tools(),
+                model=parsed.model, max_turns=parsed.max_turns, tools=admitted.tools,
                 resume=((parsed.resume.approve, parsed.resume.extend_by)
                         if parsed.resume is not None else None),
-                confirmation=parsed.confirmation, token_name=token_name,
+                confirmation=parsed.confirmation, token_name=admitted.token_name,
             )
             if parsed.stream or _accepts_only_events(request):
-                await anyio.to_thread.run_sync(refuse_if_spent, self.host, token_name,
+                await anyio.to_thread.run_sync(refuse_if_spent, self.host, admitted.token_name,
                                                turn.session_id)
-                # Every check above has passed: only now does the answer become a stream.
-                return sse_response(self._run, turn, headers)
+                # Every check above has passed: only now does the answer become a stream,
+                # which gives the slot back when its run ends.
+                response = sse_response(self._run, turn, headers, self.redact, slot)
+                slot = None
+                return response
             result = await anyio.to_thread.run_sync(self._run_checked, turn)
         except Problem as problem:
-            return problem.response(headers)
+            return self.redact.response(problem, headers)
+        except ClientDisconnect:
+            # The caller went away mid-body: nobody reads an answer, and it is not our failure.
+            logger.info("datamachine: /chat client disconnected before sending its whole body")
+            return Response(status_code=400)
         except DataMachineError as exc:
             mapped = problem_for(exc)
             if mapped.status >= 500:
-                logger.error("datamachine: /chat failed", exc_info=True)
-            return mapped.response(headers)
+                logger.error("datamachine: /chat failed: %s", exc, exc_info=mapped.status != 503)
+            return self.redact.response(mapped, headers)
         except Exception as exc:
             logger.exception("datamachine: /chat failed unexpectedly")
             return error_response(500, "internal_error",
                                   f"The server failed: {type(exc).__name__}. See its log.",
                                   headers=headers)
-        return result_response(result, headers)
+        finally:
+            if slot is not None:
+                slot.release()
+        return self.redact.result_response(result, headers)
 
 
 def _accepts_only_events(request: Request) -> bool:
@@ -195,24 +236,34 @@ def _accepts_only_events(request: Request) -> bool:
     return accept == ["text/event-stream"]
 
 
-def sse_response(run: Any, turn: ChatTurn, headers: dict[str, str]) -> Response:
+def sse_response(run: Any, turn: ChatTurn, headers: dict[str, str],
+                 redact: Redactor | None = None, slot: Slot | None = None) -> Response:
     """The run as Server-Sent Events: ``event: <type>`` / ``data: <json>`` per stream event
     (``text_delta``, ``tool_call``, ``tool_result``, ``event``), the last one ``result``
-    (the body a JSON answer would have had)."""
+    (the body a JSON answer would have had).
+
+    Called on the event loop. The run starts here, not when the stream is first read, so it
+    (and the ``slot`` it gives back when it ends) does not depend on the client staying: a
+    client gone before the first byte leaves a run that still finishes and is stored.
+    """
     from starlette.responses import StreamingResponse
 
     from datamachine.conversation.stream import StreamEvent, event_data, from_loop_event
 
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
+
+    def put(item: StreamEvent) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    task = asyncio.ensure_future(anyio.to_thread.run_sync(
+        run, turn, lambda event, payload: put(from_loop_event(event, payload)),
+        lambda text: put(StreamEvent(type="text_delta", text=text))))
+    task.add_done_callback(_retrieve)
+    if slot is not None:
+        task.add_done_callback(lambda _: slot.release())
+
     async def events() -> AsyncIterator[bytes]:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
-
-        def put(item: StreamEvent) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-
-        task = asyncio.ensure_future(anyio.to_thread.run_sync(
-            run, turn, lambda event, payload: put(from_loop_event(event, payload)),
-            lambda text: put(StreamEvent(type="text_delta", text=text))))
         while True:
             waiting = asyncio.ensure_future(queue.get())
             await asyncio.wait({waiting, task}, return_when=asyncio.FIRST_COMPLETED)
@@ -226,15 +277,21 @@ def sse_response(run: Any, turn: ChatTurn, headers: dict[str, str]) -> Response:
         try:
             result = task.result()
         except Exception as exc:  # a failure after the stream began: its last event says so
-            logger.error("datamachine: streamed /chat failed", exc_info=True)
             problem = problem_for(exc) if isinstance(exc, DataMachineError) else None
+            message = problem.message if problem else f"The server failed: {type(exc).__name__}."
             yield _sse("error", {"error": {"code": problem.code if problem else "internal_error",
-                                           "message": str(exc) or type(exc).__name__}})
+                                           "message": redact(message) if redact else message}})
             return
         yield _sse("result", result.model_dump(mode="json"))
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={**headers, "Cache-Control": "no-store"})
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Log a streamed run's failure once, whether or not a client is still reading."""
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("datamachine: streamed /chat failed", exc_info=task.exception())
 
 
 def _sse(event: str, data: Any) -> bytes:

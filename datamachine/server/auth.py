@@ -14,6 +14,7 @@ from datamachine.server.errors import Problem
 
 if TYPE_CHECKING:
     from datamachine.host import Host
+    from datamachine.storage.tokens import ApiToken
 
 __all__ = ["UNAUTHORIZED_CODE", "authenticate", "bearer_token"]
 
@@ -33,19 +34,19 @@ def bearer_token(authorization: str | None) -> str | None:
     return token
 
 
-def authenticate(host: Host, authorization: str | None) -> str:
-    """The name of the active token in ``authorization``; else raise a 401 :class:`Problem`.
+def authenticate(host: Host, authorization: str | None) -> ApiToken:
+    """The active token in ``authorization``, with its claims; else a 401 :class:`Problem`.
 
     Missing, malformed, unknown and revoked tokens get the same answer, so a caller learns
     nothing about which tokens exist.
     """
     token = bearer_token(authorization)
-    name = host.tokens.verify(token) if token is not None else None
-    if name is None:
+    found = host.tokens.lookup(token) if token is not None else None
+    if found is None:
         raise Problem(
             401, UNAUTHORIZED_CODE,
             "Missing, invalid or revoked bearer token. Send 'Authorization: Bearer <token>' with "
             "a token from `datamachine tokens create NAME` on this site.",
             headers={"WWW-Authenticate": 'Bearer realm="datamachine"'},
         )
-    return name
+    return found

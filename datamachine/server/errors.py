@@ -7,11 +7,15 @@ when the answer is HTTP-specific (a missing token, a body too large to read).
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
+from agents_api.jsontext import compact_json
 from datamachine.errors import (
     ChainCycle,
     ChainDepthExceeded,
@@ -22,11 +26,20 @@ from datamachine.errors import (
     SessionAborted,
     SessionAwaitingConfirmation,
     SessionNotPaused,
+    SiteMisconfigured,
     TranscriptNotFound,
     UsageError,
 )
 
-__all__ = ["Problem", "error_response", "problem_for"]
+if TYPE_CHECKING:
+    from datamachine.conversation.result import ConversationResult
+    from datamachine.host import Host
+
+__all__ = ["SESSION_NOT_FOUND_MESSAGE", "Problem", "Redactor", "error_response", "problem_for"]
+
+# The same words for an unknown session and another token's: a caller learns nothing of it.
+SESSION_NOT_FOUND_MESSAGE = ("No chat session with that id is open to this token; send no "
+                             "session_id to start a new one.")
 
 
 class Problem(Exception):
@@ -81,7 +94,73 @@ def problem_for(exc: DataMachineError) -> Problem:
         return Problem(409, "session_not_paused", str(exc),
                        {"session_id": exc.session_id, "status": exc.status})
     if isinstance(exc, ChatSessionNotFound | TranscriptNotFound):
-        return Problem(404, "session_not_found", str(exc))
+        return Problem(404, "session_not_found", SESSION_NOT_FOUND_MESSAGE)
+    if isinstance(exc, SiteMisconfigured):
+        # The details (and the fix) are the operator's: the server log has them.
+        return Problem(503, "site_misconfigured",
+                       f"This site is misconfigured (setting {exc.setting!r}) and cannot run "
+                       "requests until its operator fixes it; try again later.",
+                       {"setting": exc.setting}, headers={"Retry-After": "60"})
     if isinstance(exc, UsageError):
         return Problem(422, "invalid_request", str(exc))
-    return Problem(500, "internal_error", f"{type(exc).__name__}: {exc}")
+    return Problem(500, "internal_error",
+                   f"The server failed ({type(exc).__name__}); its log has the details.")
+
+
+class Redactor:
+    """Takes this server's file paths out of error answers (DESIGN.md 20).
+
+    A remote caller has no use for where the database lives or where Python is installed, and
+    an attacker a great deal. Paths are replaced by ``<server path>`` in the JSON text of every
+    error body; successful answers (the conversation itself) are left as they are.
+    """
+
+    PLACEHOLDER = "<server path>"
+
+    def __init__(self, paths: list[str]) -> None:
+        unique = {p.rstrip("/") for p in paths if p and len(p.rstrip("/")) >= 4}
+        self._paths = sorted(unique, key=len, reverse=True)
+
+    @classmethod
+    def for_host(cls, host: Host) -> Redactor:
+        """The paths ``host`` could leak: its database and folder, the working directory,
+        the home directory and Python's installation."""
+        paths = [os.getcwd(), str(Path.home()), sys.prefix, sys.base_prefix,
+                 sys.exec_prefix]
+        if host.db_path is not None:
+            db = Path(host.db_path)
+            paths += [str(db), str(db.parent), str(db.resolve()), str(db.resolve().parent)]
+        return cls(paths)
+
+    def __call__(self, text: str) -> str:
+        """``text`` without any of the paths."""
+        for path in self._paths:
+            if path in text:
+                text = text.replace(path, self.PLACEHOLDER)
+        return text
+
+    def response(self, problem: Problem, headers: Mapping[str, str] | None = None) -> Response:
+        """``problem``'s JSON answer, redacted."""
+        return self.error(problem.status, problem.code, problem.message, problem.data,
+                          {**problem.headers, **(headers or {})})
+
+    def error(self, status: int, code: str, message: str, data: Mapping[str, Any] | None,
+              headers: Mapping[str, str] | None = None) -> Response:
+        """A redacted ``{code, message, data}`` JSON response."""
+        body = compact_json({"code": code, "message": message, "data": dict(data or {})})
+        return Response(self(body), status_code=status, headers=dict(headers or {}),
+                        media_type="application/json")
+
+    def result_response(self, result: ConversationResult,
+                        headers: Mapping[str, str] | None = None) -> Response:
+        """The answer for a finished run; a non-2xx one redacted (see ``result_response``)."""
+        from datamachine.server.app import result_response
+
+        response = result_response(result, dict(headers or {}))
+        if response.status_code < 300:
+            return response
+        redacted = self(bytes(response.body).decode())
+        return Response(redacted, status_code=response.status_code,
+                        headers={k: v for k, v in response.headers.items()
+                                 if k.lower() not in ("content-length", "content-type")},
+                        media_type="application/json")

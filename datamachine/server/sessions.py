@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from datamachine.conversation.result import ConversationResult
+from datamachine.errors import ChatSessionNotFound
 from datamachine.server.chain import PAYLOAD_KEY, CallerContext
+from datamachine.server.errors import SESSION_NOT_FOUND_MESSAGE
 
 if TYPE_CHECKING:
     from datamachine.host import Host
@@ -55,7 +57,8 @@ def run_chat_turn(host: Host, turn: ChatTurn, *,
                   on_text: Callable[[str], None] | None = None) -> ConversationResult:
     """Run ``turn`` on its chat session (a new one when ``turn.session_id`` is None).
 
-    Raises :class:`datamachine.errors.ChatSessionNotFound` for an unknown session,
+    Raises :class:`datamachine.errors.ChatSessionNotFound` for an unknown session or one that
+    ``turn.token_name`` did not create,
     :class:`SessionAborted` for an aborted one, ``SessionAwaitingConfirmation`` for a paused
     one (``SessionNotPaused`` when ``turn.resume`` answers a session that is not), and
     ``UsageError`` for arguments the run refuses; returns a ``transcript_lock_contention``
@@ -65,6 +68,8 @@ def run_chat_turn(host: Host, turn: ChatTurn, *,
     from datamachine.conversation.chat import chat_turns_on
     from datamachine.conversation.resume import resume_steps
 
+    if turn.session_id is not None:
+        _require_owner(host, turn.session_id, turn.token_name)
     session_id = turn.session_id or uuid.uuid4().hex
     payload: dict[str, Any] = {PAYLOAD_KEY: turn.caller.to_payload(),
                                "transcript_lock_ttl": LOCK_TTL_SECONDS}
@@ -75,7 +80,6 @@ def run_chat_turn(host: Host, turn: ChatTurn, *,
     if turn.token_name is not None:
         payload["token_name"] = turn.token_name
     if turn.resume is not None:
-        host.chat_sessions.get(session_id)  # /chat answers chat sessions only (else 404)
         approve, extend_by = turn.resume
         return drive_sync(resume_steps(host, session_id, approve, extend_by, None, payload))
     # host.chat's rules: the lock is taken before the session is read, and the session's turn
@@ -84,3 +88,12 @@ def run_chat_turn(host: Host, turn: ChatTurn, *,
     return chat_turns_on(host, session_id, turn.messages, turn.tools or None, turn.provider,
                          turn.model, payload, mode=turn.mode, max_turns=turn.max_turns,
                          create=turn.session_id is None, on_text=on_text)
+
+
+def _require_owner(host: Host, session_id: str, token_name: str | None) -> None:
+    """A session continues only for the token that created it (DESIGN.md 20): an unknown
+    session, one made through the Python API and another token's all raise the same
+    :class:`ChatSessionNotFound`, so a caller cannot tell them apart."""
+    session = host.chat_sessions.get(session_id)  # /chat answers chat sessions only
+    if session.token_name is None or session.token_name != token_name:
+        raise ChatSessionNotFound(SESSION_NOT_FOUND_MESSAGE)

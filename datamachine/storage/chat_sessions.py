@@ -46,12 +46,16 @@ __all__ = ["DEFAULT_CHAT_MAX_TURNS", "ChatSession", "ChatSessionStore", "MaxTurn
 MaxTurns = int | Literal["unlimited"]
 DEFAULT_CHAT_MAX_TURNS = 25
 CHAT_MAX_TURNS_SETTING = "chat_max_turns"
-_COLUMNS = "id, turn_count, status, max_turns, created_at, updated_at"
+_COLUMNS = "id, turn_count, status, max_turns, created_at, updated_at, token_name"
 
 
 class ChatSession(BaseModel):
     """One chat session: ``turn_count`` provider turns since the last reset, ``status``
-    (``active`` or ``aborted``) and ``max_turns`` (an integer or ``"unlimited"``)."""
+    (``active`` or ``aborted``) and ``max_turns`` (an integer or ``"unlimited"``).
+
+    ``token_name`` is the ``/chat`` token that created it, the only one that may continue it
+    over HTTP (None: created through the Python API, which no remote caller may continue).
+    """
 
     model_config = ConfigDict(defer_build=True, frozen=True)
 
@@ -61,6 +65,7 @@ class ChatSession(BaseModel):
     max_turns: MaxTurns
     created_at: float
     updated_at: float
+    token_name: str | None = None
 
     @property
     def limit_reached(self) -> bool:
@@ -85,18 +90,21 @@ def validate_max_turns(value: object, knob: str = "max_turns") -> MaxTurns:
 
 
 def record_turn(conn: sqlite3.Connection, session_id: str, *, reset: bool, abort: bool,
-                max_turns: MaxTurns, now: float, create: bool = False) -> None:
+                max_turns: MaxTurns, now: float, create: bool = False,
+                token_name: str | None = None) -> None:
     """Inside a turn's transaction: count the turn (``reset``: the user confirmed at the limit,
     the count starts again from 0; ``abort``: declined, the session is aborted for good).
 
     ``create``: the session's first stored turn (a ``/chat`` request that opened it), so a
-    request refused before running leaves no session behind. Aborted stays aborted.
+    request refused before running leaves no session behind; it belongs to ``token_name``.
+    Aborted stays aborted.
     """
     if create:
         conn.execute(
             "INSERT INTO chat_sessions (id, turn_count, status, max_turns, created_at, "
-            "updated_at) VALUES (?, 0, 'active', ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-            [session_id, max_turns, now, now])
+            "updated_at, token_name) VALUES (?, 0, 'active', ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO NOTHING",
+            [session_id, max_turns, now, now, token_name])
     conn.execute(
         "UPDATE chat_sessions SET turn_count = CASE WHEN ? THEN 0 ELSE turn_count + 1 END, "
         "status = CASE WHEN ? THEN 'aborted' ELSE status END, updated_at = ? WHERE id = ?",

@@ -81,10 +81,10 @@ def _insert(conn: sqlite3.Connection, sid: str, position: int, turn: int,
 def _create(conn: sqlite3.Connection, sid: str, request: Mapping[str, Any],
             now: float) -> Counts:
     conn.execute(
-        "INSERT INTO transcripts (id, status, provider, model, mode, created_at, updated_at) "
-        "VALUES (?, 'running', ?, ?, ?, ?, ?)",
+        "INSERT INTO transcripts (id, status, provider, model, mode, created_at, updated_at, "
+        "token_name) VALUES (?, 'running', ?, ?, ?, ?, ?, ?)",
         [sid, _request_field(request, "provider"), _request_field(request, "model"),
-         _request_field(request, "mode"), now, now])
+         _request_field(request, "mode"), now, now, _request_field(request, "token_name")])
     return Counts("running", 0, 0, 0)
 
 
@@ -99,10 +99,12 @@ def start(conn: sqlite3.Connection, sid: str, messages: Sequence[MessageLike],
     earlier = counts.cumulative_turn_count
     conn.execute(
         "UPDATE transcripts SET status = 'running', provider = COALESCE(?, provider), "
-        "model = COALESCE(?, model), mode = COALESCE(?, mode), message_count = ?, "
+        "model = COALESCE(?, model), mode = COALESCE(?, mode), "
+        "token_name = COALESCE(?, token_name), message_count = ?, "
         "turn_count = 0, cumulative_turn_count = ?, updated_at = ? WHERE id = ?",
         [_request_field(request, "provider"), _request_field(request, "model"),
-         _request_field(request, "mode"), counts.message_count + len(new), earlier, now, sid])
+         _request_field(request, "mode"), _request_field(request, "token_name"),
+         counts.message_count + len(new), earlier, now, sid])
     return Counts("running", counts.message_count + len(new), 0, earlier)
 
 

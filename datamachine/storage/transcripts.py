@@ -55,7 +55,7 @@ MessageLike = rows.MessageLike
 
 _COLUMNS = ("t.id, t.status, t.provider, t.model, t.mode, t.created_at, t.updated_at, "
             "t.turn_count, t.cumulative_turn_count, t.message_count, t.usage, t.budgets, "
-            "t.result, l.expires_at AS locked_until")
+            "t.result, t.token_name, l.expires_at AS locked_until")
 _LIVE_LOCK_JOIN = "LEFT JOIN transcript_locks l ON l.session_id = t.id AND l.expires_at > ?"
 
 
@@ -66,7 +66,7 @@ class TranscriptSummary(BaseModel):
     reported as ``interrupted`` (its process died). ``updated_at`` is the last write.
     ``turn_count`` is the last run's finished turns; ``cumulative_turn_count`` counts every run
     of the session (both exact, also mid-run). ``locked_until`` is the expiry of a live lock,
-    else None.
+    else None. ``token_name`` is the ``/chat`` token whose run wrote it (None: not over HTTP).
     """
 
     model_config = ConfigDict(defer_build=True, frozen=True)
@@ -85,6 +85,7 @@ class TranscriptSummary(BaseModel):
     budgets: dict[str, Any]
     result: dict[str, Any]
     locked_until: float | None
+    token_name: str | None = None
 
 
 class Transcript(TranscriptSummary):
@@ -280,5 +281,5 @@ def _summary_fields(row: Any) -> dict[str, Any]:
         "turn_count": row["turn_count"], "cumulative_turn_count": row["cumulative_turn_count"],
         "message_count": row["message_count"], "usage": json.loads(row["usage"]),
         "budgets": json.loads(row["budgets"]), "result": json.loads(row["result"]),
-        "locked_until": row["locked_until"],
+        "locked_until": row["locked_until"], "token_name": row["token_name"],
     }

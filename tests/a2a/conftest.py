@@ -51,10 +51,13 @@ def make_site(tmp_path: Path) -> Iterator[MakeSite]:
 
 
 def link(*sites: Site) -> None:
-    """Give every site the others in its ``remote_sites`` setting, by name."""
+    """Give every site the others in its ``remote_sites`` setting, by name, each with a token
+    the other site made for it (``--site``), as operators link two sites."""
     for site in sites:
         site.host.settings.set("remote_sites", {
-            other.name: {"url": other.url, "token": other.token}
+            other.name: {"url": other.url,
+                         "token": other.host.tokens.create(f"site-{site.name}",
+                                                           site=site.site_id)}
             for other in sites if other is not site
         })
 

@@ -54,7 +54,8 @@ def test_tokens_revoke_and_list(tmp_path: Path) -> None:
     code, out = invoke(db, "tokens", "list")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["name", "status", "created", "(UTC)", "revoked", "(UTC)"]
+    assert lines[0].split() == ["name", "status", "tools", "site", "created", "(UTC)",
+                                "revoked", "(UTC)"]
     assert [line.split()[:2] for line in lines[1:]] == [["peer-b", "revoked"],
                                                        ["peer-c", "active"]]
     code, out = invoke(db, "tokens", "list", "--json")

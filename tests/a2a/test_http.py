@@ -74,9 +74,11 @@ def test_messages_list_is_accepted(site: Site) -> None:
 
 
 def test_caller_headers_reach_the_run(site: Site) -> None:
+    token = site.host.tokens.create("from-up", site="up")  # a token made for the site "up"
     headers = {HEADER_CHAIN_ID: "chain.42", HEADER_CHAIN_DEPTH: "1", HEADER_CALLER_SITE: "up",
-               HEADER_CALLER_AGENT: "planner", HEADER_CHAIN_SITES: "root, up"}
-    response = post(site, {"message": "hi"}, headers=headers)
+               HEADER_CALLER_AGENT: "planner", HEADER_CHAIN_SITES: "root, up",
+               "Authorization": f"Bearer {token}"}
+    response = post(site, {"message": "hi"}, headers=headers, auth=False)
     assert response.status_code == 200
     assert response.headers[HEADER_CHAIN_ID] == "chain.42"
     assert response.headers[HEADER_CHAIN_DEPTH] == "2"
@@ -278,8 +280,8 @@ def test_provider_failure_is_502_with_the_result(site: Site) -> None:
 
 def test_budget_exceeded_is_200(make_site: MakeSite) -> None:
     looping = make_site("loop", next_site="loop")  # calls itself: refused as a cycle
-    looping.host.settings.set("remote_sites", {"loop": {"url": looping.url,
-                                                        "token": looping.token}})
+    token = looping.host.tokens.create("self", site=looping.site_id)
+    looping.host.settings.set("remote_sites", {"loop": {"url": looping.url, "token": token}})
     response = post(looping, {"message": "x", "max_turns": 1})
     assert response.status_code == 200
     result = response.json()

@@ -172,17 +172,19 @@ def test_a_database_missing_a_migration_is_migrated_when_opened(tmp_path: Path) 
     handle = open_handle(path)
     assert handle.migrated
     last = MIGRATION_NAMES[-1]
-    for table in ("spend_settled", "spend_reservations"):  # what the last migration made
-        handle.conn.execute(f"DROP TABLE {table}")
+    added = [("api_tokens", "tools"), ("api_tokens", "site"), ("chat_sessions", "token_name"),
+             ("transcripts", "token_name")]  # what the last migration made
+    for table, column in added:
+        handle.conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     handle.conn.execute("DELETE FROM _sqlite_migrations WHERE name = ?", [last])
     handle.conn.commit()
     assert not handle.migrated
     handle.conn.close()
     reopened = open_handle(path)
     assert reopened.migrated
-    tables = {row[0] for row in reopened.conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"spend_settled", "spend_reservations"} <= tables
+    for table, column in added:
+        columns = {row[1] for row in reopened.conn.execute(f"PRAGMA table_info({table})")}
+        assert column in columns, (table, column)
     reopened.conn.close()
 
 
