@@ -25,7 +25,9 @@ provider (``name`` + ``complete``). Calling :meth:`ScriptedProvider.complete` di
 cursor kept on the provider, which is what a test that holds the provider object wants
 (``scripted_provider_for(script)`` builds such a provider). Every request, whichever way it
 came, is appended to ``record`` (on the cursor and on the provider) so tests can assert exactly
-what the model was asked.
+what the model was asked. A record keeps the last :data:`RECORD_LIMIT` requests: the scripted
+provider also answers a long-running ``datamachine serve``, where a record of every request
+would grow without bound.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import deque
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
@@ -45,6 +48,7 @@ from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.providers.normalize import normalize_response
 
 __all__ = [
+    "RECORD_LIMIT",
     "Script",
     "ScriptCursor",
     "ScriptSource",
@@ -55,6 +59,8 @@ __all__ = [
     "scripted_provider_for",
 ]
 
+# How many requests a record keeps (the newest); enough for any test, bounded for a server.
+RECORD_LIMIT = 1000
 
 # The id of a scripted call that has none until a turn numbers it (``scripted-<turn>-<n>``).
 _UNNUMBERED = "\x00unnumbered"
@@ -222,13 +228,13 @@ class ScriptCursor:
         script: Script | None,
         *,
         name: str = "scripted",
-        shared_record: list[ProviderRequest] | None = None,
+        shared_record: deque[ProviderRequest] | None = None,
     ) -> None:
         self.name = name
         self.script = script
         self._normalized = script.normalized if script is not None else ()
         self.position = 0
-        self.record: list[ProviderRequest] = []
+        self.record: deque[ProviderRequest] = deque(maxlen=RECORD_LIMIT)
         self._shared_record = shared_record
 
     @property
@@ -284,7 +290,7 @@ class ScriptedProvider:
     def __init__(self, script: ScriptSource | None = None, *, name: str = "scripted") -> None:
         self.name = name
         self.script: Script | None = None if script is None else load_script(script)
-        self.record: list[ProviderRequest] = []
+        self.record: deque[ProviderRequest] = deque(maxlen=RECORD_LIMIT)
         self._cursor: ScriptCursor | None = None
 
     def availability(self) -> Literal[True]:

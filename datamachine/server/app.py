@@ -312,11 +312,12 @@ def create_app(host: Host) -> Starlette:
     """The ``/chat`` app for ``host``; makes sure the host has a ``site_id`` first.
 
     Settings (``max_chain_depth``, ``max_request_bytes``) are read per request, so changing
-    them takes effect without a restart; the site id is fixed for the app's lifetime. An invalid
-    ``max_request_bytes`` or ``site_id`` setting fails here, not on the first request.
+    them takes effect without a restart; the site id is fixed for the app's lifetime. A setting
+    a run would fail on raises :class:`datamachine.errors.SiteMisconfigured` here, naming it,
+    not on the first request (``datamachine serve`` refuses to start).
     """
     site_id = ensure_site_id(host)
-    max_request_bytes(host)
+    check_site(host)
     endpoint = _ChatEndpoint(host, site_id)
 
     async def health(request: Request) -> Response:

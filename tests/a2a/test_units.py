@@ -148,8 +148,11 @@ def test_max_request_bytes_defaults_to_one_mebibyte_and_is_validated(
         max_request_bytes(host)
     from datamachine.server.app import create_app
 
-    with pytest.raises(InvalidSetting):
+    from datamachine.errors import SiteMisconfigured
+
+    with pytest.raises(SiteMisconfigured, match="max_request_bytes") as refused:
         create_app(host)  # refused at startup, not on the first request
+    assert refused.value.setting == "max_request_bytes"
 
 
 def test_remote_sites_setting_is_validated(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:

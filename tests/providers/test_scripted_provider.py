@@ -64,7 +64,7 @@ def test_record_keeps_every_request_asked() -> None:
     for request in requests:
         provider.complete(request)
 
-    assert provider.record == requests
+    assert list(provider.record) == requests
     assert provider.record[1].messages[-1]["content"] == "two"
 
 
@@ -272,3 +272,17 @@ def test_parameters_scripted_as_text_play_a_model_whose_arguments_did_not_decode
     failure = result.tool_execution_results[0]["result"]
     assert failure["error_type"] == "invalid_arguments"
     assert "not valid JSON (Expecting value at character 7)" in failure["error"]
+
+
+def test_the_record_keeps_only_the_newest_requests() -> None:
+    # A long-running server answers with the scripted provider: its record must not grow
+    # with every request it ever answered.
+    from datamachine.providers.scripted import RECORD_LIMIT
+
+    provider = ScriptedProvider()
+    for turn in range(1, RECORD_LIMIT + 6):
+        provider.complete(ProviderRequest(messages=[{"role": "user", "content": str(turn)}],
+                                          provider="scripted", turn=turn))
+    assert len(provider.record) == RECORD_LIMIT
+    assert provider.record[0].turn == 6
+    assert provider.record[-1].turn == RECORD_LIMIT + 5
