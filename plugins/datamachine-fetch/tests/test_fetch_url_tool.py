@@ -2,84 +2,35 @@
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import datamachine_fetch
 import pytest
 from datamachine_fetch import HTTP_FETCHES, MAX_BYTES, fetch_url
+from fetch_servers import Server, fetch
 
+import bootstrap
 from agents_api import IterationBudget, Message, TurnResult, run_loop
+from datamachine.host import Host
 from datamachine.plugins import make_plugin_manager
 from datamachine.registry import IterationBudgetRegistry
 from datamachine.tools import ToolExecutor, ToolRegistry
-
-
-class Server:
-    """A loopback HTTP server that records the paths it served."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-        self.release = threading.Event()  # /hang waits on it
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                server.paths.append(self.path)
-                path = self.path.split("?")[0]
-                if path == "/page":
-                    self._send(200, "text/html; charset=utf-8", "<h1>Héllo</h1>".encode())
-                elif path == "/big":
-                    self._send(200, "text/plain", b"x" * (MAX_BYTES + 5000))
-                elif path == "/latin":
-                    self._send(200, "text/plain; charset=iso-8859-1", "café".encode("latin-1"))
-                elif path == "/redirect":
-                    self.send_response(302)
-                    self.send_header("Location", "/page")
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                elif path == "/hang":
-                    server.release.wait(10)
-                    self._send(200, "text/plain", b"late")
-                else:
-                    self._send(404, "text/plain", b"no such page")
-
-            def _send(self, status: int, content_type: str, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                # The client may stop reading early (truncation, timeout).
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.01,),
-                                       daemon=True)
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join()
 
 
 @pytest.fixture
 def server() -> Iterator[Server]:
     with Server() as running:
         yield running
+
+
+@pytest.fixture
+def host() -> Iterator[Host]:
+    """A host whose site lets fetch_url reach the test servers on 127.0.0.1."""
+    with bootstrap.boot(db_path=":memory:", plugins=[datamachine_fetch],
+                        load_entrypoints=False) as booted:
+        booted.settings.set("fetch_allow_private", ["127.0.0.1/32"])
+        yield booted
 
 
 def registry(ceiling: int | None = None) -> IterationBudgetRegistry:
@@ -89,19 +40,12 @@ def registry(ceiling: int | None = None) -> IterationBudgetRegistry:
     return reg
 
 
-def fetch(executor: ToolExecutor, url: str, budgets: dict[str, IterationBudget],
-          call_id: str = "c1") -> dict[str, Any]:
-    result = executor({"id": call_id, "name": "fetch_url", "parameters": {"url": url}},
-                      {"turn": 1, "budgets": budgets})
-    assert isinstance(result, dict)
-    return result
-
-
 def test_fetch_returns_status_content_type_and_text_and_uses_one_budget_unit(
-    server: Server,
+    host: Host, server: Server,
 ) -> None:
     budgets: dict[str, IterationBudget] = {}
-    result = fetch(ToolExecutor([fetch_url], registry=registry()), f"{server.url}/page", budgets)
+    result = fetch(ToolExecutor([fetch_url], registry=registry(), host=host),
+                   f"{server.url}/page", budgets)
     assert result["success"] is True
     assert result["result"] == {"url": f"{server.url}/page", "status": 200,
                                 "content_type": "text/html; charset=utf-8",
@@ -110,25 +54,26 @@ def test_fetch_returns_status_content_type_and_text_and_uses_one_budget_unit(
     assert budgets["http_fetches"].ceiling() == 10
 
 
-def test_large_bodies_are_cut_to_max_bytes(server: Server) -> None:
-    result = fetch(ToolExecutor([fetch_url]), f"{server.url}/big", {})
+def test_large_bodies_are_cut_to_max_bytes(host: Host, server: Server) -> None:
+    result = fetch(ToolExecutor([fetch_url], host=host), f"{server.url}/big", {})
     assert len(result["result"]["text"]) == MAX_BYTES
     assert result["result"]["truncated"] is True
 
 
-def test_declared_charsets_are_honoured(server: Server) -> None:
-    assert fetch(ToolExecutor([fetch_url]), f"{server.url}/latin", {})["result"]["text"] == "café"
+def test_declared_charsets_are_honoured(host: Host, server: Server) -> None:
+    result = fetch(ToolExecutor([fetch_url], host=host), f"{server.url}/latin", {})
+    assert result["result"]["text"] == "café"
 
 
-def test_redirects_are_followed_and_the_final_url_reported(server: Server) -> None:
-    result = fetch(ToolExecutor([fetch_url]), f"{server.url}/redirect", {})
+def test_redirects_are_followed_and_the_final_url_reported(host: Host, server: Server) -> None:
+    result = fetch(ToolExecutor([fetch_url], host=host), f"{server.url}/redirect", {})
     assert result["result"]["url"] == f"{server.url}/page"
     assert server.paths == ["/redirect", "/page"]
 
 
-def test_http_errors_are_failed_results_that_still_count(server: Server) -> None:
+def test_http_errors_are_failed_results_that_still_count(host: Host, server: Server) -> None:
     budgets: dict[str, IterationBudget] = {}
-    result = fetch(ToolExecutor([fetch_url]), f"{server.url}/missing", budgets)
+    result = fetch(ToolExecutor([fetch_url], host=host), f"{server.url}/missing", budgets)
     assert result["success"] is False
     assert result["error_type"] == "http_error"
     assert result["error"] == f"GET {server.url}/missing answered HTTP 404 Not Found."
@@ -146,9 +91,9 @@ def test_non_http_urls_are_refused_without_spending_budget(url: str) -> None:
     assert "http_fetches" not in budgets
 
 
-def test_a_spent_budget_refuses_before_any_request(server: Server) -> None:
+def test_a_spent_budget_refuses_before_any_request(host: Host, server: Server) -> None:
     budgets = {"http_fetches": IterationBudget("http_fetches", 2, current=2)}
-    result = fetch(ToolExecutor([fetch_url]), f"{server.url}/page", budgets)
+    result = fetch(ToolExecutor([fetch_url], host=host), f"{server.url}/page", budgets)
     assert result["success"] is False
     assert result["error_type"] == "budget_exceeded"
     assert "(2 of 2)" in result["error"]
@@ -156,19 +101,19 @@ def test_a_spent_budget_refuses_before_any_request(server: Server) -> None:
     assert budgets["http_fetches"].current() == 2
 
 
-def test_connection_failures_are_failed_results() -> None:
+def test_connection_failures_are_failed_results(host: Host) -> None:
     with Server() as closed:
         url = f"{closed.url}/page"
-    result = fetch(ToolExecutor([fetch_url]), url, {})
+    result = fetch(ToolExecutor([fetch_url], host=host), url, {})
     assert result["error_type"] == "fetch_failed"
     assert result["error"].startswith(f"Fetching {url} failed: ConnectError")
 
 
 def test_a_slow_server_times_out_as_a_failed_result(
-    server: Server, monkeypatch: pytest.MonkeyPatch
+    host: Host, server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(datamachine_fetch, "TIMEOUT_SECONDS", 0.2)
-    result = fetch(ToolExecutor([fetch_url]), f"{server.url}/hang", {})
+    result = fetch(ToolExecutor([fetch_url], host=host), f"{server.url}/hang", {})
     assert result["error_type"] == "fetch_timeout"
     assert result["error"] == f"Fetching {server.url}/hang timed out after 0.2 seconds."
 
@@ -185,8 +130,9 @@ class KeepFetching:
                                        "parameters": {"url": f"{self.base}/page?n={turn}"}}])
 
 
-def test_exhausting_http_fetches_stops_the_loop(server: Server) -> None:
-    executor = ToolExecutor([fetch_url], mode="chat", registry=registry(ceiling=3))
+def test_exhausting_http_fetches_stops_the_loop(host: Host, server: Server) -> None:
+    executor = ToolExecutor([fetch_url], mode="chat", registry=registry(ceiling=3),
+                            host=host)
     result = run_loop([{"role": "user", "content": "read the whole site"}],
                       KeepFetching(server.url), tool_executor=executor,
                       turn_budget=IterationBudget("conversation_turns", 25))
