@@ -60,7 +60,7 @@ __all__ = [
 ]
 
 # How many requests a record keeps (the newest); enough for any test, bounded for a server.
-RECORD_LIMIT = 1000
+RECORD_LIMIT = 100
 
 # The id of a scripted call that has none until a turn numbers it (``scripted-<turn>-<n>``).
 _UNNUMBERED = "\x00unnumbered"

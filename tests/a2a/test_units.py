@@ -146,9 +146,8 @@ def test_max_request_bytes_defaults_to_one_mebibyte_and_is_validated(
     monkeypatch.setenv("DATAMACHINE_MAX_REQUEST_BYTES", "big")
     with pytest.raises(InvalidSetting, match="max_request_bytes"):
         max_request_bytes(host)
-    from datamachine.server.app import create_app
-
     from datamachine.errors import SiteMisconfigured
+    from datamachine.server.app import create_app
 
     with pytest.raises(SiteMisconfigured, match="max_request_bytes") as refused:
         create_app(host)  # refused at startup, not on the first request
