@@ -142,12 +142,23 @@ def test_a_tool_the_token_may_not_use_does_not_run(served: Served) -> None:
 
 # -- fetch_url and server-side request forgery -------------------------------------------------
 
+class RecordingServer(ThreadingHTTPServer):
+    """A loopback server that records the paths it served and redirects ``/away``."""
+
+    def __init__(self, address: str, redirect_to: str | None) -> None:
+        super().__init__((address, 0), _Recorder)
+        self.paths: list[str] = []
+        self.redirect_to = redirect_to
+
+
 class _Recorder(BaseHTTPRequestHandler):
     """Redirects ``/away`` to the server's ``redirect_to``; records every path it served."""
 
+    server: RecordingServer
+
     def do_GET(self) -> None:
-        self.server.paths.append(self.path)  # type: ignore[attr-defined]
-        target = self.server.redirect_to  # type: ignore[attr-defined]
+        self.server.paths.append(self.path)
+        target = self.server.redirect_to
         if self.path == "/away" and target:
             self.send_response(302)
             self.send_header("Location", target)
@@ -162,10 +173,8 @@ class _Recorder(BaseHTTPRequestHandler):
 
 @contextlib.contextmanager
 def http_server(address: str, redirect_to: str | None = None
-                ) -> Iterator[ThreadingHTTPServer]:
-    server = ThreadingHTTPServer((address, 0), _Recorder)
-    server.paths = []  # type: ignore[attr-defined]
-    server.redirect_to = redirect_to  # type: ignore[attr-defined]
+                ) -> Iterator[RecordingServer]:
+    server = RecordingServer(address, redirect_to)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
