@@ -31,13 +31,14 @@ class DirectiveModel:
 
     ``call NAME {json}``: call tool NAME with those arguments, then answer with its result.
     ``tools?``: answer with the names of the tools offered, as JSON. ``whoami``: answer with
-    the run's caller context and token name, as JSON. Anything else: an echo.
+    the run's caller context and token name, as JSON. Anything else: no answer here, so the
+    site's default provider (the embedded scripted one, echoing) answers, as on a real site.
     """
 
     __name__ = "directive_model"
 
     @hookimpl
-    def text_result(self, request: ProviderRequest) -> dict[str, Any]:
+    def text_result(self, request: ProviderRequest) -> dict[str, Any] | None:
         last = request.messages[-1]
         if last.get("role") == "tool":
             return {"content": f"tool said: {last.get('content')}"}
@@ -53,7 +54,7 @@ class DirectiveModel:
             return {"content": json.dumps({
                 "caller_context": request.payload.get("caller_context"),
                 "token_name": request.payload.get("token_name")})}
-        return {"content": f"echo: {text}"}
+        return None
 
 
 class _Tools:
