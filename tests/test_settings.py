@@ -101,3 +101,55 @@ def test_batch_reads_a_consistent_snapshot_and_sees_own_writes(tmp_path: Path) -
             assert first.settings.get("max_turns") == 7
         second.settings.set("max_turns", 9)
         assert first.settings.get("max_turns") == 9  # outside the batch: checked again
+
+
+def _store_raw(host: Host, key: str, text: str) -> None:
+    """Write a setting's text around ``set`` (a hand edit, an older version, another tool)."""
+    import sqlite3
+
+    assert host.db_path is not None
+    with sqlite3.connect(host.db_path) as conn:
+        conn.execute("INSERT OR REPLACE INTO settings (key, value, updated_at) VALUES (?, ?, 0)",
+                     [key, text])
+    conn.close()
+
+
+def test_a_stored_value_that_is_not_json_is_the_sites_fault(tmp_path: Path) -> None:
+    from datamachine.errors import SiteMisconfigured
+
+    with bootstrap.boot(db_path=tmp_path / "s.db", load_entrypoints=False) as host:
+        _store_raw(host, "default_model", "{oops")
+        with pytest.raises(SiteMisconfigured, match="default_model") as raised:
+            host.settings.get("default_model")
+        assert raised.value.setting == "default_model"
+        with pytest.raises(SiteMisconfigured):
+            host.settings.all()
+        assert [key for key, _ in host.settings.problems()] == ["default_model"]
+
+
+def test_problems_names_every_value_a_run_would_fail_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with bootstrap.boot(db_path=tmp_path / "s.db", load_entrypoints=False) as host:
+        assert host.settings.problems() == []
+        _store_raw(host, "max_turns", "0")
+        monkeypatch.setenv("DATAMACHINE_MAX_RUN_SECONDS", "NaN")
+        monkeypatch.setenv("DATAMACHINE_CHAT_RATE_LIMIT", "-1")
+        found = dict(host.settings.problems())
+        assert sorted(found) == ["chat_rate_limit", "max_run_seconds", "max_turns"]
+        assert "DATAMACHINE_MAX_RUN_SECONDS" in found["max_run_seconds"]
+        assert "finite" in found["max_run_seconds"]
+        monkeypatch.delenv("DATAMACHINE_MAX_RUN_SECONDS")
+        monkeypatch.delenv("DATAMACHINE_CHAT_RATE_LIMIT")
+        host.settings.set("max_turns", 5)  # the fix, through set, drops the cached answer
+        assert host.settings.problems() == []
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("max_run_seconds", float("inf")), ("request_timeout", float("nan")),
+    ("chat_tools", "fetch_url"), ("chat_tools", ["a", "a"]), ("chat_rate_limit", True),
+    ("chat_max_concurrent", 1.5),
+])
+def test_new_setting_rules_refuse_bad_values(host: Host, key: str, value: object) -> None:
+    with pytest.raises(InvalidSetting, match=key):
+        host.settings.set(key, value)

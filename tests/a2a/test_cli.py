@@ -145,3 +145,35 @@ def test_serve_streams_chat_as_server_sent_events(tmp_path: Path) -> None:
     assert second[-1] == "result"
     assert refused.status_code == 401
     assert refused.headers["content-type"].startswith("application/")
+
+
+def test_tokens_create_with_tools_and_a_site(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    code, out = invoke(db, "tokens", "create", "narrow", "--tools", "call_remote_agent",
+                       "--site", "beta")
+    assert code == 0, out
+    token = out.strip().splitlines()[-1]
+    code, out = invoke(db, "tokens", "create", "none", "--tools", "")
+    assert code == 0, out
+    with bootstrap.boot(db_path=db, load_entrypoints=False) as host:
+        found = host.tokens.lookup(token)
+        assert found is not None
+        assert (found.tools, found.site) == (("call_remote_agent",), "beta")
+        assert [(t.name, t.tools) for t in host.tokens.list()] == [
+            ("narrow", ("call_remote_agent",)), ("none", ())]
+    code, out = invoke(db, "tokens", "list")
+    assert [line.split()[:4] for line in out.splitlines()[1:]] == [
+        ["narrow", "active", "call_remote_agent", "beta"], ["none", "active", "(none)", "-"]]
+
+
+def test_tokens_create_refuses_unknown_tools_and_a_bad_site(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    code, out = invoke(db, "tokens", "create", "x", "--tools", "fetch_everything")
+    assert code == 2
+    assert "fetch_everything" in out
+    assert "registered:" in out
+    code, out = invoke(db, "tokens", "create", "x", "--site", "no,commas")
+    assert code == 2
+    assert "site" in out
+    with bootstrap.boot(db_path=db, load_entrypoints=False) as host:
+        assert host.tokens.list() == []  # nothing half-made
