@@ -23,7 +23,7 @@ from datamachine.plugins import collect, make_plugin_manager
 from datamachine.providers.registry import ProviderRegistry
 from datamachine.registry import BudgetSpec, IterationBudgetRegistry
 from datamachine.server.site import ensure_site_id
-from datamachine.setting_rules import validate_known_setting
+from datamachine.setting_rules import check_tools_setting, validate_known_setting
 from datamachine.settings import Settings
 from datamachine.storage import (
     ChatSessionStore,
@@ -54,10 +54,14 @@ def boot(
     )
     handle = open_handle(db_path)
     registry = IterationBudgetRegistry()
+    tools: list[ToolRegistry] = []  # filled below: the validator outlives this function
+
     def validate(key: str, value: object) -> None:
         registry.validate_setting(key, value)
         validate_known_setting(key, value)
         _plugin_setting_check(pm, key, value)
+        if tools:
+            check_tools_setting(key, value, tools[0])
 
     settings = Settings(handle, validator=validate)
     registry.settings_lookup = settings.get
@@ -67,9 +71,9 @@ def boot(
     transcripts = TranscriptStore(handle)
     providers = ProviderRegistry.from_plugin_manager(pm)
     providers.bind_settings(settings.get)
+    tools.append(ToolRegistry.from_plugin_manager(pm))
     host = Host(pm=pm, handle=handle, settings=settings, budgets=registry, db_path=resolved_path,
-                plugins=infos, providers=providers,
-                tools=ToolRegistry.from_plugin_manager(pm),
+                plugins=infos, providers=providers, tools=tools[0],
                 transcripts=transcripts, jobs=JobStore(handle),
                 chat_sessions=ChatSessionStore(handle, settings=settings, transcripts=transcripts),
                 tokens=TokenStore(handle), spend=SpendStore(handle))

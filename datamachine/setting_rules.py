@@ -14,7 +14,7 @@ from typing import Any
 from datamachine.errors import InvalidSetting, UsageError
 from datamachine.registry import validate_budget_value
 
-__all__ = ["validate_known_setting"]
+__all__ = ["check_tools_setting", "validate_known_setting"]
 
 
 def _number(key: str, value: Any, *, positive: bool = False) -> None:
@@ -49,8 +49,16 @@ def _confirmation(key: str, value: Any) -> None:
 
 
 def _bytes(key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidSetting(f"Setting {key!r} must be a positive number of bytes, got {value!r}.")
+    ceiling = 1 << 30  # more would let one request hold a gigabyte in memory
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= ceiling:
+        raise InvalidSetting(f"Setting {key!r} must be a whole number of bytes from 1 to "
+                             f"{ceiling:,}, got {value!r}.")
+
+
+def _site_id(key: str, value: Any) -> None:
+    from datamachine.server.site import check_site_id
+
+    check_site_id(value, f"setting {key!r}")
 
 
 def _model_options(key: str, value: Any) -> None:
@@ -117,6 +125,7 @@ _RULES: dict[str, Callable[[str, Any], None]] = {
     "chat_max_turns": _chat_turns,
     "confirmation": _confirmation,
     "max_request_bytes": _bytes,
+    "site_id": _site_id,
     "model_options": _model_options,
     "provider_max_retries": _max_retries,
     "providers": _endpoints,
@@ -135,3 +144,18 @@ def validate_known_setting(key: str, value: Any) -> None:
     rule = _RULES.get(key)
     if rule is not None:
         rule(key, value)
+
+
+def check_tools_setting(key: str, value: Any, registered: Any) -> None:
+    """For ``chat_tools``: every name must be a tool this host registers (``registered`` has
+    ``tools()``), so a typo fails when it is set, and ``serve`` refuses a list that outlived a
+    removed plugin."""
+    if key != "chat_tools" or not isinstance(value, list):
+        return
+    known = registered.tools()
+    unknown = [name for name in value if name not in known]
+    if unknown:
+        raise InvalidSetting(
+            f"Setting {key!r} names tools no plugin registers here: {', '.join(map(str, unknown))}"
+            f" (registered: {', '.join(sorted(known)) or 'none'}); install their plugins or "
+            "remove them from the list.")

@@ -153,3 +153,10 @@ def test_problems_names_every_value_a_run_would_fail_on(
 def test_new_setting_rules_refuse_bad_values(host: Host, key: str, value: object) -> None:
     with pytest.raises(InvalidSetting, match=key):
         host.settings.set(key, value)
+
+
+def test_chat_tools_must_name_registered_tools(host: Host) -> None:
+    host.settings.set("chat_tools", ["call_remote_agent"])
+    with pytest.raises(InvalidSetting, match="no_such_tool"):
+        host.settings.set("chat_tools", ["call_remote_agent", "no_such_tool"])
+    assert host.settings.get("chat_tools") == ["call_remote_agent"]

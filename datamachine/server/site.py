@@ -89,39 +89,17 @@ def max_request_bytes(host: Host) -> int:
 
 def check_site(host: Host) -> None:
     """Raise :class:`SiteMisconfigured` naming the first setting a run on this site would fail
-    on (DESIGN.md 20): a stored or environment value its validator refuses, a bad site id or
-    request limit, a ``chat_tools`` that names a tool no plugin registers.
+    on (DESIGN.md 20): a stored or environment value the host's validator refuses (a bad site
+    id or request limit, a ``chat_tools`` naming a tool no plugin registers, ...).
 
-    ``datamachine serve`` calls it before listening; ``/chat`` on every request (the settings
-    check is cached until a setting or the environment changes).
+    ``datamachine serve`` calls it before listening; ``/chat`` on every request (the answer is
+    cached until a setting or the environment changes).
     """
     with connection_lock(host.handle):
         problems = host.settings.problems()
-        if not problems:
-            problems = _server_problems(host)
     if problems:
         key, why = problems[0]
         raise SiteMisconfigured(f"Setting {key!r} cannot be used: {why}", setting=key)
-
-
-def _server_problems(host: Host) -> list[tuple[str, str]]:
-    from datamachine.server.access import CHAT_TOOLS_SETTING
-
-    found: list[tuple[str, str]] = []
-    for key, check in ((SITE_ID_SETTING, lambda: check_site_id(host.settings.get(SITE_ID_SETTING))),
-                       (MAX_REQUEST_BYTES_SETTING, lambda: max_request_bytes(host))):
-        try:
-            check()
-        except InvalidSetting as exc:
-            found.append((key, str(exc)))
-    names = host.settings.get(CHAT_TOOLS_SETTING)
-    if names is not None:
-        unknown = [name for name in names if name not in host.tools.tools()]
-        if unknown:
-            found.append((CHAT_TOOLS_SETTING,
-                          f"it names tools no plugin registers here: {', '.join(unknown)}; "
-                          "install their plugins or remove them from the list."))
-    return found
 
 
 # The host whose run is executing in this context. Tools are registered per process, not per host,
