@@ -23,7 +23,11 @@ from datamachine.plugins import collect, make_plugin_manager
 from datamachine.providers.registry import ProviderRegistry
 from datamachine.registry import BudgetSpec, IterationBudgetRegistry
 from datamachine.server.site import ensure_site_id
-from datamachine.setting_rules import check_tools_setting, validate_known_setting
+from datamachine.setting_rules import (
+    check_provider_setting,
+    check_tools_setting,
+    validate_known_setting,
+)
 from datamachine.settings import Settings
 from datamachine.storage import (
     ChatSessionStore,
@@ -62,6 +66,7 @@ def boot(
         _plugin_setting_check(pm, key, value)
         if tools:
             check_tools_setting(key, value, tools[0])
+            check_provider_setting(key, value, providers)
 
     settings = Settings(handle, validator=validate)
     registry.settings_lookup = settings.get

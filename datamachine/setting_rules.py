@@ -14,7 +14,7 @@ from typing import Any
 from datamachine.errors import InvalidSetting, UsageError
 from datamachine.registry import validate_budget_value
 
-__all__ = ["check_tools_setting", "validate_known_setting"]
+__all__ = ["check_provider_setting", "check_tools_setting", "validate_known_setting"]
 
 
 def _number(key: str, value: Any, *, positive: bool = False) -> None:
@@ -159,3 +159,13 @@ def check_tools_setting(key: str, value: Any, registered: Any) -> None:
             f"Setting {key!r} names tools no plugin registers here: {', '.join(map(str, unknown))}"
             f" (registered: {', '.join(sorted(known)) or 'none'}); install their plugins or "
             "remove them from the list.")
+
+
+def check_provider_setting(key: str, value: Any, registered: Any) -> None:
+    """For ``default_provider``: a provider this host registers (``registered`` supports
+    ``in`` and ``names()``), so every run without a provider does not fail on it."""
+    if key != "default_provider" or not isinstance(value, str) or value in registered:
+        return
+    raise InvalidSetting(
+        f"Setting {key!r} names the provider {value!r}, which no plugin registers here "
+        f"(registered: {', '.join(sorted(registered.names())) or 'none'}).")

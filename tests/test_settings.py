@@ -12,14 +12,15 @@ from datamachine.host import Host
 
 
 def test_set_get_delete_all_roundtrip_json_values(host: Host) -> None:
-    host.settings.set("remote_sites", {"b": {"url": "http://127.0.0.1:1"}})
+    host.settings.set("remote_sites", {"b": {"url": "http://127.0.0.1:1", "token": "dm_x"}})
     host.settings.set("default_provider", "scripted")
     host.settings.set("budget_pressure", True)
-    assert host.settings.get("remote_sites") == {"b": {"url": "http://127.0.0.1:1"}}
+    assert host.settings.get("remote_sites") == {
+        "b": {"url": "http://127.0.0.1:1", "token": "dm_x"}}
     everything = host.settings.all()
     assert everything.pop("site_id")  # generated at boot
     assert everything == {"budget_pressure": True, "default_provider": "scripted",
-                          "remote_sites": {"b": {"url": "http://127.0.0.1:1"}}}
+                          "remote_sites": {"b": {"url": "http://127.0.0.1:1", "token": "dm_x"}}}
     assert host.settings.delete("default_provider") is True
     assert host.settings.delete("default_provider") is False
     assert host.settings.get("default_provider", "fallback") == "fallback"

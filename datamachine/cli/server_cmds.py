@@ -55,7 +55,11 @@ def _tool_list(state: State, raw: str | None) -> list[str] | None:
 @handle_errors
 def tokens_create(state: State, name: str, tools: str | None, site: str | None) -> None:
     """Create a token called NAME and print it, once, on the last line."""
+    rotated = any(t.name == name and not t.active for t in state.host.tokens.list())
     token = state.host.tokens.create(name, tools=_tool_list(state, tools), site=site)
+    if rotated:
+        click.echo(f"Note: {name!r} was revoked before; this new token inherits its chat "
+                   "sessions and spend windows. Choose a new name for a different caller.")
     click.echo(f"Created API token {name!r}. Copy it now: it is not stored and cannot be shown "
                "again. Callers send it as 'Authorization: Bearer <token>'.")
     # Last line and nothing else on it, so scripts can take it with `tail -n 1`.
@@ -105,10 +109,11 @@ def tokens_list(state: State, as_json: bool) -> None:
 def serve(state: State, bind: str, port: int, log_level: str) -> None:
     """Serve POST /chat and GET /health for other agents until interrupted."""
     from datamachine.server.app import serve as run_server
-    from datamachine.server.site import ensure_site_id
+    from datamachine.server.site import check_site, ensure_site_id
 
     host = state.host
     site_id = ensure_site_id(host)
+    check_site(host)  # a misconfigured site says so before claiming to serve
     click.echo(f"datamachine site {site_id}: POST /chat on http://{bind}:{port} "
                "(Ctrl+C to stop)")
     run_server(host, bind=bind, port=port, log_level=log_level)

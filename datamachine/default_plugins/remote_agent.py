@@ -15,6 +15,7 @@ succeed and only multiplies load on every site in the chain.
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -65,6 +66,11 @@ def load_remote_sites(host: Host) -> dict[str, RemoteSite]:
     """
     with connection_lock(host.handle):
         raw = host.settings.get(REMOTE_SITES_SETTING, {})
+    return parse_remote_sites(raw)
+
+
+def parse_remote_sites(raw: object) -> dict[str, RemoteSite]:
+    """``raw`` as ``{name: RemoteSite}``; :class:`InvalidSetting` naming the entry and field."""
     if not isinstance(raw, dict):
         raise InvalidSetting(
             f"setting {REMOTE_SITES_SETTING!r} must be a JSON object "
@@ -85,10 +91,15 @@ def load_remote_sites(host: Host) -> dict[str, RemoteSite]:
 def _timeout(host: Host) -> float:
     with connection_lock(host.handle):
         value = host.settings.get(TIMEOUT_SETTING, DEFAULT_TIMEOUT_SECONDS)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    return min(_check_timeout(value), _MAX_TIMEOUT_SECONDS)
+
+
+def _check_timeout(value: object) -> float:
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or value <= 0):
         raise InvalidSetting(
             f"setting {TIMEOUT_SETTING!r} must be a positive number of seconds, got {value!r}.")
-    return min(float(value), _MAX_TIMEOUT_SECONDS)
+    return float(value)
 
 
 def _resolve_host(context: ToolContext) -> Host:
@@ -184,6 +195,16 @@ def call_remote_agent(site: str, message: str, context: ToolContext) -> dict[str
         "session_id": body.get("transcript_session_id"),
         "chain_id": caller.chain_id,
     }}
+
+
+@hookimpl
+def validate_setting(key: str, value: Any) -> None:
+    """Refuse a bad ``remote_sites`` or ``remote_agent_timeout`` when it is written (and let
+    ``datamachine serve`` refuse to start on one that came from the environment)."""
+    if key == REMOTE_SITES_SETTING:
+        parse_remote_sites(value)
+    elif key == TIMEOUT_SETTING:
+        _check_timeout(value)
 
 
 @hookimpl

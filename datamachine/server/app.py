@@ -47,7 +47,7 @@ from datamachine.server.chain import (
 )
 from datamachine.server.errors import Problem, Redactor, error_response, problem_for
 from datamachine.server.schemas import ChatRequest, describe_validation_error
-from datamachine.server.sessions import ChatTurn, run_chat_turn
+from datamachine.server.sessions import ChatTurn, require_owner, run_chat_turn
 from datamachine.server.site import bound_host, check_site, ensure_site_id, max_request_bytes
 from datamachine.server.spend import refuse_if_spent
 from datamachine.server.throttle import Slot, TokenThrottle
@@ -173,15 +173,24 @@ class _ChatEndpoint:
         with bound_host(self.host):
             return run_chat_turn(self.host, turn, event_sink=event_sink, on_text=on_text)
 
-    def _run_checked(self, turn: ChatTurn) -> ConversationResult:
-        """Refuse a request under a spent window (429), else run it."""
+    def _admit_turn(self, turn: ChatTurn) -> None:
+        """The checks that need the body: the session is the token's (404 first, so nothing
+        about another token's session leaks, not even that its spend is used up), and no spend
+        window of the run is spent (429)."""
+        if turn.session_id is not None:
+            require_owner(self.host, turn.session_id, turn.token_name)
         refuse_if_spent(self.host, turn.token_name, turn.session_id)
+
+    def _run_checked(self, turn: ChatTurn) -> ConversationResult:
+        """Refuse what :meth:`_admit_turn` refuses, else run it."""
+        self._admit_turn(turn)
         return self._run(turn)
 
     async def handle(self, request: Request) -> Response:
         """Answer one ``POST /chat`` (see the module docstring for the order of checks)."""
         headers: dict[str, str] = {}
         slot: Slot | None = None
+        body = b""
         try:
             admitted = await anyio.to_thread.run_sync(
                 self._preflight, request.headers.get("authorization"),
@@ -201,16 +210,16 @@ class _ChatEndpoint:
                 confirmation=parsed.confirmation, token_name=admitted.token_name,
             )
             if parsed.stream or _accepts_only_events(request):
-                await anyio.to_thread.run_sync(refuse_if_spent, self.host, admitted.token_name,
-                                               turn.session_id)
+                await anyio.to_thread.run_sync(self._admit_turn, turn)
                 # Every check above has passed: only now does the answer become a stream,
                 # which gives the slot back when its run ends.
-                response = sse_response(self._run, turn, headers, self.redact, slot)
+                response = sse_response(self._run, turn, headers, self.redact, slot,
+                                        _caller_text(request, body))
                 slot = None
                 return response
             result = await anyio.to_thread.run_sync(self._run_checked, turn)
         except Problem as problem:
-            return self.redact.response(problem, headers)
+            return self.redact.response(problem, headers, _caller_text(request, body))
         except ClientDisconnect:
             # The caller went away mid-body: nobody reads an answer, and it is not our failure.
             logger.info("datamachine: /chat client disconnected before sending its whole body")
@@ -219,7 +228,7 @@ class _ChatEndpoint:
             mapped = problem_for(exc)
             if mapped.status >= 500:
                 logger.error("datamachine: /chat failed: %s", exc, exc_info=mapped.status != 503)
-            return self.redact.response(mapped, headers)
+            return self.redact.response(mapped, headers, _caller_text(request, body))
         except Exception as exc:
             logger.exception("datamachine: /chat failed unexpectedly")
             return error_response(500, "internal_error",
@@ -228,7 +237,14 @@ class _ChatEndpoint:
         finally:
             if slot is not None:
                 slot.release()
-        return self.redact.result_response(result, headers)
+        return self.redact.result_response(result, headers, _caller_text(request, body))
+
+
+def _caller_text(request: Request, body: bytes) -> str:
+    """Everything the caller sent that an answer may echo: its header values and its body.
+    A path the caller sent is left as it is in the answer, so redaction cannot be used to
+    test guesses of the server's paths."""
+    return "\n".join([*request.headers.values(), body.decode("utf-8", errors="replace")])
 
 
 def _accepts_only_events(request: Request) -> bool:
@@ -237,7 +253,8 @@ def _accepts_only_events(request: Request) -> bool:
 
 
 def sse_response(run: Any, turn: ChatTurn, headers: dict[str, str],
-                 redact: Redactor | None = None, slot: Slot | None = None) -> Response:
+                 redact: Redactor | None = None, slot: Slot | None = None,
+                 caller_text: str = "") -> Response:
     """The run as Server-Sent Events: ``event: <type>`` / ``data: <json>`` per stream event
     (``text_delta``, ``tool_call``, ``tool_result``, ``event``), the last one ``result``
     (the body a JSON answer would have had).
@@ -263,6 +280,12 @@ def sse_response(run: Any, turn: ChatTurn, headers: dict[str, str],
     if slot is not None:
         task.add_done_callback(lambda _: slot.release())
 
+    def frame(kind: str, data: Any, *, private: bool) -> bytes:
+        # Loop events (a failure's text) and a failed result may carry server paths; the
+        # conversation itself (text, tool calls and results, a good result) is the caller's.
+        text = _sse(kind, data)
+        return redact.redact_bytes(text, caller_text) if redact is not None and private else text
+
     async def events() -> AsyncIterator[bytes]:
         while True:
             waiting = asyncio.ensure_future(queue.get())
@@ -270,28 +293,36 @@ def sse_response(run: Any, turn: ChatTurn, headers: dict[str, str],
             if not waiting.done():
                 waiting.cancel()
                 break
-            yield _sse(waiting.result().type, event_data(waiting.result()))
+            item = waiting.result()
+            yield frame(item.type, event_data(item), private=item.type == "event")
         while not queue.empty():
             item = queue.get_nowait()
-            yield _sse(item.type, event_data(item))
+            yield frame(item.type, event_data(item), private=item.type == "event")
         try:
             result = task.result()
         except Exception as exc:  # a failure after the stream began: its last event says so
             problem = problem_for(exc) if isinstance(exc, DataMachineError) else None
             message = problem.message if problem else f"The server failed: {type(exc).__name__}."
-            yield _sse("error", {"error": {"code": problem.code if problem else "internal_error",
-                                           "message": redact(message) if redact else message}})
+            yield frame("error", {"error": {"code": problem.code if problem else "internal_error",
+                                            "message": message}}, private=True)
             return
-        yield _sse("result", result.model_dump(mode="json"))
+        yield frame("result", result.model_dump(mode="json"),
+                    private=result.status not in _OK_STATUSES)
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={**headers, "Cache-Control": "no-store"})
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
-    """Log a streamed run's failure once, whether or not a client is still reading."""
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("datamachine: streamed /chat failed", exc_info=task.exception())
+    """Log a streamed run's failure once, whether or not a client is still reading: a
+    server fault as an error with its traceback, a caller's as one info line."""
+    if task.cancelled() or task.exception() is None:
+        return
+    exc = task.exception()
+    if isinstance(exc, DataMachineError) and problem_for(exc).status < 500:
+        logger.info("datamachine: streamed /chat refused: %s", exc)
+    else:
+        logger.error("datamachine: streamed /chat failed", exc_info=exc)
 
 
 def _sse(event: str, data: Any) -> bytes:

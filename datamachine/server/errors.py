@@ -8,6 +8,7 @@ when the answer is HTTP-specific (a missing token, a body too large to read).
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -111,8 +112,11 @@ class Redactor:
     """Takes this server's file paths out of error answers (DESIGN.md 20).
 
     A remote caller has no use for where the database lives or where Python is installed, and
-    an attacker a great deal. Paths are replaced by ``<server path>`` in the JSON text of every
-    error body; successful answers (the conversation itself) are left as they are.
+    an attacker a great deal. A path is replaced by ``<server path>`` in the JSON text of every
+    error body, only where it stands as a whole path (followed by ``/``, a quote, a space, the
+    end...), and never where the caller itself sent it: an answer that echoes the caller's
+    text is not an oracle for guessing the server's paths. Successful answers (the
+    conversation itself) are left as they are.
     """
 
     PLACEHOLDER = "<server path>"
@@ -120,6 +124,9 @@ class Redactor:
     def __init__(self, paths: list[str]) -> None:
         unique = {p.rstrip("/") for p in paths if p and len(p.rstrip("/")) >= 4}
         self._paths = sorted(unique, key=len, reverse=True)
+        self._patterns = {
+            path: re.compile(r"(?<![\w.-])" + re.escape(path) + r"(?=$|[/\\\s\"'`:;,)\]}])")
+            for path in self._paths}
 
     @classmethod
     def for_host(cls, host: Host) -> Redactor:
@@ -132,34 +139,40 @@ class Redactor:
             paths += [str(db), str(db.parent), str(db.resolve()), str(db.resolve().parent)]
         return cls(paths)
 
-    def __call__(self, text: str) -> str:
-        """``text`` without any of the paths."""
+    def __call__(self, text: str, caller_text: str = "") -> str:
+        """``text`` without any of the paths (except those in ``caller_text``)."""
         for path in self._paths:
-            if path in text:
-                text = text.replace(path, self.PLACEHOLDER)
+            if path in text and path not in caller_text:
+                text = self._patterns[path].sub(self.PLACEHOLDER, text)
         return text
 
-    def response(self, problem: Problem, headers: Mapping[str, str] | None = None) -> Response:
+    def redact_bytes(self, data: bytes, caller_text: str = "") -> bytes:
+        """:meth:`__call__` on UTF-8 bytes (an SSE frame)."""
+        return self(data.decode(), caller_text).encode()
+
+    def response(self, problem: Problem, headers: Mapping[str, str] | None = None,
+                 caller_text: str = "") -> Response:
         """``problem``'s JSON answer, redacted."""
         return self.error(problem.status, problem.code, problem.message, problem.data,
-                          {**problem.headers, **(headers or {})})
+                          {**problem.headers, **(headers or {})}, caller_text)
 
     def error(self, status: int, code: str, message: str, data: Mapping[str, Any] | None,
-              headers: Mapping[str, str] | None = None) -> Response:
+              headers: Mapping[str, str] | None = None, caller_text: str = "") -> Response:
         """A redacted ``{code, message, data}`` JSON response."""
         body = compact_json({"code": code, "message": message, "data": dict(data or {})})
-        return Response(self(body), status_code=status, headers=dict(headers or {}),
-                        media_type="application/json")
+        return Response(self(body, caller_text), status_code=status,
+                        headers=dict(headers or {}), media_type="application/json")
 
     def result_response(self, result: ConversationResult,
-                        headers: Mapping[str, str] | None = None) -> Response:
+                        headers: Mapping[str, str] | None = None,
+                        caller_text: str = "") -> Response:
         """The answer for a finished run; a non-2xx one redacted (see ``result_response``)."""
         from datamachine.server.app import result_response
 
         response = result_response(result, dict(headers or {}))
         if response.status_code < 300:
             return response
-        redacted = self(bytes(response.body).decode())
+        redacted = self(bytes(response.body).decode(), caller_text)
         return Response(redacted, status_code=response.status_code,
                         headers={k: v for k, v in response.headers.items()
                                  if k.lower() not in ("content-length", "content-type")},

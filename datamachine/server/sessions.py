@@ -26,7 +26,7 @@ from datamachine.server.errors import SESSION_NOT_FOUND_MESSAGE
 if TYPE_CHECKING:
     from datamachine.host import Host
 
-__all__ = ["LOCK_TTL_SECONDS", "ChatTurn", "run_chat_turn"]
+__all__ = ["LOCK_TTL_SECONDS", "ChatTurn", "require_owner", "run_chat_turn"]
 
 # The run renews the lock after every turn, so this only bounds how long a crashed server
 # blocks a session (the loop's own default).
@@ -69,7 +69,7 @@ def run_chat_turn(host: Host, turn: ChatTurn, *,
     from datamachine.conversation.resume import resume_steps
 
     if turn.session_id is not None:
-        _require_owner(host, turn.session_id, turn.token_name)
+        require_owner(host, turn.session_id, turn.token_name)
     session_id = turn.session_id or uuid.uuid4().hex
     payload: dict[str, Any] = {PAYLOAD_KEY: turn.caller.to_payload(),
                                "transcript_lock_ttl": LOCK_TTL_SECONDS}
@@ -81,7 +81,11 @@ def run_chat_turn(host: Host, turn: ChatTurn, *,
         payload["token_name"] = turn.token_name
     if turn.resume is not None:
         approve, extend_by = turn.resume
-        return drive_sync(resume_steps(host, session_id, approve, extend_by, None, payload))
+        # The tools the token reaches now, not those of the paused run: an allowlist narrowed
+        # while the run waited holds for the rest of it (a pending call to a tool dropped
+        # meanwhile reads "not found").
+        return drive_sync(resume_steps(host, session_id, approve, extend_by, turn.tools,
+                                       payload))
     # host.chat's rules: the lock is taken before the session is read, and the session's turn
     # limit is checked after every provider turn; with nobody to confirm over HTTP, a session
     # at its limit is aborted (409).
@@ -90,7 +94,7 @@ def run_chat_turn(host: Host, turn: ChatTurn, *,
                          create=turn.session_id is None, on_text=on_text)
 
 
-def _require_owner(host: Host, session_id: str, token_name: str | None) -> None:
+def require_owner(host: Host, session_id: str, token_name: str | None) -> None:
     """A session continues only for the token that created it (DESIGN.md 20): an unknown
     session, one made through the Python API and another token's all raise the same
     :class:`ChatSessionNotFound`, so a caller cannot tell them apart."""

@@ -69,19 +69,27 @@ class TokenThrottle:
         """A :class:`Slot` for a request by ``token_name``, or a 429 :class:`Problem`."""
         per_minute = host.settings.get("chat_rate_limit", DEFAULT_CHAT_RATE_LIMIT)
         at_once = host.settings.get("chat_max_concurrent", DEFAULT_CHAT_MAX_CONCURRENT)
+        slot = Slot(None, token_name)
+        if at_once:
+            with self._lock:
+                running = self._running.get(token_name, 0)
+                if running >= at_once:
+                    raise _limited(
+                        f"This token already has {running} requests running (setting "
+                        f"'chat_max_concurrent': {at_once}); wait for one to finish.",
+                        _CONCURRENT_RETRY_AFTER, {"limit": "chat_max_concurrent",
+                                                  "max": at_once})
+                self._running[token_name] = running + 1
+            slot = Slot(self, token_name)
+        # Counted only for a request that got a slot: one refused for concurrency has not
+        # used the rate window (and a refused rate gives its slot back).
         if per_minute:
-            self._count_request(token_name, per_minute)
-        if not at_once:
-            return Slot(None, token_name)
-        with self._lock:
-            running = self._running.get(token_name, 0)
-            if running >= at_once:
-                raise _limited(
-                    f"This token already has {running} requests running (setting "
-                    f"'chat_max_concurrent': {at_once}); wait for one to finish.",
-                    _CONCURRENT_RETRY_AFTER, {"limit": "chat_max_concurrent", "max": at_once})
-            self._running[token_name] = running + 1
-        return Slot(self, token_name)
+            try:
+                self._count_request(token_name, per_minute)
+            except BaseException:
+                slot.release()
+                raise
+        return slot
 
     def release(self, token_name: str) -> None:
         """One of ``token_name``'s runs ended."""

@@ -25,14 +25,21 @@ def read_secret() -> dict[str, Any]:
     return {"success": True, "result": {"secret": "s3cret"}}
 
 
+@tool(name="approve_me", runtime={"requires_approval": True})
+def approve_me() -> dict[str, Any]:
+    """Do something a person must approve first."""
+    return {"success": True, "result": "approved-tool-ran"}
+
+
 class DirectiveModel:
     """A model that does what the last user message says, so a test drives the server's tools
     and reads what the run saw without any real model.
 
     ``call NAME {json}``: call tool NAME with those arguments, then answer with its result.
-    ``tools?``: answer with the names of the tools offered, as JSON. ``whoami``: answer with
-    the run's caller context and token name, as JSON. Anything else: no answer here, so the
-    site's default provider (the embedded scripted one, echoing) answers, as on a real site.
+    ``spend N``: answer reporting N tokens used. ``tools?``: answer with the names of the tools
+    offered, as JSON. ``whoami``: answer with the run's caller context and token name, as
+    JSON. Anything else: no answer here, so the site's default provider (the embedded
+    scripted one, echoing) answers, as on a real site.
     """
 
     __name__ = "directive_model"
@@ -48,6 +55,10 @@ class DirectiveModel:
             return {"content": "", "tool_calls": [{
                 "id": f"call-{request.turn}", "name": name,
                 "parameters": json.loads(arguments or "{}")}]}
+        if text.startswith("spend "):
+            used = int(text[len("spend "):])
+            return {"content": "spent", "usage": {"prompt_tokens": used, "completion_tokens": 0,
+                                                  "total_tokens": used}}
         if text == "tools?":
             return {"content": json.dumps(sorted(t["name"] for t in request.tools))}
         if text == "whoami":
@@ -62,7 +73,7 @@ class _Tools:
 
     @hookimpl
     def register_tools(self) -> list[Tool]:
-        return [read_secret]
+        return [read_secret, approve_me]
 
 
 def main(argv: list[str]) -> None:

@@ -78,6 +78,43 @@ def test_a_session_made_through_the_python_api_is_not_open_to_callers(served: Se
           "session_not_found")
 
 
+def test_streaming_to_another_tokens_session_is_a_plain_404(served: Served) -> None:
+    owner, thief = served.token("olivia"), served.token("peggy")
+    session_id = served.post(owner, {"message": "mine"}).json()["transcript_session_id"]
+    stolen = served.post(thief, {"message": "x", "session_id": session_id, "stream": True})
+    assert stolen.headers["content-type"].startswith("application/json")
+    error(served, stolen, 404, "session_not_found")
+    assert "streamed /chat failed" not in served.log_text()
+
+
+def test_a_spent_session_window_tells_another_token_nothing(served: Served) -> None:
+    owner, thief = served.token("quentin", tools=[]), served.token("rupert")
+    served.host.settings.set("spend_limits", [{"name": "per_session", "budget": "total_tokens",
+                                               "window": "day", "limit": 500,
+                                               "scope": "session"}])
+    try:
+        first = served.post(owner, {"message": "spend 1000"})
+        session_id = first.json()["transcript_session_id"]
+        own = served.post(owner, {"message": "more", "session_id": session_id})
+        assert error(served, own, 429, "spend_limit_reached")  # the owner is told
+        stolen = served.post(thief, {"message": "x", "session_id": session_id})
+        assert error(served, stolen, 404, "session_not_found")["data"] == {}
+    finally:
+        served.host.settings.delete("spend_limits")
+
+
+def test_a_resumed_run_gets_the_tools_its_token_reaches_now(served: Served) -> None:
+    token = served.token("sybil", tools=["approve_me"])
+    paused = served.post(token, {"message": "call approve_me {}", "confirmation": "pause"})
+    assert paused.json()["status"] == "awaiting_confirmation", paused.text
+    session_id = paused.json()["transcript_session_id"]
+    served.host.tokens.revoke("sybil")  # the operator narrows the name while the run waits
+    narrowed = served.token("sybil", tools=[])
+    resumed = served.post(narrowed, {"session_id": session_id, "resume": {"approve": True}})
+    assert resumed.status_code == 200, resumed.text
+    assert "approved-tool-ran" not in resumed.text
+
+
 # -- caller headers never widen what a token may reach -----------------------------------------
 
 def test_a_token_made_for_no_site_may_not_claim_one(served: Served) -> None:

@@ -52,7 +52,9 @@ _CLASSES: tuple[tuple[str, tuple[IPNetwork, ...]], ...] = (
     ("unspecified", _networks("0.0.0.0/8", "::/128")),
     ("loopback", _networks("127.0.0.0/8", "::1/128")),
     ("link-local", _networks("169.254.0.0/16", "fe80::/10")),
-    ("private", _networks("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")),
+    # fec0::/10 (deprecated site-local) still routes inside sites; Python 3.11 calls it global.
+    ("private", _networks("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7",
+                          "fec0::/10")),
     ("shared", _networks("100.64.0.0/10")),
     # Python counts IPv4 multicast as global; a fetch has no business there either.
     ("multicast", _networks("224.0.0.0/4", "ff00::/8")),

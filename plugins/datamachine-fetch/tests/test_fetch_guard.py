@@ -134,6 +134,7 @@ def test_a_name_for_loopback_is_refused(host: Host, private: Server) -> None:
     ("http://172.16.5.4/", "172.16.5.4", "private"),
     ("http://192.168.1.1/", "192.168.1.1", "private"),
     ("http://[fc00::1]/", "fc00::1", "private"),
+    ("http://[fec0::1]/", "fec0::1", "private"),  # deprecated site-local
     ("http://100.64.0.1/", "100.64.0.1", "shared"),
     ("http://0.0.0.0:8080/", "0.0.0.0", "unspecified"),
     ("http://169.254.1.1/", "169.254.1.1", "link-local"),
