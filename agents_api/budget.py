@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from agents_api import clock as _clock
-from agents_api.errors import InvalidBudget
+from agents_api.errors import InvalidBudget, brief_repr
 
 __all__ = ["BudgetRail", "IterationBudget"]
 
@@ -61,17 +61,11 @@ class IterationBudget:
             self._hard_ceiling: int | None = hard
         else:
             self._hard_ceiling = None
-        if max_seconds is not None:
-            if isinstance(max_seconds, bool) or not isinstance(max_seconds, int | float):
-                raise InvalidBudget(
-                    f"IterationBudget {self._name!r}: max_seconds must be a number, "
-                    f"got {max_seconds!r}."
-                )
-            if max_seconds <= 0:
-                raise InvalidBudget(
-                    f"IterationBudget {self._name!r}: max_seconds must be above 0, "
-                    f"got {max_seconds!r}."
-                )
+        if max_seconds is not None and _clock.duration(max_seconds) is None:
+            raise InvalidBudget(
+                f"IterationBudget {self._name!r}: max_seconds must be a finite number of "
+                f"seconds above 0, got {brief_repr(max_seconds)}."
+            )
         self._max_seconds = max_seconds
         self._clock = clock
         self._started = self._now() if max_seconds is not None else 0.0

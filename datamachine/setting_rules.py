@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from agents_api import clock
+from agents_api.errors import brief_repr
 from datamachine.errors import InvalidSetting, UsageError
 from datamachine.registry import validate_budget_value
 
@@ -17,11 +19,10 @@ __all__ = ["validate_known_setting"]
 
 
 def _number(key: str, value: Any, *, positive: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidSetting(f"Setting {key!r} must be a number of seconds, got {value!r}.")
-    if value < 0 or (positive and value == 0):
-        kind = "a positive" if positive else "a non-negative"
-        raise InvalidSetting(f"Setting {key!r} must be {kind} number of seconds, got {value!r}.")
+    if clock.duration(value, allow_zero=not positive) is None:
+        kind = "a finite positive" if positive else "a finite non-negative"
+        raise InvalidSetting(f"Setting {key!r} must be {kind} number of seconds, "
+                             f"got {brief_repr(value)}.")
 
 
 def _flag(key: str, value: Any) -> None:

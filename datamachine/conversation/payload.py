@@ -7,10 +7,11 @@ runtime key has one check; a bad value is a UsageError naming the key and the fi
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agents_api import clock
+from agents_api.errors import brief_repr
 from datamachine.errors import UsageError
 from datamachine.payload_keys import RUNTIME_KEYS, RuntimeOptions
 from datamachine.providers.options import validate_model_options
@@ -56,9 +57,9 @@ def _rules(value: Any) -> Any:
 
 
 def _seconds(value: Any) -> Any:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                              or not math.isfinite(value) or value <= 0):
-        raise UsageError("payload['max_seconds'] must be a positive number of seconds.")
+    if value is not None and clock.duration(value) is None:
+        raise UsageError(f"payload['max_seconds'] must be a finite positive number of seconds "
+                         f"(fractions allowed), got {brief_repr(value)}.")
     return value
 
 
