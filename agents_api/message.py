@@ -196,12 +196,9 @@ def _from_plain(item: Mapping[str, Any]) -> Message:
         )
     if "role" not in item:
         raise InvalidMessage("missing 'role' (for example 'user' or 'assistant').")
-    metadata = item.get("metadata") or {}
-    if not isinstance(metadata, Mapping):
-        raise InvalidMessage("'metadata' must be a dict.")
-    metadata = dict(metadata)
+    metadata = _mapping(item, "metadata")
     msg_type = item.get("type") or metadata.get("type") or "text"
-    payload = dict(item.get("payload") or {})
+    payload = _mapping(item, "payload")
     for key in _PAYLOAD_KEYS.get(str(msg_type), ()):
         if key in metadata and key not in payload:
             payload[key] = metadata[key]
@@ -209,6 +206,18 @@ def _from_plain(item: Mapping[str, Any]) -> Message:
         type=msg_type, role=item["role"], content=item.get("content", ""), payload=payload,
         metadata=metadata,
     )
+
+
+def _mapping(item: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """A plain message's ``metadata`` or ``payload``: a dict (a copy), ``{}`` when absent.
+    Anything else is refused here, naming the key, rather than half-converted by ``dict()``
+    (which raises a bare ``ValueError``/``TypeError`` or turns pairs into keys)."""
+    value = item.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidMessage(f"'{key}' must be a dict, got {type(value).__name__}.")
+    return dict(value)
 
 
 def normalize_messages(items: Iterable[Message | Mapping[str, Any]]) -> list[Message]:

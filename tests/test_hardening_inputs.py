@@ -56,3 +56,11 @@ def test_a_huge_value_is_named_by_its_size_not_printed() -> None:
     assert brief_repr("x" * 500).endswith("...")
     assert len(brief_repr("x" * 500)) == 80
     assert brief_repr(2**63) == "9223372036854775808"
+
+
+# -- 2. a message's payload ------------------------------------------------------------------
+
+@pytest.mark.parametrize("payload", ["abc", [["a", 1]], 5])
+def test_a_message_whose_payload_is_not_a_dict_is_a_usage_error(host: Host, payload: Any) -> None:
+    with pytest.raises(UsageError, match=r"messages\[0\]: 'payload' must be a dict"):
+        host.run_conversation([{"role": "user", "content": "x", "payload": payload}])

@@ -525,6 +525,17 @@ def test_bad_messages_are_refused_before_any_turn(messages: Any) -> None:
     assert ran == []
 
 
+@pytest.mark.parametrize(("key", "value"), [("payload", "abc"), ("payload", [["a", 1]]),
+                                            ("payload", [1, 2]), ("payload", True),
+                                            ("metadata", ["x"]), ("metadata", "")])
+def test_a_message_payload_or_metadata_that_is_not_a_dict_is_an_invalid_message(
+        key: str, value: Any) -> None:
+    # dict(value) used to raise a bare ValueError/TypeError, or turn [["a", 1]] into {"a": 1}.
+    message = {"role": "user", "content": "x", "type": "tool_call", key: value}
+    with pytest.raises(InvalidMessage, match=rf"messages\[0\]: '{key}' must be a dict"):
+        run_loop([message], lambda m, c: TurnResult(), turn_budget=IterationBudget("t", 2))
+
+
 def test_budget_that_starts_spent_runs_no_turn() -> None:
     result = run_loop(USER, lambda m, c: TurnResult(content="x"),
                       turn_budget=IterationBudget("t", 3, 3))
