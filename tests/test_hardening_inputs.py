@@ -64,3 +64,54 @@ def test_a_huge_value_is_named_by_its_size_not_printed() -> None:
 def test_a_message_whose_payload_is_not_a_dict_is_a_usage_error(host: Host, payload: Any) -> None:
     with pytest.raises(UsageError, match=r"messages\[0\]: 'payload' must be a dict"):
         host.run_conversation([{"role": "user", "content": "x", "payload": payload}])
+
+
+# -- 3. a payload that is not a mapping, at every entry point taking one --------------------
+
+def _entry_points(host: Host, payload: Any, output_type: Any) -> dict[str, Any]:
+    """Each host entry point that takes a payload, called with it (and, where it takes one,
+    an ``output_type``, which is added to the payload)."""
+    import asyncio
+
+    async def drain(stream: Any) -> list[Any]:
+        return [event async for event in stream]
+
+    schema = output_type
+    return {
+        "run_conversation": lambda: host.run_conversation(USER, payload=payload,
+                                                          output_type=schema),
+        "arun_conversation": lambda: asyncio.run(host.arun_conversation(
+            USER, payload=payload, output_type=schema)),
+        "stream_conversation": lambda: list(host.stream_conversation(
+            USER, payload=payload, output_type=schema)),
+        "astream_conversation": lambda: asyncio.run(drain(host.astream_conversation(
+            USER, payload=payload, output_type=schema))),
+        "chat": lambda: host.chat("s1", "hi", payload=payload, output_type=schema),
+        "achat": lambda: asyncio.run(host.achat("s1", "hi", payload=payload,
+                                                output_type=schema)),
+        "resume": lambda: host.resume("s1", True, payload=payload),
+        "aresume": lambda: asyncio.run(host.aresume("s1", True, payload=payload)),
+    }
+
+
+ENTRY_POINTS = ["run_conversation", "arun_conversation", "stream_conversation",
+                "astream_conversation", "chat", "achat", "resume", "aresume"]
+
+
+@pytest.mark.parametrize("output_type", [None, {"type": "object"}], ids=["plain", "output_type"])
+@pytest.mark.parametrize("payload", ["x", [("a", 1)], 3], ids=["str", "pairs", "int"])
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_a_payload_that_is_not_a_mapping_is_a_usage_error_at_every_entry_point(
+        host: Host, entry: str, payload: Any, output_type: Any) -> None:
+    host.chat_sessions.create(session_id="s1")
+    with pytest.raises(UsageError, match="payload must be a dict"):
+        _entry_points(host, payload, output_type)[entry]()
+    assert host.transcripts.list() == []
+
+
+@pytest.mark.parametrize("entry", ["stream_conversation", "astream_conversation"])
+def test_a_stream_refuses_an_event_sink_it_would_wrap(host: Host, entry: str) -> None:
+    # Wrapped in the stream's own sink, a bad one passed the payload check and then raised at
+    # every event, so the stream saw none of them.
+    with pytest.raises(UsageError, match=r"payload\['event_sink'\]"):
+        _entry_points(host, {"event_sink": 5}, None)[entry]()

@@ -19,7 +19,7 @@ from datamachine.registry import MAX_METERED_VALUE, validate_budget_value
 from datamachine.storage.locks import MAX_TTL
 
 __all__ = ["CONFIRMATION_MODES", "RUNTIME_KEYS", "RuntimeOptions", "base_log_context",
-           "split_payload"]
+           "check_event_sink", "payload_mapping", "split_payload"]
 
 # How a run gets a person's answer (DESIGN.md 16): asked inside the run, or paused for later.
 CONFIRMATION_MODES = ("ask", "pause")
@@ -63,7 +63,8 @@ def _seconds(value: Any) -> Any:
     return value
 
 
-def _sink(value: Any) -> Any:
+def check_event_sink(value: Any) -> Any:
+    """``payload["event_sink"]``: None, a callable or an object with ``emit(event, payload)``."""
     if value is not None and not (callable(value) or callable(getattr(value, "emit", None))):
         raise UsageError("payload['event_sink'] must be a callable or have emit(event, payload).")
     return value
@@ -139,7 +140,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "completion_assertions": _assertions,
     "tool_runtime_rules": _rules,
     "max_seconds": _seconds,
-    "event_sink": _sink,
+    "event_sink": check_event_sink,
     "extend_by": _extend_by,
     "final_summary": _flag("final_summary"),
     "persist_transcript": _flag("persist_transcript"),
@@ -153,12 +154,24 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+def payload_mapping(payload: object) -> Mapping[str, Any]:
+    """The caller's ``payload`` as a mapping (``{}`` for None). Every entry point that adds to
+    a payload (``output_type``, a stream's sink, a session id) checks it here first, so a
+    string or a list is a UsageError naming ``payload`` rather than a ``TypeError`` from
+    ``{**payload}`` or a ``ValueError`` from ``dict(payload)``."""
+    if payload is None:
+        return {}
+    if not isinstance(payload, Mapping):
+        raise UsageError(f"payload must be a dict of context and runtime options, got "
+                         f"{type(payload).__name__}.")
+    return payload
+
+
 def split_payload(payload: Mapping[str, Any] | None) -> tuple[dict[str, Any], RuntimeOptions]:
     """Return ``(clean_payload, runtime)``; bad runtime values raise UsageError naming the key."""
     if payload is None:
         return {}, RuntimeOptions()
-    if not isinstance(payload, Mapping):
-        raise UsageError(f"payload must be a dict, got {type(payload).__name__}.")
+    payload = payload_mapping(payload)
     clean = {k: v for k, v in payload.items() if k not in RUNTIME_KEYS}
     given = {key: payload[key] for key in RUNTIME_KEYS & payload.keys()}
     for key, check in _CHECKS.items():
