@@ -14,13 +14,14 @@ base64 when they are not UTF-8); NaN and infinities as ``NaN`` and ``Infinity`` 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_json
 
-__all__ = ["canonical_bytes", "canonical_json", "compact_bytes", "compact_json", "plain_json",
-           "pretty_json"]
+__all__ = ["canonical_bytes", "canonical_json", "compact_bytes", "compact_json",
+           "non_finite_path", "plain_json", "pretty_json"]
 
 
 def compact_bytes(value: Any) -> bytes:
@@ -80,6 +81,26 @@ def plain_json(value: Any) -> str:
         return to_json(value).decode()
     except PydanticSerializationError as exc:
         raise TypeError(str(exc).removeprefix("Unable to serialize unknown type: ")) from None
+
+
+def non_finite_path(value: Any, where: str = "") -> str | None:
+    """Where a NaN or an infinity hides in ``value`` (``"['a'][0]"``, ``""`` for the value
+    itself), else None. JSON has no spelling for either: :func:`plain_json` writes them as
+    ``NaN``/``Infinity``, which other JSON readers refuse and which never compare equal to
+    themselves, so data that must read back the same (a setting, engine data) checks here."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else where
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            found = non_finite_path(item, f"{where}[{key!r}]")
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = non_finite_path(item, f"{where}[{index}]")
+            if found is not None:
+                return found
+    return None
 
 
 def pretty_json(value: Any) -> str:

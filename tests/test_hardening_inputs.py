@@ -115,3 +115,34 @@ def test_a_stream_refuses_an_event_sink_it_would_wrap(host: Host, entry: str) ->
     # every event, so the stream saw none of them.
     with pytest.raises(UsageError, match=r"payload\['event_sink'\]"):
         _entry_points(host, {"event_sink": 5}, None)[entry]()
+
+
+# -- 4. setting keys and values ---------------------------------------------------------------
+
+@pytest.mark.parametrize("key", [None, 1, 2.5, ("a",), ["max_turns"], b"max_turns", "Max Turns",
+                                 "", "9lives"])
+def test_every_settings_call_names_a_key_that_is_not_a_setting_name(host: Host,
+                                                                     key: Any) -> None:
+    for call in (host.settings.get, host.settings.stored, host.settings.source,
+                 host.settings.delete, lambda k: host.settings.set(k, 1)):
+        with pytest.raises(InvalidSetting, match=r"Setting key .* must be a string of lowercase"):
+            call(key)
+
+
+@pytest.mark.parametrize(("value", "where"), [(float("nan"), "'note'"),
+                                              ({"a": [1, float("inf")]}, r"'note'\['a'\]\[1\]")])
+def test_a_setting_value_holding_nan_or_infinity_is_refused(host: Host, value: Any,
+                                                            where: str) -> None:
+    # Stored as NaN it read back unequal to itself, and is not JSON for any other reader.
+    with pytest.raises(InvalidSetting, match=where + " must be a finite number"):
+        host.settings.set("note", value)
+    assert host.settings.get("note") is None
+
+
+def test_job_engine_data_holding_nan_is_refused(host: Host) -> None:
+    with pytest.raises(UsageError, match=r"engine_data\['x'\] must be a finite number"):
+        host.jobs.create(engine_data={"x": float("nan")})
+    job = host.jobs.create()
+    with pytest.raises(UsageError, match=r"merge\['y'\]\[0\] must be a finite number"):
+        host.jobs.merge_engine_data(job.id, {"y": [float("-inf")]})
+    assert host.jobs.get(job.id).engine_data == {}

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from agents_api import clock
-from agents_api.jsontext import plain_json
+from agents_api.jsontext import non_finite_path, plain_json
 from datamachine.errors import InvalidJobTransition, JobNotFound, UsageError
 from datamachine.storage._tx import (
     Connected,
@@ -76,6 +76,9 @@ def _encode_data(engine_data: Mapping[str, Any] | None, what: str) -> dict[str, 
         plain_json(data)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{what} must be JSON-serializable: {exc}.") from None
+    where = non_finite_path(data)
+    if where is not None:
+        raise UsageError(f"{what}{where} must be a finite number: JSON has no NaN or infinity.")
     return data
 
 
