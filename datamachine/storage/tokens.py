@@ -104,7 +104,10 @@ class TokenStore:
 
     def verify(self, token: str) -> str | None:
         """The name of the active token ``token``, else None."""
-        if not isinstance(token, str) or not token.startswith(TOKEN_PREFIX):
+        # Every issued token is ASCII; anything else (a lone surrogate from a bad header
+        # decoder, which UTF-8 cannot even encode) is simply not one of ours.
+        if not isinstance(token, str) or not token.startswith(TOKEN_PREFIX) \
+                or not token.isascii():
             return None
         digest = hash_token(token)
         with self._lock:
