@@ -18,7 +18,7 @@ import sqlite3
 from pydantic import BaseModel, ConfigDict
 
 from agents_api import clock
-from agents_api.errors import LockLost
+from agents_api.errors import LockLost, brief_repr
 from datamachine.errors import UsageError
 from datamachine.storage._tx import (
     Connected,
@@ -30,7 +30,7 @@ from datamachine.storage._tx import (
 )
 
 __all__ = ["MAX_TTL", "RENEW_INTERVAL", "LockInfo", "TranscriptLocks", "check_session_id",
-           "check_ttl", "prove"]
+           "check_ttl", "is_utf8", "prove"]
 
 # The longest a lock may be taken for (seconds): a run renews its lock after every turn, so a
 # longer one would only keep a crashed run's session blocked longer.
@@ -54,13 +54,25 @@ class LockInfo(BaseModel):
 
 
 def check_session_id(session_id: object) -> str:
-    """Return ``session_id`` if it is a non-empty string of at most 200 characters."""
-    if not isinstance(session_id, str) or not session_id.strip() or len(session_id) > 200:
+    """Return ``session_id`` if it is a non-empty string of at most 200 characters that
+    SQLite can store (UTF-8: a lone surrogate raised UnicodeEncodeError at the query)."""
+    if not isinstance(session_id, str) or not session_id.strip() or len(session_id) > 200 \
+            or not (session_id.isascii() or is_utf8(session_id)):
         raise UsageError(
             f"A session id must be a non-empty string of at most 200 characters, "
-            f"got {session_id!r}."
+            f"got {brief_repr(session_id)}."
         )
     return session_id
+
+
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (every string but one holding a lone
+    surrogate, which a decoder with ``surrogateescape`` can produce)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_ttl(ttl: object) -> float:
