@@ -146,3 +146,55 @@ def test_job_engine_data_holding_nan_is_refused(host: Host) -> None:
     with pytest.raises(UsageError, match=r"merge\['y'\]\[0\] must be a finite number"):
         host.jobs.merge_engine_data(job.id, {"y": [float("-inf")]})
     assert host.jobs.get(job.id).engine_data == {}
+
+
+# -- the stores' other entry points -----------------------------------------------------------
+
+BAD_IDS = [None, 5, 2**63, ["a"], {"a": 1}, "", "x" * 201, "\ud800"]
+
+
+@pytest.mark.parametrize("session_id", BAD_IDS)
+def test_chat_session_calls_name_a_value_that_cannot_be_a_session_id(host: Host,
+                                                                     session_id: Any) -> None:
+    # A list, 2**63 or a lone surrogate reached SQLite (ProgrammingError, OverflowError,
+    # UnicodeEncodeError); the rest were a ChatSessionNotFound for an id nobody could create.
+    host.chat_sessions.create(session_id="s")
+    for call in (host.chat_sessions.get, host.chat_sessions.abort, host.chat_sessions.messages,
+                 host.chat_sessions.reset_turns, lambda s: host.chat_sessions.add_turns(s, 1),
+                 lambda s: host.chat(s, "hi")):
+        with pytest.raises(UsageError, match="A session id must be"):
+            call(session_id)
+    assert host.chat_sessions.get("s").status == "active"
+
+
+@pytest.mark.parametrize("n", [2**63, 10_001, -1])
+def test_add_turns_refuses_more_than_any_limit_at_once(host: Host, n: int) -> None:
+    session = host.chat_sessions.create()
+    with pytest.raises(UsageError, match="add_turns needs an integer from 0 to 10,000"):
+        host.chat_sessions.add_turns(session.id, n)
+
+
+def test_a_lock_token_no_lock_was_given_releases_nothing(host: Host) -> None:
+    token = host.transcripts.acquire("s", 30)
+    assert token is not None
+    assert host.transcripts.release("s", "\ud800") is False
+    assert host.transcripts.renew("s", "\ud800", 30) is False
+    assert host.transcripts.release("s", token) is True
+
+
+def test_job_text_fields_must_be_storable_text(host: Host) -> None:
+    with pytest.raises(UsageError, match="flow_step_id"):
+        host.jobs.create(flow_step_id="\ud800")
+    job = host.jobs.start(host.jobs.create().id)
+    with pytest.raises(UsageError, match="reason"):
+        host.jobs.fail(job.id, "\ud800")
+
+
+@pytest.mark.parametrize("name", [2**63, "\ud800", ["a"]])
+def test_a_value_sqlite_cannot_take_is_a_usage_error_even_where_no_check_names_it(
+        host: Host, name: Any) -> None:
+    # tokens.revoke checks nothing itself: the stores' shared SQL helpers are the net.
+    with pytest.raises(UsageError, match="Cannot revoke an API token: a value given cannot be "
+                                         "stored"):
+        host.tokens.revoke(name)
+    assert not host.db.conn.in_transaction

@@ -26,6 +26,7 @@ from datamachine.storage._tx import (
     connection_lock,
     db_label,
     immediate,
+    is_utf8,
     query,
     query_one,
 )
@@ -121,8 +122,10 @@ class JobStore:
     def create(self, flow_step_id: str | None = None,
                engine_data: Mapping[str, Any] | None = None) -> Job:
         """A new ``pending`` job, optionally tied to a flow step and seeded with engine data."""
-        if flow_step_id is not None and not isinstance(flow_step_id, str):
-            raise UsageError(f"flow_step_id must be a string or None, got {flow_step_id!r}.")
+        if flow_step_id is not None and not (isinstance(flow_step_id, str)
+                                             and is_utf8(flow_step_id)):
+            raise UsageError(f"flow_step_id must be a string or None, got "
+                             f"{brief_repr(flow_step_id)}.")
         data = _encode_data(engine_data, "engine_data")
         now = clock.now()
         with self._lock:
@@ -171,8 +174,9 @@ class JobStore:
     def fail(self, job_id: int, reason: str) -> Job:
         """``running`` -> ``failed`` with ``reason`` (for example
         ``completion_assertions_missing``)."""
-        if not isinstance(reason, str) or not reason.strip():
-            raise UsageError("A job failure needs a non-empty reason string.")
+        if not isinstance(reason, str) or not reason.strip() or not is_utf8(reason):
+            raise UsageError(f"A job failure needs a non-empty reason string, got "
+                             f"{brief_repr(reason)}.")
         return self._move(job_id, "failed", reason)
 
     def merge_engine_data(self, job_id: int, data: Mapping[str, Any]) -> Job:

@@ -25,12 +25,13 @@ from datamachine.storage._tx import (
     connection_lock,
     db_label,
     immediate,
+    is_utf8,
     query,
     query_one,
 )
 
 __all__ = ["MAX_TTL", "RENEW_INTERVAL", "LockInfo", "TranscriptLocks", "check_session_id",
-           "check_ttl", "is_utf8", "prove"]
+           "check_ttl", "prove"]
 
 # The longest a lock may be taken for (seconds): a run renews its lock after every turn, so a
 # longer one would only keep a crashed run's session blocked longer.
@@ -65,14 +66,11 @@ def check_session_id(session_id: object) -> str:
     return session_id
 
 
-def is_utf8(text: str) -> bool:
-    """Whether ``text`` can be written as UTF-8 (every string but one holding a lone
-    surrogate, which a decoder with ``surrogateescape`` can produce)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+
+def _could_be_token(token: object) -> bool:
+    # acquire() hands out hex strings; anything SQLite cannot even compare (a lone surrogate
+    # raised UnicodeEncodeError) holds no lock.
+    return not isinstance(token, str) or token.isascii() or is_utf8(token)
 
 
 def check_ttl(ttl: object) -> float:
@@ -141,6 +139,8 @@ class TranscriptLocks:
         """
         sid = check_session_id(session_id)
         seconds = check_ttl(ttl)
+        if not _could_be_token(token):
+            return False
         now = clock.now()
         with immediate(self._db, self._lock, self._label, "renew a transcript lock") as conn:
             cursor = conn.execute(
@@ -152,6 +152,8 @@ class TranscriptLocks:
     def release(self, session_id: str, token: str) -> bool:
         """Release the lock if ``token`` still holds it; a stale token releases nothing."""
         sid = check_session_id(session_id)
+        if not _could_be_token(token):
+            return False  # no lock was ever given such a token: nothing to release
         with immediate(self._db, self._lock, self._label, "release a transcript lock") as conn:
             cursor = conn.execute(
                 "DELETE FROM transcript_locks WHERE session_id = ? AND token = ?",
@@ -161,6 +163,7 @@ class TranscriptLocks:
 
     def info(self, session_id: str) -> LockInfo | None:
         """The live (unexpired) lock on ``session_id``, or None."""
+        check_session_id(session_id)
         with self._lock:
             row = query_one(
                 self._db.conn,

@@ -40,11 +40,12 @@ from datamachine.storage._tx import (
     connection_lock,
     db_label,
     immediate,
+    is_utf8,
     query,
     query_one,
     snapshot,
 )
-from datamachine.storage.locks import TranscriptLocks, check_session_id, is_utf8, prove
+from datamachine.storage.locks import TranscriptLocks, check_session_id, prove
 from datamachine.storage.transcript_writer import TranscriptWriter, TurnHook
 
 __all__ = ["MAX_TURN", "TRANSCRIPT_STATUSES", "Transcript", "TranscriptStatus",
