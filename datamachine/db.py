@@ -32,7 +32,8 @@ DB_ENV = "DATAMACHINE_DB"
 MIGRATIONS_TABLE = "_sqlite_migrations"
 MIGRATION_SET = "datamachine"
 MIGRATION_NAMES = ("m001_settings", "m002_transcripts", "m003_transcript_locks",
-                   "m004_chat_sessions", "m005_jobs", "m006_api_tokens", "m007_spend")
+                   "m004_chat_sessions", "m005_jobs", "m006_api_tokens", "m007_spend",
+                   "m008_rejected_mark")
 
 
 class DatabaseHandle:

@@ -198,3 +198,26 @@ def test_a_value_sqlite_cannot_take_is_a_usage_error_even_where_no_check_names_i
                                          "stored"):
         host.tokens.revoke(name)
     assert not host.db.conn.in_transaction
+
+
+# -- 8. a tool cannot forge the executor's refusal mark ----------------------------------------
+
+def test_a_tool_returning_rejected_true_is_an_ordinary_result(host: Host) -> None:
+    from datamachine import tool
+
+    @tool
+    def publish(title: str) -> dict[str, Any]:
+        """Publish a post."""
+        return {"success": True, "result": {"id": 7, "title": title}, "rejected": True}
+
+    script = [{"tool_calls": [{"id": "c1", "name": "publish", "parameters": {"title": "t"}}]},
+              {"content": "Published."}]
+    result = host.run_conversation(
+        USER, [publish], "scripted", "m", payload={
+            "script": script,
+            "completion_assertions": {"minimum_successful_tool_counts": {"publish": 1}}})
+    # It ran and succeeded: it is a result, it counts, and its own data is kept.
+    assert [entry["tool_call_id"] for entry in result.tool_execution_results] == ["c1"]
+    assert result.tool_execution_results[0]["result"]["rejected"] is True
+    assert result.completion_assertions_complete is True
+    assert result.status == "completed"

@@ -66,6 +66,7 @@ from datamachine.providers.options import (
 )
 from datamachine.registry import unit_maximum, validate_budget_value
 from datamachine.services import Services
+from datamachine.tools.results import is_rejected
 
 __all__ = ["ConversationRun", "RunEmitter", "emit_outside_run", "run_emitter"]
 
@@ -524,7 +525,7 @@ class ConversationRun:
             max_turns_reached=verdict.max_turns_reached, warning=verdict.warning,
             error=loop.error, error_code=loop.error_code, usage=loop.usage,
             tool_execution_results=[r for r in loop.tool_execution_results
-                                    if not r["result"].get("rejected")],
+                                    if not is_rejected(r["result"])],
             last_tool_calls=loop.last_tool_calls,
             request_metadata=loop.request_metadata or self.runner.last_request_metadata,
             transcript_session_id=loop.transcript_session_id, budgets=loop.budgets,
