@@ -221,3 +221,58 @@ def test_a_tool_returning_rejected_true_is_an_ordinary_result(host: Host) -> Non
     assert result.tool_execution_results[0]["result"]["rejected"] is True
     assert result.completion_assertions_complete is True
     assert result.status == "completed"
+
+
+# -- 9. usage a model reports that cannot be true ---------------------------------------------
+
+BAD_USAGE = [{"prompt_tokens": -500, "completion_tokens": 7.5, "total_tokens": float("nan")},
+             {"prompt_tokens": 10**13, "completion_tokens": float("inf"), "total_tokens": -1}]
+
+
+def _metered(host: Host, usages: list[dict[str, Any]]) -> Any:
+    from datamachine import tool
+
+    @tool
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    script = [{"tool_calls": [{"id": "c1", "name": "ping"}], "usage": usages[0]},
+              {"content": "done", "usage": usages[1]}]
+    return host.run_conversation(USER, [ping], "scripted", "m", payload={
+        "script": script, "budget_ceilings": {"total_tokens": 10**9}})
+
+
+def test_usage_that_cannot_be_true_counts_as_not_reported_and_warns_once(
+        host: Host, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="datamachine"):
+        bad = _metered(host, BAD_USAGE)
+    unreported = _metered(host, [{}, {}])
+    # The meter charged what it charges a provider that reports nothing: its estimate.
+    assert bad.budgets["total_tokens"]["current"] == unreported.budgets["total_tokens"]["current"]
+    assert bad.budgets["total_tokens"]["current"] > 0
+    assert bad.usage == unreported.usage == {"prompt_tokens": 0, "completion_tokens": 0,
+                                             "total_tokens": 0}
+    warnings = [r.getMessage() for r in caplog.records if "cannot be true" in r.getMessage()]
+    assert len(warnings) == 1  # two bad answers, one run: one warning
+    assert "provider 'scripted'" in warnings[0]
+    assert "prompt_tokens=-500" in warnings[0]
+
+
+def test_plausible_fields_are_kept_beside_a_bad_one(host: Host) -> None:
+    result = _metered(host, [{"prompt_tokens": 100, "completion_tokens": -3},
+                             {"prompt_tokens": 50.0, "completion_tokens": 5, "cost": 0.25}])
+    assert result.usage == {"prompt_tokens": 150, "completion_tokens": 5, "total_tokens": 0,
+                            "cost": 0.25}
+
+
+@pytest.mark.parametrize("usage", [{"prompt_tokens": True}, {"completion_tokens": "12"},
+                                   {"total_tokens": [1]}])
+def test_a_count_that_is_not_a_number_is_ignored_and_named(
+        host: Host, usage: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+    from datamachine.providers.normalize import normalize_response
+
+    response = normalize_response({"content": "x", "usage": {"prompt_tokens": 3, **usage}})
+    assert response.usage == ({"prompt_tokens": 3} if "prompt_tokens" not in usage else {})
+    assert response.ignored_usage == usage
+    assert normalize_response(response).ignored_usage == usage  # normalizing again keeps it
