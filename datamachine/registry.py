@@ -119,7 +119,7 @@ class BudgetSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check_bounds(self) -> BudgetSpec:
-        if not _NAME_RE.match(self.name):
+        if not _NAME_RE.fullmatch(self.name):
             raise ValueError(
                 f"name {self.name!r} must be lowercase letters, digits and underscores, "
                 "starting with a letter"
@@ -134,7 +134,7 @@ class BudgetSpec(BaseModel):
             raise ValueError(f"min={self.min} must not be above default={self.default}")
         if self.default > self.max:
             raise ValueError(f"default={self.default} must not be above max={self.max}")
-        if self.setting is not None and not _NAME_RE.match(self.setting):
+        if self.setting is not None and not _NAME_RE.fullmatch(self.setting):
             raise ValueError(f"setting {self.setting!r} must be a lowercase identifier")
         return self
 

@@ -104,7 +104,7 @@ class Settings:
     @staticmethod
     def check_key(key: object) -> str:
         """Return ``key`` if it is a lowercase identifier, else raise InvalidSetting."""
-        if not isinstance(key, str) or not _KEY_RE.match(key):
+        if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
             raise InvalidSetting(
                 f"Setting key {brief_repr(key)} must be a string of lowercase letters, digits "
                 "and underscores, starting with a letter (for example 'max_turns')."
@@ -221,6 +221,6 @@ class Settings:
         for env_name, raw in self._env.items():
             if env_name.startswith("DATAMACHINE_") and env_name not in RESERVED_ENV:
                 key = env_name[len("DATAMACHINE_"):].lower()
-                if _KEY_RE.match(key):
+                if _KEY_RE.fullmatch(key):
                     values[key] = _parse_env(raw)
         return dict(sorted(values.items()))

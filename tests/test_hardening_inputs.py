@@ -276,3 +276,104 @@ def test_a_count_that_is_not_a_number_is_ignored_and_named(
     assert response.usage == ({"prompt_tokens": 3} if "prompt_tokens" not in usage else {})
     assert response.ignored_usage == usage
     assert normalize_response(response).ignored_usage == usage  # normalizing again keeps it
+
+
+# -- 10. the Python API refuses what /chat refuses --------------------------------------------
+
+MODES = ["chat", "support_bot", "a" * 64, "Chat", "CHAT", "support-bot", "chat!", "", " chat",
+         "chat\n", "9lives", "_x", "a" * 65, "chät"]
+
+
+def _http_refuses(body: dict[str, Any]) -> bool:
+    from pydantic import ValidationError
+
+    from datamachine.server.schemas import ChatRequest
+
+    try:
+        ChatRequest.model_validate(body)
+    except ValidationError:
+        return True
+    return False
+
+
+def _python_refuses(call: Any) -> bool:
+    try:
+        call()
+    except UsageError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_mode_is_refused_by_the_python_api_exactly_when_chat_refuses_it(host: Host,
+                                                                          mode: str) -> None:
+    # "Chat!" became "chat" and "" became "pipeline" here while /chat answered 422.
+    http = _http_refuses({"message": "hi", "mode": mode})
+    python = _python_refuses(lambda: host.run_conversation(USER, mode=mode))
+    assert python == http
+    if python:
+        with pytest.raises(UsageError, match="is not a mode name"):
+            host.run_conversation(USER, mode=mode)
+
+
+@pytest.mark.parametrize("mode", [[], ["chat", "Support"], ["chat", 5], "chat,Support",
+                                  "chat, support", 7])
+def test_every_mode_of_a_multi_mode_run_is_a_mode_name(host: Host, mode: Any) -> None:
+    with pytest.raises(UsageError, match="mode"):
+        host.run_conversation(USER, mode=mode)
+
+
+def test_several_modes_are_still_one_run(host: Host) -> None:
+    assert host.run_conversation(USER, mode="support,chat").mode == "support,chat"
+    assert host.run_conversation(USER, mode=["system", "audit", "system"]).mode == "system,audit"
+
+
+ROLES = ["system", "user", "assistant", "tool", "wizard", "User", "", " user", "developer"]
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_a_role_is_refused_by_the_python_api_exactly_when_chat_refuses_it(host: Host,
+                                                                          role: str) -> None:
+    # role "tool" reached the provider without a tool_call_id and failed the turn there.
+    message = {"role": role, "content": "x"}
+    http = _http_refuses({"messages": [message]})
+    python = _python_refuses(lambda: host.run_conversation([message]))
+    assert python == http
+    if python:
+        with pytest.raises(UsageError, match=r"messages\[0\]"):
+            host.run_conversation([message])
+
+
+@pytest.mark.parametrize(("message", "match"), [
+    ({"role": "user", "content": "", "type": "tool_call",
+      "metadata": {"tool_name": "t", "tool_call_id": "c"}}, "a tool_call message has role"),
+    ({"role": "assistant", "content": "x", "type": "tool_result",
+      "metadata": {"tool_name": "t", "tool_call_id": "c"}}, "a tool_result message has role"),
+    ({"role": "tool", "content": "3 hits"}, "tool_result envelope"),
+])
+def test_a_tool_envelope_has_its_own_role(host: Host, message: dict[str, Any],
+                                          match: str) -> None:
+    with pytest.raises(UsageError, match=match):
+        host.run_conversation([{"role": "user", "content": "go"}, message])
+
+
+def test_an_empty_conversation_and_an_overlong_model_id_are_refused(host: Host) -> None:
+    assert _http_refuses({"messages": []})
+    with pytest.raises(UsageError, match="messages is empty"):
+        host.run_conversation([])
+    assert _http_refuses({"message": "hi", "model": "m" * 201})
+    with pytest.raises(UsageError, match="model must be"):
+        host.run_conversation(USER, model="m" * 201)
+
+
+def test_a_tool_that_skipped_its_definition_check_is_refused_before_the_run(host: Host) -> None:
+    from datamachine import InvalidToolDefinition, Tool
+
+    good = Tool(name="lookup", description="Look up.", function=lambda: "x")
+    renamed = good.model_copy(update={"name": "look up!"})  # model_copy does not validate
+    with pytest.raises(InvalidToolDefinition, match=r"tools\['look up!'\]: name"):
+        host.run_conversation(USER, [renamed])
+    good.parameters["type"] = "array"  # the schema dict changed after definition
+    with pytest.raises(InvalidToolDefinition, match=r"tools\['lookup'\]: parameters must be"):
+        host.run_conversation(USER, [good])
+    assert host.transcripts.list() == []

@@ -55,7 +55,7 @@ class Endpoint(BaseModel):
     @field_validator("api_key_env")
     @classmethod
     def _env_name(cls, value: str | None) -> str | None:
-        if value is not None and not _ENV_RE.match(value):
+        if value is not None and not _ENV_RE.fullmatch(value):
             raise ValueError("must be the name of an environment variable, such as "
                              "OPENAI_API_KEY (the key itself never goes into settings)")
         return value
@@ -80,7 +80,7 @@ def parse_endpoints(value: Any, where: str = "setting 'providers'") -> dict[str,
                          f"got {type(value).__name__}.")
     endpoints: dict[str, Endpoint] = {}
     for name, raw in value.items():
-        if not isinstance(name, str) or not _NAME_RE.match(name):
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
             raise UsageError(f"{where}: {name!r} is not a provider name (letters, digits, '_', "
                              "'.', ':' or '-', at most 64 characters).")
         try:
