@@ -120,6 +120,7 @@ def test_a_stream_refuses_an_event_sink_it_would_wrap(host: Host, entry: str) ->
 # -- 4. setting keys and values ---------------------------------------------------------------
 
 @pytest.mark.parametrize("key", [None, 1, 2.5, ("a",), ["max_turns"], b"max_turns", "Max Turns",
+                                 "max_turns\n",
                                  "", "9lives"])
 def test_every_settings_call_names_a_key_that_is_not_a_setting_name(host: Host,
                                                                      key: Any) -> None:
