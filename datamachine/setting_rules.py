@@ -27,12 +27,12 @@ def _number(key: str, value: Any, *, positive: bool = False) -> None:
 
 def _flag(key: str, value: Any) -> None:
     if not isinstance(value, bool):
-        raise InvalidSetting(f"Setting {key!r} must be true or false, got {value!r}.")
+        raise InvalidSetting(f"Setting {key!r} must be true or false, got {brief_repr(value)}.")
 
 
 def _text(key: str, value: Any) -> None:
     if not isinstance(value, str):
-        raise InvalidSetting(f"Setting {key!r} must be a string, got {value!r}.")
+        raise InvalidSetting(f"Setting {key!r} must be a string, got {brief_repr(value)}.")
 
 
 def _chat_turns(key: str, value: Any) -> None:
@@ -44,12 +44,13 @@ def _confirmation(key: str, value: Any) -> None:
     if value not in ("ask", "pause"):
         raise InvalidSetting(f"Setting {key!r} must be 'ask' (confirm_continuation answers "
                              f"inside the run) or 'pause' (the run stops "
-                             f"awaiting_confirmation), got {value!r}.")
+                             f"awaiting_confirmation), got {brief_repr(value)}.")
 
 
 def _bytes(key: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidSetting(f"Setting {key!r} must be a positive number of bytes, got {value!r}.")
+        raise InvalidSetting(f"Setting {key!r} must be a positive number of bytes, got "
+                             f"{brief_repr(value)}.")
 
 
 def _model_options(key: str, value: Any) -> None:
@@ -73,7 +74,7 @@ def _endpoints(key: str, value: Any) -> None:
 def _max_retries(key: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10:
         raise InvalidSetting(f"Setting {key!r} must be an integer from 0 to 10 (retries after "
-                             f"the first request), got {value!r}.")
+                             f"the first request), got {brief_repr(value)}.")
 
 
 def _prices(key: str, value: Any) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agents_api import clock
 from agents_api.errors import brief_repr
-from agents_api.jsontext import non_finite_path, plain_json
+from agents_api.jsontext import plain_json, unreadable
 from datamachine.errors import InvalidSetting
 
 if TYPE_CHECKING:  # datamachine.storage imports this module
@@ -186,11 +186,10 @@ class Settings:
             encoded = plain_json(value)
         except (TypeError, ValueError) as exc:
             raise InvalidSetting(f"Setting {key!r} must be a JSON value: {exc}.") from None
-        where = non_finite_path(value)
-        if where is not None:
-            # Stored as NaN/Infinity it would not read back equal, and is not JSON.
-            raise InvalidSetting(f"Setting {key!r}{where} must be a finite number: JSON has no "
-                                 "NaN or infinity.")
+        problem = unreadable(value)
+        if problem is not None:
+            # Stored, it would not read back (or not equal): every later read would fail.
+            raise InvalidSetting(f"Setting {key!r}{problem[0]} cannot be stored: {problem[1]}.")
         with self._write_lock:
             self._cache = None
             with self._write(f"store the setting {key!r}") as conn:

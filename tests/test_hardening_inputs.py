@@ -135,16 +135,16 @@ def test_every_settings_call_names_a_key_that_is_not_a_setting_name(host: Host,
 def test_a_setting_value_holding_nan_or_infinity_is_refused(host: Host, value: Any,
                                                             where: str) -> None:
     # Stored as NaN it read back unequal to itself, and is not JSON for any other reader.
-    with pytest.raises(InvalidSetting, match=where + " must be a finite number"):
+    with pytest.raises(InvalidSetting, match=where + " cannot be stored: NaN and infinities"):
         host.settings.set("note", value)
     assert host.settings.get("note") is None
 
 
 def test_job_engine_data_holding_nan_is_refused(host: Host) -> None:
-    with pytest.raises(UsageError, match=r"engine_data\['x'\] must be a finite number"):
+    with pytest.raises(UsageError, match=r"engine_data\['x'\] cannot be stored: NaN"):
         host.jobs.create(engine_data={"x": float("nan")})
     job = host.jobs.create()
-    with pytest.raises(UsageError, match=r"merge\['y'\]\[0\] must be a finite number"):
+    with pytest.raises(UsageError, match=r"merge\['y'\]\[0\] cannot be stored: NaN"):
         host.jobs.merge_engine_data(job.id, {"y": [float("-inf")]})
     assert host.jobs.get(job.id).engine_data == {}
 
@@ -378,3 +378,68 @@ def test_a_tool_that_skipped_its_definition_check_is_refused_before_the_run(host
     with pytest.raises(InvalidToolDefinition, match=r"tools\['lookup'\]: parameters must be"):
         host.run_conversation(USER, [good])
     assert host.transcripts.list() == []
+
+
+# -- found by the fuzz (tests/test_fuzz_entry_points.py) --------------------------------------
+
+BIG = 10**5000  # repr() and json.loads() of it raise ValueError (more than 4,300 digits)
+
+
+@pytest.mark.parametrize("payload", [
+    {"final_summary": BIG}, {"confirmation": BIG}, {"token_name": BIG},
+    {"transcript_lock_ttl": BIG}, {"budget_ceilings": {"conversation_turns": BIG}},
+    {"budget_ceilings": {BIG: 1}}, {"budget_pressure": {BIG: True}},
+    {"model_options": {BIG: 1}}, {"output_type": {"else": BIG}}, {"output_type": BIG},
+], ids=lambda payload: next(iter(payload)))
+def test_a_huge_integer_in_the_payload_is_a_usage_error_not_a_valueerror(
+        host: Host, payload: dict[str, Any]) -> None:
+    with pytest.raises(UsageError):
+        host.run_conversation(USER, payload=payload)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("note", BIG), ("note", {"a": [BIG]}), ("max_cost_usd", HUGE), ("max_cost_usd", BIG),
+    ("prices", {"m": {"input": HUGE, "output": 1}}), ("budget_pressure", BIG),
+    ("max_request_bytes", BIG), ("max_turns", BIG),
+], ids=["free-form", "nested", "usd-overflow", "usd-huge", "prices", "flag", "bytes", "turns"])
+def test_a_setting_that_would_not_read_back_is_refused(host: Host, key: str,
+                                                       value: Any) -> None:
+    # "note" = 10**5000 was stored, and every later read of it raised ValueError.
+    with pytest.raises(UsageError):
+        host.settings.set(key, value)
+    assert host.settings.all() == {k: v for k, v in host.settings.all().items() if k != key}
+
+
+def test_a_lock_ttl_too_large_for_a_float_is_a_usage_error(host: Host) -> None:
+    with pytest.raises(UsageError, match="A lock ttl"):
+        host.transcripts.acquire("s", HUGE)
+
+
+def test_text_json_cannot_carry_is_written_anyway() -> None:
+    from agents_api.jsontext import compact_json
+
+    # A lone surrogate (from a bad decoder) and a key too long to print used to raise.
+    assert compact_json({"a\ud800": ["x\udfffy"]}) == '{"a\ufffd":["x\ufffdy"]}'
+    assert compact_json({BIG: 1}) == '{"an integer of about 5,001 digits":1}'
+
+
+def test_a_run_whose_payload_or_messages_hold_a_lone_surrogate_is_stored(host: Host) -> None:
+    result = host.run_conversation([{"role": "user", "content": "caf\udce9"}],
+                                   payload={"note": "\ud800", "transcript_session_id": "s"})
+    assert result.status == "completed"
+    assert host.transcripts.get("s")[0]["content"] == "caf\ufffd"
+
+
+def test_iteration_budget_counts_stay_storable() -> None:
+    with pytest.raises(InvalidBudget, match="no larger than 9223372036854775807"):
+        IterationBudget("turns", 2**63)
+    budget = IterationBudget("turns", 3)
+    with pytest.raises(InvalidBudget):
+        budget.set_current(BIG)
+    assert budget.extend(2**63 - 1) == 2**63 - 1  # an extension saturates, never overflows
+
+
+def test_a_pressure_notice_takes_a_role_a_provider_has(host: Host) -> None:
+    with pytest.raises(UsageError, match=r"budget_pressure'\]\['conversation_turns'\]\.role"):
+        host.run_conversation(USER, payload={
+            "budget_pressure": {"conversation_turns": {"role": "wizard"}}})

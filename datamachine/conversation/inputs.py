@@ -15,6 +15,7 @@ tool-call and tool-result envelopes, content parts); what both accept follows on
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Literal, get_args
 
 from agents_api import Message
 from agents_api.errors import brief_repr
@@ -22,11 +23,13 @@ from datamachine.errors import InvalidToolDefinition, UsageError
 from datamachine.tools import Tool
 from datamachine.tools.definition import tool_problem
 
-__all__ = ["MAX_MODEL_LENGTH", "ROLE_OF_TYPE", "TEXT_ROLES", "check_model", "check_roles",
-           "check_tools"]
+__all__ = ["MAX_MODEL_LENGTH", "ROLE_OF_TYPE", "TEXT_ROLES", "TextRole", "check_model",
+           "check_roles", "check_tools"]
 
-# The roles of a text message (a /chat body's messages are text messages).
-TEXT_ROLES = ("system", "user", "assistant")
+# The roles of a text message (a /chat body's messages are text messages; budget pressure
+# notices are text messages too).
+TextRole = Literal["system", "user", "assistant"]
+TEXT_ROLES: tuple[str, ...] = get_args(TextRole)
 # The one role each tool envelope has (what Message.tool_call / tool_result write); every
 # other type (text, final_result, error) takes one of TEXT_ROLES.
 ROLE_OF_TYPE = {"tool_call": "assistant", "tool_result": "tool"}

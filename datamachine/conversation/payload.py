@@ -36,7 +36,7 @@ def _session_id(value: Any) -> Any:
 def _lock_ttl(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TTL:
         raise UsageError(f"payload['transcript_lock_ttl'] must be an integer number of seconds "
-                         f"from 1 to {MAX_TTL}, got {value!r}.")
+                         f"from 1 to {MAX_TTL}, got {brief_repr(value)}.")
     return value
 
 
@@ -79,7 +79,8 @@ def _extend_by(value: Any) -> Any:
 def _flag(key: str) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         if not isinstance(value, bool):
-            raise UsageError(f"payload[{key!r}] must be True or False, got {value!r}.")
+            raise UsageError(f"payload[{brief_repr(key)}] must be True or False, got "
+                             f"{brief_repr(value)}.")
         return value
 
     return check
@@ -102,7 +103,8 @@ def _persister(value: Any) -> Any:
 
 def _confirmation(value: Any) -> Any:
     if value is not None and value not in CONFIRMATION_MODES:
-        raise UsageError(f"payload['confirmation'] must be 'ask' or 'pause', got {value!r}.")
+        raise UsageError(f"payload['confirmation'] must be 'ask' or 'pause', got "
+                         f"{brief_repr(value)}.")
     return value
 
 
@@ -114,8 +116,8 @@ def _budget_ceilings(value: Any) -> Any:
     for name, ceiling in value.items():
         if not isinstance(name, str) or not name:
             raise UsageError(f"payload['budget_ceilings'] keys must be budget names, "
-                             f"got {name!r}.")
-        validate_budget_value(f"payload['budget_ceilings'][{name!r}]", ceiling,
+                             f"got {brief_repr(name)}.")
+        validate_budget_value(f"payload['budget_ceilings'][{brief_repr(name)}]", ceiling,
                               maximum=MAX_METERED_VALUE)
     return dict(value)
 
@@ -124,7 +126,7 @@ def _token_name(value: Any) -> Any:
     if value is not None and (not isinstance(value, str) or not value.strip()
                               or len(value) > 100):
         raise UsageError("payload['token_name'] must be the name of an API token (a non-empty "
-                         f"string of at most 100 characters), got {value!r}.")
+                         f"string of at most 100 characters), got {brief_repr(value)}.")
     return value
 
 

@@ -88,14 +88,15 @@ def normalize_tools(tools: object) -> dict[str, Tool]:
     normalized: dict[str, Tool] = {}
     for key, candidate in items:
         if not isinstance(candidate, Tool):
-            where = f"tools[{key!r}]" if key is not None else "tools"
+            where = f"tools[{brief_repr(key)}]" if key is not None else "tools"
             raise UsageError(
                 f"{where} must be a datamachine.Tool (build one with Tool(...) or "
                 f"@datamachine.tool), got {type(candidate).__name__}."
             )
         if key is not None and key != candidate.name:
             raise UsageError(
-                f"tools[{key!r}] is a Tool named {candidate.name!r}; use the same name."
+                f"tools[{brief_repr(key)}] is a Tool named {brief_repr(candidate.name)}; use the "
+                "same name."
             )
         if candidate.name in normalized:
             raise UsageError(f"tools lists {candidate.name!r} twice.")

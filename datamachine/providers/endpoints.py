@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agents_api.errors import brief_repr
 from datamachine.errors import UsageError, first_field_error
 from datamachine.providers.options import validate_model_options
 
@@ -81,11 +82,12 @@ def parse_endpoints(value: Any, where: str = "setting 'providers'") -> dict[str,
     endpoints: dict[str, Endpoint] = {}
     for name, raw in value.items():
         if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-            raise UsageError(f"{where}: {name!r} is not a provider name (letters, digits, '_', "
-                             "'.', ':' or '-', at most 64 characters).")
+            raise UsageError(f"{where}: {brief_repr(name)} is not a provider name (letters, "
+                             "digits, '_', '.', ':' or '-', at most 64 characters).")
         try:
             endpoints[name] = Endpoint.model_validate(raw)
         except ValidationError as exc:
             field, message, _ = first_field_error(exc)
-            raise UsageError(f"{where}[{name!r}].{field or '(entry)'}: {message}.") from None
+            raise UsageError(f"{where}[{brief_repr(name)}].{field or '(entry)'}: "
+                             f"{message}.") from None
     return endpoints

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agents_api import clock
 from agents_api.errors import brief_repr
-from agents_api.jsontext import non_finite_path, plain_json
+from agents_api.jsontext import plain_json, unreadable
 from datamachine.errors import InvalidJobTransition, JobNotFound, UsageError
 from datamachine.storage._tx import (
     Connected,
@@ -101,9 +101,9 @@ def _encode_data(engine_data: Mapping[str, Any] | None, what: str) -> dict[str, 
         plain_json(data)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{what} must be JSON-serializable: {exc}.") from None
-    where = non_finite_path(data)
-    if where is not None:
-        raise UsageError(f"{what}{where} must be a finite number: JSON has no NaN or infinity.")
+    problem = unreadable(data)
+    if problem is not None:
+        raise UsageError(f"{what}{problem[0]} cannot be stored: {problem[1]}.")
     return data
 
 

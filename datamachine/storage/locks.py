@@ -9,7 +9,6 @@ Expiry is read from ``agents_api.clock.now()``, so freezegun moves it in tests.
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
 import socket
@@ -75,11 +74,11 @@ def _could_be_token(token: object) -> bool:
 
 def check_ttl(ttl: object) -> float:
     """``ttl`` as seconds if it is a finite number in (0, 86400]; else a UsageError."""
-    if (isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl)
-            or not 0 < ttl <= MAX_TTL):
+    seconds = clock.duration(ttl)
+    if seconds is None or seconds > MAX_TTL:
         raise UsageError(f"A lock ttl must be a number of seconds above 0 and at most {MAX_TTL}, "
-                         f"got {ttl!r}.")
-    return float(ttl)
+                         f"got {brief_repr(ttl)}.")
+    return seconds
 
 
 def prove(conn: sqlite3.Connection, session_id: str, token: str, ttl: float,
