@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 __all__ = ["MAX_USAGE_VALUE", "plausible_usage"]
@@ -21,7 +22,8 @@ __all__ = ["MAX_USAGE_VALUE", "plausible_usage"]
 MAX_USAGE_VALUE = 10**12
 
 
-def plausible_usage(usage: Mapping[str, Any]) -> tuple[dict[str, int | float], dict[str, Any]]:
+def plausible_usage(usage: Mapping[str, Any]
+                    ) -> tuple[dict[str, int | float], Mapping[str, Any]]:
     """``(kept, ignored)``: the top-level numbers of ``usage`` that can be true, and the
     fields that cannot (by name, with the value reported).
 
@@ -32,7 +34,7 @@ def plausible_usage(usage: Mapping[str, Any]) -> tuple[dict[str, int | float], d
     not reported as ignored.
     """
     kept: dict[str, int | float] = {}
-    ignored: dict[str, Any] = {}
+    ignored: dict[str, Any] | None = None  # made only when a field is bad: almost never
     for raw_key, value in usage.items():
         key = str(raw_key)
         count = key.endswith("tokens")
@@ -40,21 +42,30 @@ def plausible_usage(usage: Mapping[str, Any]) -> tuple[dict[str, int | float], d
             if 0 <= value <= MAX_USAGE_VALUE:
                 kept[key] = value
             else:
-                ignored[key] = value
+                ignored = _note(ignored, key, value)
             continue
         if isinstance(value, bool) or not isinstance(value, int | float):
             if count:
-                ignored[key] = value  # a count that is not a number
+                ignored = _note(ignored, key, value)  # a count that is not a number
             continue
         number: int | float = value
         if isinstance(value, float):
             if not math.isfinite(value) or (count and not value.is_integer()):
-                ignored[key] = value
+                ignored = _note(ignored, key, value)
                 continue
             if count:
                 number = int(value)
         if 0 <= number <= MAX_USAGE_VALUE:
             kept[key] = number
         else:
-            ignored[key] = value
-    return kept, ignored
+            ignored = _note(ignored, key, value)
+    return kept, ignored if ignored is not None else _NOTHING
+
+
+_NOTHING: Mapping[str, Any] = MappingProxyType({})
+
+
+def _note(ignored: dict[str, Any] | None, key: str, value: Any) -> dict[str, Any]:
+    found = ignored if ignored is not None else {}
+    found[key] = value
+    return found

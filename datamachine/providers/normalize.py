@@ -129,9 +129,9 @@ def normalize_response(
         ) from None
     if not calls and text:
         calls = extract_text_tool_calls(text)
-    kept, ignored = plausible_usage(usage) if usage else ({}, {})
+    kept, ignored = plausible_usage(usage) if usage else ({}, None)
     if ignored_before:  # normalized twice: what the first pass left out stays named
-        ignored = {**ignored_before, **ignored}
+        ignored = {**ignored_before, **(ignored or {})}
     return ProviderResponse(content=text, tool_calls=calls, usage=kept,
                             finish_reason=finish or ("tool_calls" if calls else "stop"),
-                            raw=raw, ignored_usage=ignored or None)
+                            raw=raw, ignored_usage=dict(ignored) if ignored else None)
