@@ -2,10 +2,11 @@
 
 ``datamachine.run_conversation`` gets arbitrary messages, tools, provider and model names,
 modes, payloads (every runtime key among them, and scripts the scripted provider plays, with
-tool calls and usage), turn limits and output types; ``host.settings`` gets arbitrary keys and
-JSON-ish values. Anything raised must be a ``DataMachineError`` or an ``AgentsAPIError``, never
-a raw ``ValueError``/``TypeError``/``OverflowError``; a value ``set`` accepts must read back
-equal and must not break the next run.
+tool calls and usage), turn limits and output types; ``host.chat`` arbitrary session ids,
+messages and payloads; ``host.settings`` arbitrary keys and JSON-ish values. Anything raised
+must be a ``DataMachineError`` or an ``AgentsAPIError``, never a raw ``ValueError``,
+``TypeError`` or ``OverflowError``; a value ``set`` accepts must read back equal and must not
+break the next run.
 
 Deterministic (``derandomize=True``, no example database) and fast (each test a few seconds):
 every example gets a fresh host on an in-memory database, so nothing carries over between
@@ -17,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -133,7 +133,7 @@ MODE = st.one_of(st.sampled_from(["pipeline", "chat", "system", "support,chat"])
 OUTPUT_TYPE = st.one_of(st.none(), st.just({"type": "object"}), JSONISH)
 
 
-@contextmanager
+@contextlib.contextmanager
 def fresh_default_host() -> Iterator[None]:
     """The default host, booted anew on an in-memory database with no installed plugins."""
     with pytest.MonkeyPatch.context() as patch:
