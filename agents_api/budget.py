@@ -12,16 +12,22 @@ from collections.abc import Callable
 from typing import Literal
 
 from agents_api import clock as _clock
-from agents_api.errors import InvalidBudget
+from agents_api.errors import InvalidBudget, brief_repr
 
 __all__ = ["BudgetRail", "IterationBudget"]
 
 BudgetRail = Literal["ceiling", "hard_ceiling", "time"]
 
 
+# The largest count a budget holds: what every store keeps in an integer column (SQLite's
+# INTEGER), and far below the size at which an int stops reading back from JSON.
+MAX_COUNT = 2**63 - 1
+
+
 def _as_int(field: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidBudget(f"IterationBudget {field} must be an integer, got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, int) or value > MAX_COUNT:
+        raise InvalidBudget(f"IterationBudget {field} must be an integer no larger than "
+                            f"{MAX_COUNT}, got {brief_repr(value)}.")
     return value
 
 
@@ -61,17 +67,11 @@ class IterationBudget:
             self._hard_ceiling: int | None = hard
         else:
             self._hard_ceiling = None
-        if max_seconds is not None:
-            if isinstance(max_seconds, bool) or not isinstance(max_seconds, int | float):
-                raise InvalidBudget(
-                    f"IterationBudget {self._name!r}: max_seconds must be a number, "
-                    f"got {max_seconds!r}."
-                )
-            if max_seconds <= 0:
-                raise InvalidBudget(
-                    f"IterationBudget {self._name!r}: max_seconds must be above 0, "
-                    f"got {max_seconds!r}."
-                )
+        if max_seconds is not None and _clock.duration(max_seconds) is None:
+            raise InvalidBudget(
+                f"IterationBudget {self._name!r}: max_seconds must be a finite number of "
+                f"seconds above 0, got {brief_repr(max_seconds)}."
+            )
         self._max_seconds = max_seconds
         self._clock = clock
         self._started = self._now() if max_seconds is not None else 0.0
@@ -160,8 +160,9 @@ class IterationBudget:
         """Raise the soft ceiling by ``by``, never past the hard ceiling; return the new one."""
         amount = _as_int("extend(by)", by)
         if amount < 1:
-            raise InvalidBudget(f"IterationBudget.extend(by) needs a positive integer, got {by!r}.")
-        new_ceiling = self._ceiling + amount
+            raise InvalidBudget(f"IterationBudget.extend(by) needs a positive integer, got "
+                                f"{brief_repr(by)}.")
+        new_ceiling = min(self._ceiling + amount, MAX_COUNT)
         if self._hard_ceiling is not None:
             new_ceiling = min(new_ceiling, self._hard_ceiling)
         self._ceiling = new_ceiling

@@ -14,6 +14,7 @@ __all__ = [
     "InvalidMessage",
     "InvalidTurnResult",
     "LockLost",
+    "brief_repr",
 ]
 
 
@@ -52,3 +53,21 @@ class LockLost(AgentsAPIError, RuntimeError):
     """
 
     code = "transcript_lock_lost"
+
+
+def brief_repr(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters.
+
+    A message names the bad value so the caller can find it, but the value is the caller's: it
+    may be megabytes of text, or an integer so large that ``repr`` itself raises ``ValueError``
+    (Python refuses to print integers of more than 4,300 digits). Either must never turn a
+    clear refusal into a raw exception or a wall of digits.
+    """
+    if type(value) is int and value.bit_length() > 128:
+        # log10(2) digits per bit: the size without converting the number to text.
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1:,} digits"
+    try:
+        text = repr(value)
+    except Exception:  # a repr that raises must not hide the refusal it was for
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[:limit - 3] + "..."

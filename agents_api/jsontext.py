@@ -9,18 +9,23 @@ Values JSON cannot hold are written the way pydantic writes them in JSON mode: d
 dates and times in ISO 8601, enums as their value, sets and tuples as lists, dataclasses and
 models as objects, anything else as its ``str()``. Bytes are written as UTF-8 text (as URL-safe
 base64 when they are not UTF-8); NaN and infinities as ``NaN`` and ``Infinity`` (as
-``json.dumps`` writes them). A value that contains itself raises ``ValueError``.
+``json.dumps`` writes them); a lone surrogate (text no UTF-8 can hold) as U+FFFD. A value that
+contains itself raises ``ValueError``.
 """
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_json
 
-__all__ = ["canonical_bytes", "canonical_json", "compact_bytes", "compact_json", "plain_json",
-           "pretty_json"]
+from agents_api.errors import brief_repr
+
+__all__ = ["canonical_bytes", "canonical_json", "compact_bytes", "compact_json",
+           "plain_json", "pretty_json", "unreadable"]
 
 
 def compact_bytes(value: Any) -> bytes:
@@ -30,7 +35,35 @@ def compact_bytes(value: Any) -> bytes:
     except PydanticSerializationError as exc:
         if "Circular reference" in str(exc):
             raise ValueError("Circular reference detected") from None
-        return to_json(value, fallback=str, bytes_mode="base64")
+        # Bytes that are not UTF-8 (written as base64), or text that cannot be written: a lone
+        # surrogate (from a bad decoder; UTF-8 has no spelling for it), a key that is an
+        # integer of more than 4,300 digits, an object whose str() raises. Rare, so only this
+        # second attempt pays for rebuilding the value.
+        return to_json(_writable(value), fallback=_safe_text, bytes_mode="base64")
+
+
+def _safe_text(value: Any) -> str:
+    try:
+        return _unicode(str(value))
+    except Exception:  # an object whose str() raises still gets written
+        return _unicode(brief_repr(value))
+
+
+def _unicode(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD (valid text otherwise unchanged)."""
+    if text.isascii():
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _writable(value: Any) -> Any:
+    if isinstance(value, str):
+        return _unicode(value)
+    if isinstance(value, Mapping):
+        return {_safe_text(key): _writable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_writable(item) for item in value]
+    return value
 
 
 def compact_json(value: Any) -> str:
@@ -80,6 +113,38 @@ def plain_json(value: Any) -> str:
         return to_json(value).decode()
     except PydanticSerializationError as exc:
         raise TypeError(str(exc).removeprefix("Unable to serialize unknown type: ")) from None
+
+
+def unreadable(value: Any, where: str = "") -> tuple[str, str] | None:
+    """``(where, what)`` for the first part of ``value`` that JSON text cannot carry back,
+    else None. ``where`` is its path (``"['a'][0]"``, ``""`` for the value itself).
+
+    Two kinds: a NaN or an infinity (:func:`plain_json` writes ``NaN``/``Infinity``, which other
+    JSON readers refuse and which never compare equal to themselves), and an integer longer
+    than Python reads back from text (``json.loads`` raises ``ValueError`` past
+    ``sys.get_int_max_str_digits()`` digits). Data that must read back the same (a setting, a
+    job's engine data) checks here before it is stored.
+    """
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (where, "NaN and infinities are not JSON")
+    if isinstance(value, int):
+        limit = sys.get_int_max_str_digits()
+        # log10(2) digits per bit: the length without writing the number out.
+        if limit and value.bit_length() * 0.30103 > limit - 1:
+            return (where, f"an integer of more than {limit:,} digits does not read back")
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            found = unreadable(item, f"{where}[{key!r}]") if isinstance(key, str) else (
+                unreadable(key, f"{where} (a key)") or unreadable(item, f"{where}[...]"))
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = unreadable(item, f"{where}[{index}]")
+            if found is not None:
+                return found
+    return None
 
 
 def pretty_json(value: Any) -> str:

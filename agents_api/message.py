@@ -13,7 +13,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents_api.errors import InvalidMessage
+from agents_api.errors import InvalidMessage, brief_repr
 from agents_api.jsontext import compact_json
 
 __all__ = ["MESSAGE_SCHEMA", "MESSAGE_TYPES", "Message", "normalize_message", "normalize_messages"]
@@ -149,7 +149,7 @@ def _friendly(error: Any) -> str:
     loc = tuple(error["loc"])
     if loc == ("type",) and error["type"] == "literal_error":
         allowed = ", ".join(sorted(MESSAGE_TYPES))
-        return f"unsupported message type {error['input']!r}; use one of: {allowed}"
+        return f"unsupported message type {brief_repr(error['input'])}; use one of: {allowed}"
     if loc == ("role",) and error["type"] == "string_pattern_mismatch":
         return "role must be a non-empty string"
     return str(error["msg"]).removeprefix("Value error, ")
@@ -196,19 +196,29 @@ def _from_plain(item: Mapping[str, Any]) -> Message:
         )
     if "role" not in item:
         raise InvalidMessage("missing 'role' (for example 'user' or 'assistant').")
-    metadata = item.get("metadata") or {}
-    if not isinstance(metadata, Mapping):
-        raise InvalidMessage("'metadata' must be a dict.")
-    metadata = dict(metadata)
+    metadata = _mapping(item, "metadata")
     msg_type = item.get("type") or metadata.get("type") or "text"
-    payload = dict(item.get("payload") or {})
-    for key in _PAYLOAD_KEYS.get(str(msg_type), ()):
+    payload = _mapping(item, "payload")
+    # A type that is not text is refused by the envelope below; only a known one promotes keys.
+    for key in _PAYLOAD_KEYS.get(msg_type if isinstance(msg_type, str) else "", ()):
         if key in metadata and key not in payload:
             payload[key] = metadata[key]
     return Message(
         type=msg_type, role=item["role"], content=item.get("content", ""), payload=payload,
         metadata=metadata,
     )
+
+
+def _mapping(item: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """A plain message's ``metadata`` or ``payload``: a dict (a copy), ``{}`` when absent.
+    Anything else is refused here, naming the key, rather than half-converted by ``dict()``
+    (which raises a bare ``ValueError``/``TypeError`` or turns pairs into keys)."""
+    value = item.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidMessage(f"'{key}' must be a dict, got {type(value).__name__}.")
+    return dict(value)
 
 
 def normalize_messages(items: Iterable[Message | Mapping[str, Any]]) -> list[Message]:

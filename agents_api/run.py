@@ -22,7 +22,7 @@ from agents_api import clock
 from agents_api._tools import ToolExecutor, run_tool
 from agents_api.budget import IterationBudget
 from agents_api.drive import DeadlineReached, Steps, awaitable, bounded
-from agents_api.errors import LockLost
+from agents_api.errors import LockLost, brief_repr
 from agents_api.events import Emitter
 from agents_api.message import Message
 from agents_api.names import TOOL_CALLS, WALL_CLOCK, per_tool_budget
@@ -41,6 +41,7 @@ from agents_api.results import (
 )
 from agents_api.transcript import HeldLock, LegacyTranscript, TranscriptWriter
 from agents_api.unchecked import unchecked
+from agents_api.usage import plausible_usage
 
 __all__ = ["BudgetExhaustedHook", "LoopRun", "LoopSettings", "RequestEstimate",
            "ShouldContinue", "StopHook", "ToolResultHook", "TurnRunner"]
@@ -142,6 +143,7 @@ class LoopRun:
             self.session_id = settings.writer.session_id
         self.turn_count = 0
         self.usage: dict[str, Any] = empty_usage()
+        self._usage_warned = False  # see _plausible_usage
         self.request_metadata: dict[str, Any] = {}
         self.tool_outcomes: list[ToolOutcome] = []
         self.last_calls: list[ToolCall] = []
@@ -527,6 +529,10 @@ class LoopRun:
                 left = self._deadline_left()
                 raw = yield (raw if left is None else bounded(raw, left))
             answer = coerce_turn_result(raw, turn.number)
+            if type(raw) is not TurnAnswer and answer.usage:
+                # A runner that made every value itself returns a TurnAnswer; anything else
+                # may report usage that cannot be true (agents_api.usage).
+                answer.usage = self._plausible_usage(answer.usage)
         except Exception as exc:
             if not (isinstance(exc, DeadlineReached) or self._out_of_time()):
                 # Reported once, by the terminal ``failed`` event (it carries the error).
@@ -547,6 +553,21 @@ class LoopRun:
         if answer.content:
             self.messages.append(Message.text("assistant", answer.content))
         return answer
+
+    def _plausible_usage(self, usage: dict[str, Any]) -> dict[str, Any]:
+        """``usage`` without the numbers that cannot be true (a negative, fractional, NaN or
+        bool count, anything above 10^12): those fields count as not reported, and the run
+        says so once."""
+        ignored = plausible_usage(usage)[1]
+        if not ignored:
+            return usage
+        if not self._usage_warned:
+            self._usage_warned = True
+            logger.warning(
+                "agents_api: the turn runner reported usage that cannot be true (%s); those "
+                "fields were treated as not reported. Logged once per run.",
+                ", ".join(f"{key}={brief_repr(value, 40)}" for key, value in ignored.items()))
+        return {key: value for key, value in usage.items() if key not in ignored}
 
     def _run_tools(self, turn: _Turn, answer: TurnAnswer) -> Steps[_ToolsRan]:
         """Run the turn's calls in order; tool budgets are checked before each call, every

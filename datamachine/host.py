@@ -26,10 +26,13 @@ __all__ = ["Host", "with_output_type"]
 
 def with_output_type(payload: dict[str, Any] | None,
                      output_type: Any) -> dict[str, Any] | None:
-    """``payload`` with the run's ``output_type`` (a runtime option) when one is given."""
+    """``payload`` with the run's ``output_type`` (a runtime option) when one is given; a
+    payload that is not a mapping is a UsageError naming it."""
     if output_type is None:
         return payload
-    return {**(payload or {}), "output_type": output_type}
+    from datamachine.conversation.payload import payload_mapping
+
+    return {**payload_mapping(payload), "output_type": output_type}
 
 
 class Host(Services):

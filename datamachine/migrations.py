@@ -207,6 +207,30 @@ def m008_token_claims(db: Database) -> None:
     db.execute("ALTER TABLE transcripts ADD COLUMN token_name TEXT")
 
 
+@MIGRATIONS()
+def m009_rejected_mark(db: Database) -> None:
+    """Stored refusals carry the executor's own mark, ``_dm_rejected``, instead of ``rejected``.
+
+    ``rejected`` was a key any tool could return, hiding its result from the results and the
+    completion counts; the executor now writes a key tools cannot set. A stored ``rejected``
+    is moved only where the executor wrote it: a tool result whose ``error_type`` is one of its
+    refusals. Anything else is a tool's own data and stays as it is.
+    """
+    db.execute(
+        """
+        UPDATE transcript_messages
+        SET envelope = json_set(json_remove(envelope, '$.payload.rejected'),
+                                '$.payload._dm_rejected', json('true'))
+        WHERE envelope LIKE '%"rejected":true%'
+          AND json_extract(envelope, '$.type') = 'tool_result'
+          AND json_type(envelope, '$.payload.rejected') = 'true'
+          AND json_extract(envelope, '$.payload.error_type') IN (
+              'duplicate_tool_call', 'tool_runtime_rule_rejected', 'approval_declined',
+              'tools_closed', 'session_aborted')
+        """
+    )
+
+
 def migrate(db: Database, *, label: str = "database", migrations: Migrations = MIGRATIONS) -> None:
     """Apply pending ``migrations`` atomically; any failure leaves the schema untouched.
 

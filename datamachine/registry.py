@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from agents_api import IterationBudget
+from agents_api.errors import brief_repr
 from datamachine.errors import InvalidBudgetSpec, InvalidBudgetValue
 
 __all__ = [
@@ -57,11 +58,12 @@ def validate_budget_value(knob: str, value: object, *, maximum: int = MAX_BUDGET
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidBudgetValue(
             f"{knob} must be a positive integer between 1 and {maximum:,}, "
-            f"got {value!r} ({type(value).__name__})."
+            f"got {brief_repr(value)} ({type(value).__name__})."
         )
     if not 1 <= value <= maximum:
         raise InvalidBudgetValue(
-            f"{knob} must be a positive integer between 1 and {maximum:,}, got {value}."
+            f"{knob} must be a positive integer between 1 and {maximum:,}, got "
+            f"{brief_repr(value)}."
         )
     return value
 
@@ -70,12 +72,13 @@ def usd_to_microdollars(knob: str, value: object) -> int:
     """``value`` dollars (a positive finite number, at most 10^6) as whole microdollars,
     rounded up, so a limit never grows by rounding; anything else raises
     :class:`InvalidBudgetValue` naming ``knob``."""
+    # Compared before anything converts it: float(10**400) raises OverflowError, NaN compares
+    # false both ways.
     if (isinstance(value, bool) or not isinstance(value, int | float)
-            or not math.isfinite(value) or not 0 < value <= MAX_METERED_VALUE
-            / MICRODOLLARS_PER_USD):
+            or not 0 < value <= MAX_METERED_VALUE / MICRODOLLARS_PER_USD):
         raise InvalidBudgetValue(
             f"{knob} must be a positive number of US dollars, at most "
-            f"{MAX_METERED_VALUE // MICRODOLLARS_PER_USD:,}, got {value!r}.")
+            f"{MAX_METERED_VALUE // MICRODOLLARS_PER_USD:,}, got {brief_repr(value)}.")
     return max(1, math.ceil(round(value * MICRODOLLARS_PER_USD, 6)))
 
 
@@ -119,7 +122,7 @@ class BudgetSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check_bounds(self) -> BudgetSpec:
-        if not _NAME_RE.match(self.name):
+        if not _NAME_RE.fullmatch(self.name):
             raise ValueError(
                 f"name {self.name!r} must be lowercase letters, digits and underscores, "
                 "starting with a letter"
@@ -134,7 +137,7 @@ class BudgetSpec(BaseModel):
             raise ValueError(f"min={self.min} must not be above default={self.default}")
         if self.default > self.max:
             raise ValueError(f"default={self.default} must not be above max={self.max}")
-        if self.setting is not None and not _NAME_RE.match(self.setting):
+        if self.setting is not None and not _NAME_RE.fullmatch(self.setting):
             raise ValueError(f"setting {self.setting!r} must be a lowercase identifier")
         return self
 
@@ -172,8 +175,8 @@ class ResolvedCeiling:
         if not self.clamped:
             return None
         return (
-            f"Budget {self.name!r}: requested ceiling {self.requested} (from {self.source}) is "
-            f"outside the allowed range; using {self.ceiling}."
+            f"Budget {self.name!r}: requested ceiling {brief_repr(self.requested)} (from "
+            f"{self.source}) is outside the allowed range; using {self.ceiling}."
         )
 
 
@@ -257,7 +260,7 @@ class IterationBudgetRegistry:
             if isinstance(ceiling_override, bool) or not isinstance(ceiling_override, int):
                 raise InvalidBudgetValue(
                     f"ceiling_override for budget {name!r} must be an integer, "
-                    f"got {ceiling_override!r}."
+                    f"got {brief_repr(ceiling_override)}."
                 )
             requested, source = ceiling_override, "override"
         elif spec is not None and spec.setting and self.settings_lookup is not None:

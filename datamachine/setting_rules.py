@@ -7,10 +7,11 @@ are checked by the budget registry; keys nobody owns are free-form JSON.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
+from agents_api import clock
+from agents_api.errors import brief_repr
 from datamachine.errors import InvalidSetting, UsageError
 from datamachine.registry import validate_budget_value
 
@@ -18,22 +19,20 @@ __all__ = ["check_provider_setting", "check_tools_setting", "validate_known_sett
 
 
 def _number(key: str, value: Any, *, positive: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidSetting(f"Setting {key!r} must be a finite number of seconds, got "
-                             f"{value!r}.")
-    if value < 0 or (positive and value == 0):
-        kind = "a positive" if positive else "a non-negative"
-        raise InvalidSetting(f"Setting {key!r} must be {kind} number of seconds, got {value!r}.")
+    if clock.duration(value, allow_zero=not positive) is None:
+        kind = "a finite positive" if positive else "a finite non-negative"
+        raise InvalidSetting(f"Setting {key!r} must be {kind} number of seconds, "
+                             f"got {brief_repr(value)}.")
 
 
 def _flag(key: str, value: Any) -> None:
     if not isinstance(value, bool):
-        raise InvalidSetting(f"Setting {key!r} must be true or false, got {value!r}.")
+        raise InvalidSetting(f"Setting {key!r} must be true or false, got {brief_repr(value)}.")
 
 
 def _text(key: str, value: Any) -> None:
     if not isinstance(value, str):
-        raise InvalidSetting(f"Setting {key!r} must be a string, got {value!r}.")
+        raise InvalidSetting(f"Setting {key!r} must be a string, got {brief_repr(value)}.")
 
 
 def _chat_turns(key: str, value: Any) -> None:
@@ -45,14 +44,14 @@ def _confirmation(key: str, value: Any) -> None:
     if value not in ("ask", "pause"):
         raise InvalidSetting(f"Setting {key!r} must be 'ask' (confirm_continuation answers "
                              f"inside the run) or 'pause' (the run stops "
-                             f"awaiting_confirmation), got {value!r}.")
+                             f"awaiting_confirmation), got {brief_repr(value)}.")
 
 
 def _bytes(key: str, value: Any) -> None:
     ceiling = 1 << 30  # more would let one request hold a gigabyte in memory
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= ceiling:
         raise InvalidSetting(f"Setting {key!r} must be a whole number of bytes from 1 to "
-                             f"{ceiling:,}, got {value!r}.")
+                             f"{ceiling:,}, got {brief_repr(value)}.")
 
 
 def _site_id(key: str, value: Any) -> None:
@@ -82,7 +81,7 @@ def _endpoints(key: str, value: Any) -> None:
 def _max_retries(key: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10:
         raise InvalidSetting(f"Setting {key!r} must be an integer from 0 to 10 (retries after "
-                             f"the first request), got {value!r}.")
+                             f"the first request), got {brief_repr(value)}.")
 
 
 def _prices(key: str, value: Any) -> None:

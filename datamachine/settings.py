@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 from agents_api import clock
-from agents_api.jsontext import plain_json
+from agents_api.errors import brief_repr
+from agents_api.jsontext import plain_json, unreadable
 from datamachine.errors import InvalidSetting, SiteMisconfigured, UsageError
 
 if TYPE_CHECKING:  # datamachine.storage imports this module
@@ -40,9 +41,14 @@ _SCALAR_TYPES = frozenset({int, float, str, bool, type(None)})
 
 
 def _override_name(key: str) -> str | None:
-    """The environment variable that overrides ``key``, or None when that name is reserved."""
+    """The environment variable that overrides ``key``, or None when that name is reserved.
+
+    A key seen for the first time is checked here (a key nobody could have stored is an error,
+    not a silent ``None``), so only valid keys are remembered and a read of a known key costs
+    one dictionary lookup."""
     if key in _override_names:
         return _override_names[key]
+    Settings.check_key(key)
     env_name = _env_name(key)
     name = _override_names[key] = None if env_name in RESERVED_ENV else env_name
     return name
@@ -107,15 +113,18 @@ class Settings:
     @staticmethod
     def check_key(key: object) -> str:
         """Return ``key`` if it is a lowercase identifier, else raise InvalidSetting."""
-        if not isinstance(key, str) or not _KEY_RE.match(key):
+        if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
             raise InvalidSetting(
-                f"Setting key {key!r} must be lowercase letters, digits and underscores, "
-                "starting with a letter (for example 'max_turns')."
+                f"Setting key {brief_repr(key)} must be a string of lowercase letters, digits "
+                "and underscores, starting with a letter (for example 'max_turns')."
             )
         return key
 
     def get(self, key: str, default: Any = None) -> Any:
-        """The environment override, else the stored value, else ``default``."""
+        """The environment override, else the stored value, else ``default``; a key that is
+        not a setting name (None, a number, ``"Max Turns"``) raises InvalidSetting."""
+        if type(key) is not str:  # before the cache lookup, which would hash it
+            self.check_key(key)
         env_name = _override_name(key)
         if env_name is not None:
             # One lookup per read: a run reads about ten settings, while copying the
@@ -165,6 +174,7 @@ class Settings:
 
     def source(self, key: str) -> Literal["env", "db"] | None:
         """Where ``get(key)`` reads from: ``"env"``, ``"db"`` or None (unset)."""
+        self.check_key(key)
         env_name = _env_name(key)
         if env_name not in RESERVED_ENV and env_name in self._env:
             return "env"
@@ -172,6 +182,7 @@ class Settings:
 
     def stored(self, key: str, default: Any = None) -> Any:
         """The value in the database only, ignoring the environment."""
+        self.check_key(key)
         encoded = self._rows().get(key)
         return default if encoded is None else _decode(encoded, key)
 
@@ -191,7 +202,7 @@ class Settings:
         cached = self._problems
         if cached is not None and cached[0] is rows and cached[1] == overrides:
             return list(cached[2])
-        env = {key: raw for key, raw in overrides if _KEY_RE.match(key)}
+        env = {key: raw for key, raw in overrides if _KEY_RE.fullmatch(key)}
         found: list[tuple[str, str]] = []
         for key in sorted(set(rows) | set(env)):
             try:
@@ -214,6 +225,10 @@ class Settings:
             encoded = plain_json(value)
         except (TypeError, ValueError) as exc:
             raise InvalidSetting(f"Setting {key!r} must be a JSON value: {exc}.") from None
+        problem = unreadable(value)
+        if problem is not None:
+            # Stored, it would not read back (or not equal): every later read would fail.
+            raise InvalidSetting(f"Setting {key!r}{problem[0]} cannot be stored: {problem[1]}.")
         with self._write_lock:
             self._cache = None
             with self._write(f"store the setting {key!r}") as conn:
@@ -226,6 +241,7 @@ class Settings:
 
     def delete(self, key: str) -> bool:
         """Remove the stored value; True if there was one (environment overrides stay)."""
+        self.check_key(key)
         with self._write_lock:
             self._cache = None
             with self._write(f"delete the setting {key!r}") as conn:
@@ -243,6 +259,6 @@ class Settings:
         for env_name, raw in self._env.items():
             if env_name.startswith("DATAMACHINE_") and env_name not in RESERVED_ENV:
                 key = env_name[len("DATAMACHINE_"):].lower()
-                if _KEY_RE.match(key):
+                if _KEY_RE.fullmatch(key):
                     values[key] = _parse_env(raw)
         return dict(sorted(values.items()))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -525,6 +525,17 @@ def test_bad_messages_are_refused_before_any_turn(messages: Any) -> None:
     assert ran == []
 
 
+@pytest.mark.parametrize(("key", "value"), [("payload", "abc"), ("payload", [["a", 1]]),
+                                            ("payload", [1, 2]), ("payload", True),
+                                            ("metadata", ["x"]), ("metadata", "")])
+def test_a_message_payload_or_metadata_that_is_not_a_dict_is_an_invalid_message(
+        key: str, value: Any) -> None:
+    # dict(value) used to raise a bare ValueError/TypeError, or turn [["a", 1]] into {"a": 1}.
+    message = {"role": "user", "content": "x", "type": "tool_call", key: value}
+    with pytest.raises(InvalidMessage, match=rf"messages\[0\]: '{key}' must be a dict"):
+        run_loop([message], lambda m, c: TurnResult(), turn_budget=IterationBudget("t", 2))
+
+
 def test_budget_that_starts_spent_runs_no_turn() -> None:
     result = run_loop(USER, lambda m, c: TurnResult(content="x"),
                       turn_budget=IterationBudget("t", 3, 3))
@@ -812,3 +823,35 @@ def test_should_continue_that_raises_is_an_error() -> None:
     result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 5),
                       tool_executor=double, should_continue=broken)
     assert (result.status, result.error_code) == ("error", "should_continue_failed")
+
+
+def test_a_runners_usage_that_cannot_be_true_is_left_out_and_warned_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    turns: Iterator[TurnResult | dict[str, Any]] = iter([
+        TurnResult(tool_calls=[{"id": "a", "name": "t"}],
+                   usage={"prompt_tokens": -3, "completion_tokens": 4, "note": "x"}),
+        {"content": "done", "usage": {"prompt_tokens": float("nan"), "completion_tokens": 1}}])
+    with caplog.at_level("WARNING", logger="agents_api"):
+        result = run_loop(USER, lambda m, c: next(turns), turn_budget=IterationBudget("t", 5),
+                          tool_executor=lambda call, context: "ok")
+    assert result.usage == {"prompt_tokens": 0, "completion_tokens": 5, "total_tokens": 0,
+                            "note": "x"}
+    warned = [r for r in caplog.records if "cannot be true" in r.getMessage()]
+    assert len(warned) == 1
+    assert "prompt_tokens=-3" in warned[0].getMessage()
+
+
+@pytest.mark.parametrize(("usage", "kept", "ignored"), [
+    ({"prompt_tokens": 12, "cost": 0.5}, {"prompt_tokens": 12, "cost": 0.5}, {}),
+    ({"prompt_tokens": 12.0}, {"prompt_tokens": 12}, {}),
+    ({"prompt_tokens": 1.5}, {}, {"prompt_tokens": 1.5}),
+    ({"prompt_tokens": True}, {}, {"prompt_tokens": True}),
+    ({"prompt_tokens": 10**12 + 1}, {}, {"prompt_tokens": 10**12 + 1}),
+    ({"cost": -0.1}, {}, {"cost": -0.1}),
+    ({"prompt_tokens_details": {"cached_tokens": 3}}, {}, {}),
+])
+def test_plausible_usage_keeps_what_can_be_true(usage: dict[str, Any], kept: dict[str, Any],
+                                                ignored: dict[str, Any]) -> None:
+    from agents_api.usage import plausible_usage
+
+    assert plausible_usage(usage) == (kept, ignored)

@@ -10,6 +10,7 @@ import click
 from agents_api.jsontext import compact_json, pretty_json
 from datamachine.budgets_builtin import CONVERSATION_TURNS
 from datamachine.conversation.result import ConversationResult
+from datamachine.tools.results import is_rejected
 
 __all__ = ["emit_json", "explain_stop", "print_run_summary", "table", "tool_lines"]
 
@@ -72,7 +73,7 @@ def tool_lines(result: ConversationResult) -> list[str]:
             payload = message.payload
             if payload.get("success"):
                 outcome = "ok"
-            elif payload.get("rejected"):
+            elif is_rejected(payload):
                 outcome = "REJECTED: " + str(payload.get("error", ""))[:70] + "..."
             else:
                 outcome = "failed: " + str(payload.get("error", ""))[:70]

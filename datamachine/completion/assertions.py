@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from datamachine.errors import InvalidCompletionAssertions
+from datamachine.tools.results import REJECTED
 
 __all__ = [
     "COMPLETE_WHEN_ANY",
@@ -357,8 +358,9 @@ def strict_equal(actual: Any, expected: Any) -> bool:
 
 
 def is_successful(result: Mapping[str, Any]) -> bool:
-    """A tool result that counts: ``success`` is True and it was not a rejected call."""
-    return result.get("success") is True and result.get("rejected") is not True
+    """A tool result that counts: ``success`` is True and it was not a call the executor
+    refused (``REJECTED``, a key no tool can set)."""
+    return result.get("success") is True and result.get(REJECTED) is not True
 
 
 def _output_roots(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:

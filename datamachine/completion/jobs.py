@@ -14,9 +14,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agents_api.errors import brief_repr
 from agents_api.jsontext import compact_json
 from datamachine.errors import DataMachineError, InvalidJobTransition, JobNotFound
-from datamachine.storage.jobs import JobStore
+from datamachine.storage.jobs import JobStore, is_job_id
 
 __all__ = ["PipelineJob", "failure_reason", "job_diagnostics"]
 
@@ -28,13 +29,12 @@ BLOCKER_REPORTED = "blocker_reported"
 
 
 def _job_id(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value > 0 else None
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip()) or None
-    return None
+    """The job id a payload's ``job_id`` names (an int or its digits), else None: a value no
+    job could have (``0``, ``2**63``) is reported as "not a job id", like ``"abc"``."""
+    # isdecimal, not isdigit: int() refuses digits such as "²" that isdigit accepts.
+    if isinstance(value, str) and value.strip().isdecimal() and len(value.strip()) <= 19:
+        value = int(value.strip())
+    return value if is_job_id(value) else None
 
 
 def _json_ready(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -103,7 +103,8 @@ class PipelineJob:
             return None
         job_id = _job_id(raw)
         if job_id is None:
-            warnings.append(f"payload job_id {raw!r} is not a job id; no job was updated.")
+            warnings.append(f"payload job_id {brief_repr(raw)} is not a job id; no job was "
+                            "updated.")
             return None
         try:
             job = store.get(job_id)

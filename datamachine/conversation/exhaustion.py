@@ -19,6 +19,7 @@ from typing import Any
 from agents_api import RunStop
 from agents_api.drive import Steps, awaitable
 from datamachine.conversation.metering import SummaryWontFit
+from datamachine.tools.results import is_rejected
 
 __all__ = ["FinalSummary", "Summary", "fallback_summary", "strip_thinking", "summary_prompt"]
 
@@ -66,7 +67,7 @@ _NOT_RUN = frozenset({"tool_not_found", "invalid_arguments"})
 
 def _ran(result: dict[str, Any]) -> bool:
     # A rejected duplicate, a refused rule, an unknown tool or unusable arguments did not run.
-    return not result.get("rejected") and result.get("error_type") not in _NOT_RUN
+    return not is_rejected(result) and result.get("error_type") not in _NOT_RUN
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agents_api import IterationBudget, Message
+from agents_api.errors import brief_repr
 from agents_api.jsontext import compact_bytes
 from datamachine.errors import InvalidSetting, UsageError
 from datamachine.providers.base import ProviderRequest
@@ -78,20 +79,23 @@ def check_prices(value: object, knob: str = "setting 'prices'") -> dict[str, Pri
     prices: dict[str, Price] = {}
     for model, entry in value.items():
         if not isinstance(model, str) or not model.strip() or not isinstance(entry, Mapping):
-            raise InvalidSetting(f"{knob}[{model!r}] must be {{'input': ..., 'output': ...}} "
-                                 "in US dollars per million tokens.")
+            raise InvalidSetting(f"{knob}[{brief_repr(model)}] must be {{'input': ..., "
+                                 "'output': ...}} in US dollars per million tokens.")
         unknown = sorted(set(entry) - {"input", "output"})
         if unknown:
-            raise InvalidSetting(f"{knob}[{model!r}] has unknown keys {unknown}; give 'input' "
-                                 "and 'output' (US dollars per million tokens).")
+            raise InvalidSetting(f"{knob}[{brief_repr(model)}] has unknown keys "
+                                 f"{brief_repr(unknown)}; give 'input' and 'output' (US dollars "
+                                 "per million tokens).")
         parts = []
         for field in ("input", "output"):
             number = entry.get(field)
+            # The range alone refuses NaN and infinities, and compares a huge int without
+            # converting it (math.isfinite(10**400) raises OverflowError).
             if (isinstance(number, bool) or not isinstance(number, int | float)
-                    or not math.isfinite(number) or not 0 <= number <= 1_000_000):
-                raise InvalidSetting(f"{knob}[{model!r}][{field!r}] must be a number of US "
-                                     f"dollars per million tokens from 0 to 1,000,000, got "
-                                     f"{number!r}.")
+                    or not 0 <= number <= 1_000_000):
+                raise InvalidSetting(f"{knob}[{brief_repr(model)}][{field!r}] must be a number of "
+                                     "US dollars per million tokens from 0 to 1,000,000, got "
+                                     f"{brief_repr(number)}.")
             parts.append(float(number))
         prices[model] = Price(parts[0], parts[1])
     return prices

@@ -1,40 +1,52 @@
-"""Modes: ``pipeline``, ``chat``, ``system`` and extension modes, normalized one way."""
+"""Modes: ``pipeline``, ``chat``, ``system`` and extension modes, checked one way.
+
+A mode name is what the ``/chat`` body's ``mode`` accepts (``MODE_PATTERN``); the Python API
+takes the same names, and also several at once. A name outside the pattern is refused, never
+rewritten: ``"Chat!"`` used to become ``chat`` and ``"???"`` silently ``pipeline`` here while
+``/chat`` refused both.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 
+from agents_api.errors import brief_repr
 from datamachine.errors import UsageError
 
-__all__ = ["BUILTIN_MODES", "normalize_modes"]
+__all__ = ["BUILTIN_MODES", "MODE_PATTERN", "check_modes"]
 
 BUILTIN_MODES = ("pipeline", "chat", "system")
-_UNSAFE = re.compile(r"[^a-z0-9_-]")
+# A mode name: lowercase letters, digits and "_", starting with a letter, at most 64 characters.
+MODE_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+_MODE_RE = re.compile(MODE_PATTERN)
 
 
-def normalize_modes(mode: str | Sequence[str] | None) -> list[str]:
-    """Lowercase, keep ``[a-z0-9_-]``, drop empties and repeats; nothing left means pipeline.
-
-    A comma-separated string is a list (``"chat,support"``). Anything that is not a string or a
-    list of strings raises :class:`UsageError` naming ``mode``.
-    """
+def check_modes(mode: object) -> list[str]:
+    """The run's modes: ``mode`` is a mode name, several joined by commas (``"chat,support"``)
+    or a list of names; None means ``pipeline``. Each name is lowercase letters, digits and
+    ``_``, starting with a letter, at most 64 characters (``MODE_PATTERN``); anything else is a
+    UsageError naming ``mode``, never rewritten into some other mode. Repeats are dropped."""
     if mode is None:
-        items: Sequence[object] = []
-    elif isinstance(mode, str):
-        items = mode.split(",")
+        return ["pipeline"]
+    if isinstance(mode, str):
+        items: Sequence[object] = mode.split(",")
     elif isinstance(mode, list | tuple):
         items = mode
+        if not items:
+            raise UsageError("mode is an empty list: name at least one mode, such as "
+                             "'pipeline', 'chat' or 'system'.")
     else:
         raise UsageError(
             f"mode must be a string such as 'pipeline', 'chat' or 'system' (or a list of them), "
-            f"got {type(mode).__name__}."
-        )
+            f"got {type(mode).__name__}.")
     modes: list[str] = []
     for item in items:
-        if not isinstance(item, str):
-            raise UsageError(f"mode entries must be strings, got {item!r}.")
-        cleaned = _UNSAFE.sub("", item.strip().lower())
-        if cleaned and cleaned not in modes:
-            modes.append(cleaned)
-    return modes or ["pipeline"]
+        if not isinstance(item, str) or not _MODE_RE.fullmatch(item):
+            raise UsageError(
+                f"mode {brief_repr(item)} is not a mode name: use lowercase letters, digits and "
+                "'_', starting with a letter, at most 64 characters (for example 'chat' or "
+                "'support_bot'); give several as a list or joined by commas without spaces.")
+        if item not in modes:
+            modes.append(item)
+    return modes

@@ -19,7 +19,8 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from agents_api import Message
-from agents_api.jsontext import compact_json
+from agents_api.errors import brief_repr
+from agents_api.jsontext import compact_json, unreadable
 from datamachine.errors import UsageError
 
 __all__ = ["OUTPUT_RETRY_TYPE", "OutputContract", "check_output_type"]
@@ -37,13 +38,16 @@ def check_output_type(value: Any) -> Any:
     if isinstance(value, Mapping):
         from jsonschema import Draft202012Validator, SchemaError
 
+        problem = unreadable(value)
+        if problem is not None:  # jsonschema would choke on it writing its own message
+            raise UsageError(f"output_type{problem[0]} is not JSON schema data: {problem[1]}.")
         try:
             Draft202012Validator.check_schema(dict(value))
         except SchemaError as exc:
             raise UsageError(f"output_type is not a valid JSON schema: {exc.message}.") from None
         return dict(value)
     raise UsageError(f"output_type must be a pydantic model class or a JSON schema dict, got "
-                     f"{value!r}.")
+                     f"{brief_repr(value)}.")
 
 
 class OutputContract:

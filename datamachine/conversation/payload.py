@@ -7,10 +7,11 @@ runtime key has one check; a bad value is a UsageError naming the key and the fi
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agents_api import clock
+from agents_api.errors import brief_repr
 from datamachine.errors import UsageError
 from datamachine.payload_keys import RUNTIME_KEYS, RuntimeOptions
 from datamachine.providers.options import validate_model_options
@@ -18,7 +19,7 @@ from datamachine.registry import MAX_METERED_VALUE, validate_budget_value
 from datamachine.storage.locks import MAX_TTL
 
 __all__ = ["CONFIRMATION_MODES", "RUNTIME_KEYS", "RuntimeOptions", "base_log_context",
-           "split_payload"]
+           "check_event_sink", "payload_mapping", "split_payload"]
 
 # How a run gets a person's answer (DESIGN.md 16): asked inside the run, or paused for later.
 CONFIRMATION_MODES = ("ask", "pause")
@@ -35,7 +36,7 @@ def _session_id(value: Any) -> Any:
 def _lock_ttl(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TTL:
         raise UsageError(f"payload['transcript_lock_ttl'] must be an integer number of seconds "
-                         f"from 1 to {MAX_TTL}, got {value!r}.")
+                         f"from 1 to {MAX_TTL}, got {brief_repr(value)}.")
     return value
 
 
@@ -56,13 +57,14 @@ def _rules(value: Any) -> Any:
 
 
 def _seconds(value: Any) -> Any:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                              or not math.isfinite(value) or value <= 0):
-        raise UsageError("payload['max_seconds'] must be a positive number of seconds.")
+    if value is not None and clock.duration(value) is None:
+        raise UsageError(f"payload['max_seconds'] must be a finite positive number of seconds "
+                         f"(fractions allowed), got {brief_repr(value)}.")
     return value
 
 
-def _sink(value: Any) -> Any:
+def check_event_sink(value: Any) -> Any:
+    """``payload["event_sink"]``: None, a callable or an object with ``emit(event, payload)``."""
     if value is not None and not (callable(value) or callable(getattr(value, "emit", None))):
         raise UsageError("payload['event_sink'] must be a callable or have emit(event, payload).")
     return value
@@ -77,7 +79,8 @@ def _extend_by(value: Any) -> Any:
 def _flag(key: str) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         if not isinstance(value, bool):
-            raise UsageError(f"payload[{key!r}] must be True or False, got {value!r}.")
+            raise UsageError(f"payload[{brief_repr(key)}] must be True or False, got "
+                             f"{brief_repr(value)}.")
         return value
 
     return check
@@ -100,7 +103,8 @@ def _persister(value: Any) -> Any:
 
 def _confirmation(value: Any) -> Any:
     if value is not None and value not in CONFIRMATION_MODES:
-        raise UsageError(f"payload['confirmation'] must be 'ask' or 'pause', got {value!r}.")
+        raise UsageError(f"payload['confirmation'] must be 'ask' or 'pause', got "
+                         f"{brief_repr(value)}.")
     return value
 
 
@@ -112,8 +116,8 @@ def _budget_ceilings(value: Any) -> Any:
     for name, ceiling in value.items():
         if not isinstance(name, str) or not name:
             raise UsageError(f"payload['budget_ceilings'] keys must be budget names, "
-                             f"got {name!r}.")
-        validate_budget_value(f"payload['budget_ceilings'][{name!r}]", ceiling,
+                             f"got {brief_repr(name)}.")
+        validate_budget_value(f"payload['budget_ceilings'][{brief_repr(name)}]", ceiling,
                               maximum=MAX_METERED_VALUE)
     return dict(value)
 
@@ -122,7 +126,7 @@ def _token_name(value: Any) -> Any:
     if value is not None and (not isinstance(value, str) or not value.strip()
                               or len(value) > 100):
         raise UsageError("payload['token_name'] must be the name of an API token (a non-empty "
-                         f"string of at most 100 characters), got {value!r}.")
+                         f"string of at most 100 characters), got {brief_repr(value)}.")
     return value
 
 
@@ -138,7 +142,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "completion_assertions": _assertions,
     "tool_runtime_rules": _rules,
     "max_seconds": _seconds,
-    "event_sink": _sink,
+    "event_sink": check_event_sink,
     "extend_by": _extend_by,
     "final_summary": _flag("final_summary"),
     "persist_transcript": _flag("persist_transcript"),
@@ -152,12 +156,24 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+def payload_mapping(payload: object) -> Mapping[str, Any]:
+    """The caller's ``payload`` as a mapping (``{}`` for None). Every entry point that adds to
+    a payload (``output_type``, a stream's sink, a session id) checks it here first, so a
+    string or a list is a UsageError naming ``payload`` rather than a ``TypeError`` from
+    ``{**payload}`` or a ``ValueError`` from ``dict(payload)``."""
+    if payload is None:
+        return {}
+    if not isinstance(payload, Mapping):
+        raise UsageError(f"payload must be a dict of context and runtime options, got "
+                         f"{type(payload).__name__}.")
+    return payload
+
+
 def split_payload(payload: Mapping[str, Any] | None) -> tuple[dict[str, Any], RuntimeOptions]:
     """Return ``(clean_payload, runtime)``; bad runtime values raise UsageError naming the key."""
     if payload is None:
         return {}, RuntimeOptions()
-    if not isinstance(payload, Mapping):
-        raise UsageError(f"payload must be a dict, got {type(payload).__name__}.")
+    payload = payload_mapping(payload)
     clean = {k: v for k, v in payload.items() if k not in RUNTIME_KEYS}
     given = {key: payload[key] for key in RUNTIME_KEYS & payload.keys()}
     for key, check in _CHECKS.items():

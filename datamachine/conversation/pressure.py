@@ -18,7 +18,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents_api import IterationBudget
+from agents_api.errors import brief_repr
 from datamachine.budgets_builtin import CONVERSATION_TURNS, TOOL_CALLS, WALL_CLOCK
+from datamachine.conversation.inputs import TextRole
 from datamachine.errors import UsageError
 
 __all__ = ["BudgetPressure", "PressureTracker", "default_tier", "metered_tier",
@@ -74,7 +76,8 @@ class BudgetPressureConfig(BaseModel):
     model_config = ConfigDict(defer_build=True, extra="forbid")
 
     tiers: list[TierConfig] | None = None
-    role: str = "user"
+    # A role a provider takes for a text message (any other failed the request mid-run).
+    role: TextRole = "user"
     wrap_up: bool | WrapUpConfig = False
 
 
@@ -105,16 +108,21 @@ def parse_budget_pressure(
                          "{budget_name: {'tiers': [...], 'role': ..., 'wrap_up': ...}}.")
     resolved: dict[str, BudgetPressure] = {}
     for name, raw in value.items():
+        if not isinstance(name, str) or not name:
+            raise UsageError(f"payload['budget_pressure'] keys must be budget names, got "
+                             f"{brief_repr(name)}.")
         try:
-            config = BudgetPressureConfig(**(raw if isinstance(raw, Mapping) else {}))
+            # model_validate, not **raw: a key that is not a string is a field error too.
+            config = BudgetPressureConfig.model_validate(raw if isinstance(raw, Mapping) else {})
         except ValidationError as exc:
             error = exc.errors()[0]
             where = ".".join(str(p) for p in error["loc"])
             raise UsageError(
-                f"payload['budget_pressure'][{name!r}].{where}: {error['msg']}."
+                f"payload['budget_pressure'][{brief_repr(name)}].{where}: {error['msg']}."
             ) from None
         if raw is not True and not isinstance(raw, Mapping):
-            raise UsageError(f"payload['budget_pressure'][{name!r}] must be True or a dict.")
+            raise UsageError(f"payload['budget_pressure'][{brief_repr(name)}] must be True or "
+                             "a dict.")
         wrap = config.wrap_up
         resolved[str(name)] = BudgetPressure(
             name=str(name), tiers=config.tiers, role=config.role,

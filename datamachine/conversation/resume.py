@@ -42,6 +42,7 @@ from datamachine.storage.chat_sessions import record_limit_answer
 from datamachine.storage.transcript_writer import TranscriptWriter
 from datamachine.storage.transcripts import Transcript
 from datamachine.tools import Tool
+from datamachine.tools.results import REJECTED
 
 __all__ = ["resume_steps"]
 
@@ -173,7 +174,7 @@ def _declined_limit(services: Services, writer: TranscriptWriter, record: Transc
     for call in pending.get("tool_calls") or ():
         name, call_id = str(call.get("name")), str(call.get("id"))
         parameters, turn = call.get("parameters"), int(call.get("turn") or 0)
-        refusal = {"success": False, "error_type": "session_aborted", "rejected": True,
+        refusal = {"success": False, "error_type": "session_aborted", REJECTED: True,
                    "error": f"Tool '{name}' was not run: {gate.notice}", "tool_name": name,
                    "parameters": parameters}
         messages += [Message.tool_call(name, parameters, turn, call_id),

@@ -17,8 +17,17 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Protocol, cast
 
-from agents_api import IterationBudget, LoopResult, Pause, RunStop, StopVerdict, TranscriptWriter
+from agents_api import (
+    IterationBudget,
+    LoopResult,
+    Pause,
+    RunStop,
+    StopVerdict,
+    TranscriptWriter,
+    clock,
+)
 from agents_api.drive import Steps, drive_async, drive_sync, run_steps
+from agents_api.errors import brief_repr
 from agents_api.loop import loop_steps
 from agents_api.names import per_tool_budget
 from agents_api.unchecked import unchecked
@@ -57,6 +66,7 @@ from datamachine.providers.options import (
 )
 from datamachine.registry import unit_maximum, validate_budget_value
 from datamachine.services import Services
+from datamachine.tools.results import is_rejected
 
 __all__ = ["ConversationRun", "RunEmitter", "emit_outside_run", "run_emitter"]
 
@@ -215,10 +225,11 @@ class ConversationRun:
         if max_seconds is None:
             setting = self.services.settings.get("max_run_seconds")
             if setting is not None:
-                if (isinstance(setting, bool) or not isinstance(setting, int | float)
-                        or not math.isfinite(setting) or setting <= 0):
+                if clock.duration(setting) is None:
                     raise UsageError(
-                        "setting 'max_run_seconds' must be a positive number of seconds.")
+                        "setting 'max_run_seconds' must be a finite positive number of seconds, "
+                        f"got {brief_repr(setting)}: fix it with `datamachine settings set "
+                        "max_run_seconds SECONDS` (or delete it).")
                 max_seconds = setting
         if max_seconds is not None:
             # The wall clock is a hard rail: its hard ceiling equals its ceiling, so it is never
@@ -515,7 +526,7 @@ class ConversationRun:
             max_turns_reached=verdict.max_turns_reached, warning=verdict.warning,
             error=loop.error, error_code=loop.error_code, usage=loop.usage,
             tool_execution_results=[r for r in loop.tool_execution_results
-                                    if not r["result"].get("rejected")],
+                                    if not is_rejected(r["result"])],
             last_tool_calls=loop.last_tool_calls,
             request_metadata=loop.request_metadata or self.runner.last_request_metadata,
             transcript_session_id=loop.transcript_session_id, budgets=loop.budgets,

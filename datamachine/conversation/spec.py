@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents_api import InvalidMessage, Message, normalize_messages
-from datamachine.conversation.modes import normalize_modes
+from agents_api.errors import brief_repr
+from datamachine.conversation.inputs import check_model, check_roles, check_tools
+from datamachine.conversation.modes import check_modes
 from datamachine.conversation.payload import split_payload
 from datamachine.errors import UsageError
 from datamachine.payload_keys import RuntimeOptions
@@ -49,21 +51,25 @@ class RunSpec:
             normalized = normalize_messages(messages)
         except InvalidMessage as exc:
             raise UsageError(f"messages: {exc}") from None
+        if not normalized:
+            raise UsageError("messages is empty: give at least one message, such as "
+                             "{'role': 'user', 'content': '...'}.")
+        check_roles(normalized)
         if not isinstance(provider, str) or not provider.strip():
-            raise UsageError(
-                f"provider must be a provider name such as 'scripted', got {provider!r}.")
-        if model is None:
-            model = ""
-        if not isinstance(model, str):
-            raise UsageError(f"model must be a string (the provider's model id), got {model!r}.")
+            raise UsageError(f"provider must be a provider name such as 'scripted', got "
+                             f"{brief_repr(provider)}.")
+        model = check_model(model)
         if not isinstance(single_turn, bool):
-            raise UsageError(f"single_turn must be True or False, got {single_turn!r}.")
+            raise UsageError(f"single_turn must be True or False, got {brief_repr(single_turn)}.")
         if max_turns is not None:
             validate_budget_value("max_turns", max_turns)
+        modes = check_modes(mode)
         clean, runtime = split_payload(payload)
-        return cls(messages=normalized, tools=normalize_tools(tools), provider=provider,
-                   model=model, modes=normalize_modes(mode), payload=clean, runtime=runtime,
-                   max_turns=max_turns, single_turn=single_turn)
+        checked_tools = normalize_tools(tools)
+        check_tools(checked_tools)
+        return cls(messages=normalized, tools=checked_tools, provider=provider, model=model,
+                   modes=modes, payload=clean, runtime=runtime, max_turns=max_turns,
+                   single_turn=single_turn)
 
 
 def normalize_tools(tools: object) -> dict[str, Tool]:
@@ -82,14 +88,15 @@ def normalize_tools(tools: object) -> dict[str, Tool]:
     normalized: dict[str, Tool] = {}
     for key, candidate in items:
         if not isinstance(candidate, Tool):
-            where = f"tools[{key!r}]" if key is not None else "tools"
+            where = f"tools[{brief_repr(key)}]" if key is not None else "tools"
             raise UsageError(
                 f"{where} must be a datamachine.Tool (build one with Tool(...) or "
                 f"@datamachine.tool), got {type(candidate).__name__}."
             )
         if key is not None and key != candidate.name:
             raise UsageError(
-                f"tools[{key!r}] is a Tool named {candidate.name!r}; use the same name."
+                f"tools[{brief_repr(key)}] is a Tool named {brief_repr(candidate.name)}; use the "
+                "same name."
             )
         if candidate.name in normalized:
             raise UsageError(f"tools lists {candidate.name!r} twice.")

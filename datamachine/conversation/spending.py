@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agents_api import IterationBudget, clock
+from agents_api.errors import brief_repr
 from datamachine.budgets_builtin import COST, TOTAL_TOKENS
 from datamachine.errors import DatabaseError, InvalidSetting
 from datamachine.registry import MAX_METERED_VALUE, usd_to_microdollars
@@ -89,7 +90,7 @@ def parse_spend_limits(value: object, knob: str = f"setting {SPEND_LIMITS_KEY!r}
     limits: list[SpendLimit] = []
     for index, entry in enumerate(value):
         if not isinstance(entry, Mapping):
-            raise InvalidSetting(f"{knob}[{index}] must be an object, got {entry!r}.")
+            raise InvalidSetting(f"{knob}[{index}] must be an object, got {brief_repr(entry)}.")
         try:
             limit = SpendLimit(**dict(entry))
             limit.ceiling  # noqa: B018  (a limit_usd out of range fails here)

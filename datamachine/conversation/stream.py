@@ -99,13 +99,16 @@ async def astream_on(services: Services, messages: Any, tools: Any = None,
                      max_turns: int | None = None, single_turn: bool = False, *,
                      output_type: Any = None) -> AsyncGenerator[StreamEvent, None]:
     """Run one conversation on ``services`` (a host), yielding its events as they happen."""
+    from datamachine.conversation.payload import check_event_sink, payload_mapping
     from datamachine.conversation.run import ConversationRun
     from datamachine.host import with_output_type
 
     events: asyncio.Queue[StreamEvent] = asyncio.Queue()
-    given = dict(payload or {})
+    given = dict(payload_mapping(payload))
+    # Checked before it is wrapped: inside the stream's own sink it would pass the payload
+    # check, then raise at every event and starve the stream.
     given["event_sink"] = _chained(
-        given.get("event_sink"),
+        check_event_sink(given.get("event_sink")),
         lambda event, data: events.put_nowait(from_loop_event(event, data)))
     run = ConversationRun.create(
         services, messages, tools, services.default_provider(provider),

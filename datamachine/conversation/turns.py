@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from agents_api import IterationBudget, Message, TurnAnswer
 from agents_api.drive import awaitable
+from agents_api.errors import brief_repr
 from agents_api.jsontext import canonical_json, compact_bytes
 from datamachine.conversation.metering import RunMeter
 from datamachine.conversation.pressure import PressureTracker
@@ -29,6 +31,8 @@ from datamachine.providers.options import without_tool_options
 from datamachine.services import Services
 
 __all__ = ["ProviderTurnRunner"]
+
+logger = logging.getLogger("datamachine.providers")
 
 Emit = Callable[[str, dict[str, Any]], None]
 # (messages, content, turn context) -> continuation messages; see datamachine.completion.
@@ -130,6 +134,8 @@ class ProviderTurnRunner:
         self._streamed = False
         # What the run's requests spend (token and cost budgets, prices, spend windows).
         self.meter: RunMeter | None = None
+        # Whether this run already warned about usage that cannot be true.
+        self._usage_warned = False
 
     def request_bytes(self, messages: list[Message]) -> int:
         """The JSON size of the request ``messages`` make: messages and tool definitions, as
@@ -299,6 +305,8 @@ class ProviderTurnRunner:
             self._report(turn, success=False, error=exc)
             raise
         self.last_request_metadata["response"] = {"finish_reason": response.finish_reason}
+        if response.ignored_usage is not None:
+            self._ignored_usage(response.ignored_usage)
         if self.meter is not None:
             self.meter.settle(response.usage, response.content, response.tool_calls)
         if self.stream_text is not None and not self._streamed and response.content:
@@ -366,11 +374,25 @@ class ProviderTurnRunner:
                 self.meter.release()
             return ""
         response = normalize_response(answer, provider=self.provider_name, turn=turn)
+        if response.ignored_usage is not None:
+            self._ignored_usage(response.ignored_usage)
         for key, value in response.usage.items():
             self.summary_usage[key] = self.summary_usage.get(key, 0) + value
         if self.meter is not None:
             self.meter.settle(response.usage, response.content)
         return response.content
+
+    def _ignored_usage(self, ignored: dict[str, Any]) -> None:
+        """Say once per run that the provider reported usage that cannot be true (its fields
+        were left out as not reported, so the meter charged its estimate instead)."""
+        if self._usage_warned:
+            return
+        self._usage_warned = True
+        logger.warning(
+            "datamachine: provider %r reported usage that cannot be true (%s); those fields "
+            "were treated as not reported, so token and cost budgets counted their estimate. "
+            "Logged once per run.", self.provider_name,
+            ", ".join(f"{key}={brief_repr(value, 40)}" for key, value in ignored.items()))
 
     def _report(self, turn: int, *, success: bool, error: BaseException | None = None) -> None:
         if not success and self.meter is not None:

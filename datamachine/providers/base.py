@@ -46,7 +46,9 @@ class ProviderResponse(BaseModel):
 
     ``tool_calls`` are ``{"id", "name", "parameters"}`` dicts; ``usage`` uses the OpenAI token
     names (``prompt_tokens``, ``completion_tokens``, ``total_tokens``); ``raw`` keeps the decoded
-    wire response for debugging.
+    wire response for debugging. ``ignored_usage`` is set by ``normalize_response``: the usage
+    fields the provider reported that cannot be true (a negative or fractional count, NaN,
+    above 10^12), left out of ``usage`` as not reported; None when there were none.
     """
 
     model_config = ConfigDict(defer_build=True, extra="forbid")
@@ -56,6 +58,7 @@ class ProviderResponse(BaseModel):
     usage: dict[str, Any] = Field(default_factory=dict)
     finish_reason: str | None = None
     raw: Any = None
+    ignored_usage: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agents_api.errors import brief_repr
 from datamachine.errors import UsageError, first_field_error
 from datamachine.providers.options import validate_model_options
 
@@ -55,7 +56,7 @@ class Endpoint(BaseModel):
     @field_validator("api_key_env")
     @classmethod
     def _env_name(cls, value: str | None) -> str | None:
-        if value is not None and not _ENV_RE.match(value):
+        if value is not None and not _ENV_RE.fullmatch(value):
             raise ValueError("must be the name of an environment variable, such as "
                              "OPENAI_API_KEY (the key itself never goes into settings)")
         return value
@@ -80,12 +81,13 @@ def parse_endpoints(value: Any, where: str = "setting 'providers'") -> dict[str,
                          f"got {type(value).__name__}.")
     endpoints: dict[str, Endpoint] = {}
     for name, raw in value.items():
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise UsageError(f"{where}: {name!r} is not a provider name (letters, digits, '_', "
-                             "'.', ':' or '-', at most 64 characters).")
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+            raise UsageError(f"{where}: {brief_repr(name)} is not a provider name (letters, "
+                             "digits, '_', '.', ':' or '-', at most 64 characters).")
         try:
             endpoints[name] = Endpoint.model_validate(raw)
         except ValidationError as exc:
             field, message, _ = first_field_error(exc)
-            raise UsageError(f"{where}[{name!r}].{field or '(entry)'}: {message}.") from None
+            raise UsageError(f"{where}[{brief_repr(name)}].{field or '(entry)'}: "
+                             f"{message}.") from None
     return endpoints

@@ -13,7 +13,10 @@ through it too, so every turn the loop sees has the same guarantees:
   (:mod:`datamachine.providers.text_tool_calls`); ``content`` is left as the model wrote it, so
   the transcript stays an honest record of the answer;
 * ``usage`` keeps only top-level numbers (nested details such as ``prompt_tokens_details`` are
-  dropped) because the run's usage is a sum over turns;
+  dropped) because the run's usage is a sum over turns; a number that cannot be true (a
+  negative, fractional, NaN or bool token count, anything above 10^12; see
+  :func:`agents_api.usage.plausible_usage`) is left out as not reported and named in
+  ``ignored_usage``, so the run's meter falls back to its estimate and the run warns once;
 * ``finish_reason`` defaults to ``"tool_calls"`` or ``"stop"``.
 
 Anything that cannot be made valid raises :class:`~datamachine.errors.ProviderError` with code
@@ -27,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agents_api.jsontext import compact_json
+from agents_api.usage import plausible_usage
 from datamachine.errors import ProviderError
 from datamachine.providers.base import ProviderResponse
 from datamachine.providers.text_tool_calls import extract_text_tool_calls
@@ -35,11 +39,11 @@ __all__ = ["normalize_response", "numeric_usage"]
 
 
 def numeric_usage(usage: Mapping[str, Any] | None) -> dict[str, int | float]:
-    """The top-level numeric entries of a usage mapping (booleans are not numbers here)."""
+    """The top-level numbers of a usage mapping that can be true (see
+    :func:`agents_api.usage.plausible_usage`; booleans are not numbers here)."""
     if not usage:
         return {}
-    return {str(k): v for k, v in usage.items()
-            if isinstance(v, int | float) and not isinstance(v, bool)}
+    return plausible_usage(usage)[0]
 
 
 class _Invalid(Exception):
@@ -84,12 +88,12 @@ def _calls(value: Any, turn: int) -> list[dict[str, Any]]:
     return [_call(raw, turn, index) for index, raw in enumerate(value, start=1)]
 
 
-def _parts(response: Any) -> tuple[Any, Any, Any, Any, Any]:
+def _parts(response: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
     if isinstance(response, ProviderResponse):
         return (response.content, response.tool_calls, response.usage, response.finish_reason,
-                response.raw)
+                response.raw, response.ignored_usage)
     return (response.get("content"), response.get("tool_calls"), response.get("usage"),
-            response.get("finish_reason"), response.get("raw"))
+            response.get("finish_reason"), response.get("raw"), None)
 
 
 def normalize_response(
@@ -110,7 +114,7 @@ def normalize_response(
             "return a ProviderResponse or a dict with 'content', 'tool_calls' and 'usage'.",
             code="provider_bad_response", provider=provider,
         )
-    content, raw_calls, usage, finish, raw = _parts(response)
+    content, raw_calls, usage, finish, raw, ignored_before = _parts(response)
     try:
         text = _content(content)
         calls = _calls(raw_calls, turn)
@@ -125,6 +129,9 @@ def normalize_response(
         ) from None
     if not calls and text:
         calls = extract_text_tool_calls(text)
-    return ProviderResponse(content=text, tool_calls=calls, usage=numeric_usage(usage),
+    kept, ignored = plausible_usage(usage) if usage else ({}, None)
+    if ignored_before:  # normalized twice: what the first pass left out stays named
+        ignored = {**ignored_before, **(ignored or {})}
+    return ProviderResponse(content=text, tool_calls=calls, usage=kept,
                             finish_reason=finish or ("tool_calls" if calls else "stop"),
-                            raw=raw)
+                            raw=raw, ignored_usage=dict(ignored) if ignored else None)

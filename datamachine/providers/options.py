@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
+from agents_api.errors import brief_repr
 from datamachine.errors import UsageError, first_field_error
 
 __all__ = ["MODEL_OPTIONS_KEY", "RESERVED_KEYS", "TOOL_OPTIONS", "ModelOptions",
@@ -60,10 +61,10 @@ def validate_model_options(value: Any, where: str = "payload['model_options']") 
     options = dict(value)
     for key in options:
         if not isinstance(key, str) or not key:
-            raise UsageError(f"{where} has the key {key!r}; option names are strings.")
+            raise UsageError(f"{where} has the key {brief_repr(key)}; option names are strings.")
         if key in RESERVED_KEYS:
-            raise UsageError(f"{where}[{key!r}] cannot be set: the run decides the request's "
-                             f"{key}. Remove it from the options.")
+            raise UsageError(f"{where}[{brief_repr(key)}] cannot be set: the run decides the "
+                             f"request's {key}. Remove it from the options.")
     for key in ("temperature", "top_p"):
         if type(options.get(key)) is int:
             options[key] = float(options[key])
@@ -71,7 +72,7 @@ def validate_model_options(value: Any, where: str = "payload['model_options']") 
         ModelOptions.model_validate(options)
     except ValidationError as exc:
         field, message, given = first_field_error(exc)
-        raise UsageError(f"{where}[{field!r}]: {message} (got {given!r}).") from None
+        raise UsageError(f"{where}[{field!r}]: {message} (got {brief_repr(given)}).") from None
     return options
 
 

@@ -62,7 +62,7 @@ class ProviderRegistry:
     def register(self, provider: object, *, plugin: str = "explicit") -> RegisteredProvider:
         """Add ``provider`` (anything with a ``name`` and a callable ``complete``)."""
         name = getattr(provider, "name", None)
-        if not isinstance(name, str) or not _NAME_RE.match(name):
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
             raise PluginLoadError(
                 f"Plugin {plugin!r}: register_providers() returned {provider!r}, whose 'name' "
                 f"is {name!r}; a provider needs a name of letters, digits, '_', '.', ':' or "

@@ -125,7 +125,7 @@ def _valid_name(name: object) -> str | None:
     if not isinstance(name, str):
         return None
     name = name.strip()
-    return name if TOOL_NAME_PATTERN.match(name) else None
+    return name if TOOL_NAME_PATTERN.fullmatch(name) else None
 
 
 def _xml_value(raw: str) -> Any:

@@ -20,10 +20,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
-from datamachine.errors import DatabaseError
+from datamachine.errors import DatabaseError, UsageError
 
-__all__ = ["Connected", "connection_lock", "db_label", "immediate", "query", "query_one",
-           "share_lock", "snapshot", "sqlite_errors"]
+__all__ = ["Connected", "connection_lock", "db_label", "immediate", "is_utf8", "query",
+           "query_one", "share_lock", "snapshot", "sqlite_errors", "unstorable"]
 
 
 class Connected(Protocol):
@@ -47,15 +47,48 @@ def connection_lock(db: Connected) -> threading.RLock:
         return lock
 
 
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8, as SQLite stores text (every string but one
+    holding a lone surrogate, which a decoder with ``surrogateescape`` can produce)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# The failures of binding a caller's value to a statement: an int beyond 64 bits, text that
+# is not UTF-8, a type SQLite has no column for (sqlite3 says "Error binding parameter").
+_UNBINDABLE = (OverflowError, UnicodeEncodeError)
+
+
+def unstorable(action: str, exc: BaseException) -> UsageError | None:
+    """The UsageError for a value SQLite cannot take (see ``_UNBINDABLE``), else None.
+
+    Every store checks its arguments and names the bad one; this is the net under those checks,
+    so a value one of them missed is still a typed error saying what failed, never an
+    ``OverflowError`` from deep inside sqlite3.
+    """
+    if isinstance(exc, _UNBINDABLE) or (isinstance(exc, sqlite3.ProgrammingError)
+                                        and "binding parameter" in str(exc)):
+        return UsageError(f"Cannot {action}: a value given cannot be stored in the database "
+                          f"({exc}). Check the arguments: ids and counts are integers up to "
+                          "2**63 - 1, text must be valid UTF-8.")
+    return None
+
+
 def query(conn: sqlite3.Connection, sql: str, params: Sequence[object] = ()) -> list[sqlite3.Row]:
     """Rows whose columns are read by name (``row["status"]``), on the shared connection.
 
     The row factory is set on this cursor only: sqlite-utils, which shares the connection,
-    keeps its plain tuples.
+    keeps its plain tuples. A parameter SQLite cannot take is a UsageError (``unstorable``).
     """
     cursor = conn.cursor()
     cursor.row_factory = sqlite3.Row
-    return cursor.execute(sql, params).fetchall()
+    try:
+        return cursor.execute(sql, params).fetchall()
+    except (*_UNBINDABLE, sqlite3.ProgrammingError) as exc:
+        raise unstorable("read the database", exc) or exc from None
 
 
 def query_one(conn: sqlite3.Connection, sql: str,
@@ -63,7 +96,10 @@ def query_one(conn: sqlite3.Connection, sql: str,
     """The first row of :func:`query`, or None."""
     cursor = conn.cursor()
     cursor.row_factory = sqlite3.Row
-    row: sqlite3.Row | None = cursor.execute(sql, params).fetchone()
+    try:
+        row: sqlite3.Row | None = cursor.execute(sql, params).fetchone()
+    except (*_UNBINDABLE, sqlite3.ProgrammingError) as exc:
+        raise unstorable("read the database", exc) or exc from None
     return row
 
 
@@ -165,6 +201,10 @@ class immediate:
             raise _database_error(self._label, self._action, failure) from failure
         finally:
             self._lock.release()
+        if exc is not None:
+            refused = unstorable(self._action, exc)
+            if refused is not None:
+                raise refused from None  # rolled back: the value reached nothing
         if isinstance(exc, sqlite3.Error):
             raise _database_error(self._label, self._action, exc) from exc
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from agents_api import clock
+from agents_api.errors import brief_repr
 from datamachine.errors import (
     ChatSessionExists,
     ChatSessionNotFound,
@@ -25,7 +26,7 @@ from datamachine.errors import (
     SessionAborted,
     UsageError,
 )
-from datamachine.registry import validate_budget_value
+from datamachine.registry import MAX_BUDGET_VALUE, validate_budget_value
 from datamachine.storage._tx import (
     Connected,
     connection_lock,
@@ -169,7 +170,9 @@ class ChatSessionStore:
             return self.get(sid)
 
     def get(self, session_id: str) -> ChatSession:
-        """The session; ChatSessionNotFound if there is none."""
+        """The session; ChatSessionNotFound if there is none (UsageError for a value that
+        cannot be a session id)."""
+        check_session_id(session_id)
         with self._lock:
             row = query_one(self._db.conn, f"SELECT {_COLUMNS} FROM chat_sessions WHERE id = ?",
                             [session_id])
@@ -180,11 +183,11 @@ class ChatSessionStore:
     def list(self, limit: int = 50) -> builtins.list[ChatSession]:
         """Sessions, most recently updated first."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise UsageError(f"limit must be a positive integer, got {limit!r}.")
+            raise UsageError(f"limit must be a positive integer, got {brief_repr(limit)}.")
         with self._lock:
             rows = query(self._db.conn,
                          f"SELECT {_COLUMNS} FROM chat_sessions ORDER BY updated_at DESC, id "
-                         "LIMIT ?", [limit])
+                         "LIMIT ?", [min(limit, 2**63 - 1)])  # more than SQLite counts: all
         return [_session(row) for row in rows]
 
     def require_active(self, session_id: str) -> ChatSession:
@@ -207,8 +210,10 @@ class ChatSessionStore:
 
     def add_turns(self, session_id: str, n: int = 1) -> ChatSession:
         """Count ``n`` more provider turns (also when unlimited). Refused once aborted."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise UsageError(f"add_turns needs a non-negative integer, got {n!r}.")
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_BUDGET_VALUE:
+            # More than any turn limit at once is a mistake (and 2**63 overflowed SQLite).
+            raise UsageError(f"add_turns needs an integer from 0 to {MAX_BUDGET_VALUE:,}, got "
+                             f"{brief_repr(n)}.")
         return self._update(session_id, "turn_count = turn_count + ?", [n], active_only=True)
 
     def reset_turns(self, session_id: str) -> ChatSession:
@@ -228,6 +233,7 @@ class ChatSessionStore:
 
     def _update(self, session_id: str, assignments: str, params: builtins.list[Any], *,
                 active_only: bool) -> ChatSession:
+        check_session_id(session_id)
         with self._lock:
             with immediate(self._db, self._lock, self._label, "update a chat session") as conn:
                 row = query_one(conn, f"SELECT {_COLUMNS} FROM chat_sessions WHERE id = ?",

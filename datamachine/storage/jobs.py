@@ -18,18 +18,20 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from agents_api import clock
-from agents_api.jsontext import plain_json
+from agents_api.errors import brief_repr
+from agents_api.jsontext import plain_json, unreadable
 from datamachine.errors import InvalidJobTransition, JobNotFound, UsageError
 from datamachine.storage._tx import (
     Connected,
     connection_lock,
     db_label,
     immediate,
+    is_utf8,
     query,
     query_one,
 )
 
-__all__ = ["Job", "JobStatus", "JobStore"]
+__all__ = ["MAX_JOB_ID", "Job", "JobStatus", "JobStore", "check_job_id", "is_job_id"]
 
 JobStatus = Literal["pending", "running", "completed", "failed"]
 JOB_STATUSES: tuple[JobStatus, ...] = ("pending", "running", "completed", "failed")
@@ -60,10 +62,33 @@ class Job(BaseModel):
     finished_at: float | None
 
 
-def _check_id(job_id: object) -> int:
-    if isinstance(job_id, bool) or not isinstance(job_id, int):
-        raise UsageError(f"A job id is an integer (as returned by jobs.create), got {job_id!r}.")
+# Job ids are SQLite rowids handed out by ``create``: 1, 2, 3, ... up to the largest 64-bit
+# signed integer. SQLite cannot even be asked about a larger one (OverflowError).
+MAX_JOB_ID = 2**63 - 1
+
+
+def is_job_id(value: object) -> bool:
+    """Whether ``value`` could be a job id: an int (not a bool) from 1 to ``MAX_JOB_ID``."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_JOB_ID
+
+
+def check_job_id(job_id: object) -> int:
+    """``job_id`` if it could be a job id, else a UsageError.
+
+    Out of range is a usage error, not ``JobNotFound``: like ``"x"``, ``0`` or ``2**63`` is no
+    job id at all, whatever the database holds, and it is refused before the database is
+    asked. ``JobNotFound`` means a well-formed id that no job has (yet, or any more).
+    """
+    if not isinstance(job_id, int) or not is_job_id(job_id):
+        raise UsageError(f"A job id is an integer from 1 to {MAX_JOB_ID} (as returned by "
+                         f"jobs.create), got {brief_repr(job_id)}.")
     return job_id
+
+
+def _limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise UsageError(f"limit must be a positive integer, got {brief_repr(limit)}.")
+    return min(limit, MAX_JOB_ID)  # more rows than SQLite can count is all of them
 
 
 def _encode_data(engine_data: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
@@ -76,6 +101,9 @@ def _encode_data(engine_data: Mapping[str, Any] | None, what: str) -> dict[str, 
         plain_json(data)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{what} must be JSON-serializable: {exc}.") from None
+    problem = unreadable(data)
+    if problem is not None:
+        raise UsageError(f"{what}{problem[0]} cannot be stored: {problem[1]}.")
     return data
 
 
@@ -94,8 +122,10 @@ class JobStore:
     def create(self, flow_step_id: str | None = None,
                engine_data: Mapping[str, Any] | None = None) -> Job:
         """A new ``pending`` job, optionally tied to a flow step and seeded with engine data."""
-        if flow_step_id is not None and not isinstance(flow_step_id, str):
-            raise UsageError(f"flow_step_id must be a string or None, got {flow_step_id!r}.")
+        if flow_step_id is not None and not (isinstance(flow_step_id, str)
+                                             and is_utf8(flow_step_id)):
+            raise UsageError(f"flow_step_id must be a string or None, got "
+                             f"{brief_repr(flow_step_id)}.")
         data = _encode_data(engine_data, "engine_data")
         now = clock.now()
         with self._lock:
@@ -110,7 +140,7 @@ class JobStore:
 
     def get(self, job_id: int) -> Job:
         """The job with ``job_id``; JobNotFound if there is none."""
-        jid = _check_id(job_id)
+        jid = check_job_id(job_id)
         with self._lock:
             row = query_one(self._db.conn, f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", [jid])
         if row is None:
@@ -121,8 +151,7 @@ class JobStore:
         """Jobs, newest first, optionally only those in ``status``."""
         if status is not None and status not in JOB_STATUSES:
             raise UsageError(f"status must be one of {', '.join(JOB_STATUSES)}, got {status!r}.")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise UsageError(f"limit must be a positive integer, got {limit!r}.")
+        limit = _limit(limit)
         sql = f"SELECT {_COLUMNS} FROM jobs"
         params: builtins.list[Any] = []
         if status is not None:
@@ -145,13 +174,14 @@ class JobStore:
     def fail(self, job_id: int, reason: str) -> Job:
         """``running`` -> ``failed`` with ``reason`` (for example
         ``completion_assertions_missing``)."""
-        if not isinstance(reason, str) or not reason.strip():
-            raise UsageError("A job failure needs a non-empty reason string.")
+        if not isinstance(reason, str) or not reason.strip() or not is_utf8(reason):
+            raise UsageError(f"A job failure needs a non-empty reason string, got "
+                             f"{brief_repr(reason)}.")
         return self._move(job_id, "failed", reason)
 
     def merge_engine_data(self, job_id: int, data: Mapping[str, Any]) -> Job:
         """Merge ``data``'s top-level keys into the job's engine data (later writes win)."""
-        jid = _check_id(job_id)
+        jid = check_job_id(job_id)
         update = _encode_data(data, "engine data to merge")
         with self._lock:
             with immediate(self._db, self._lock, self._label, "update a job") as conn:
@@ -166,7 +196,7 @@ class JobStore:
             return self.get(jid)
 
     def _move(self, job_id: int, target: JobStatus, reason: str | None = None) -> Job:
-        jid = _check_id(job_id)
+        jid = check_job_id(job_id)
         allowed = _TRANSITIONS[target]
         now = clock.now()
         with self._lock:

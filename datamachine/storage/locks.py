@@ -9,7 +9,6 @@ Expiry is read from ``agents_api.clock.now()``, so freezegun moves it in tests.
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
 import socket
@@ -18,13 +17,14 @@ import sqlite3
 from pydantic import BaseModel, ConfigDict
 
 from agents_api import clock
-from agents_api.errors import LockLost
+from agents_api.errors import LockLost, brief_repr
 from datamachine.errors import UsageError
 from datamachine.storage._tx import (
     Connected,
     connection_lock,
     db_label,
     immediate,
+    is_utf8,
     query,
     query_one,
 )
@@ -54,22 +54,31 @@ class LockInfo(BaseModel):
 
 
 def check_session_id(session_id: object) -> str:
-    """Return ``session_id`` if it is a non-empty string of at most 200 characters."""
-    if not isinstance(session_id, str) or not session_id.strip() or len(session_id) > 200:
+    """Return ``session_id`` if it is a non-empty string of at most 200 characters that
+    SQLite can store (UTF-8: a lone surrogate raised UnicodeEncodeError at the query)."""
+    if not isinstance(session_id, str) or not session_id.strip() or len(session_id) > 200 \
+            or not (session_id.isascii() or is_utf8(session_id)):
         raise UsageError(
             f"A session id must be a non-empty string of at most 200 characters, "
-            f"got {session_id!r}."
+            f"got {brief_repr(session_id)}."
         )
     return session_id
 
 
+
+def _could_be_token(token: object) -> bool:
+    # acquire() hands out hex strings; anything SQLite cannot even compare (a lone surrogate
+    # raised UnicodeEncodeError) holds no lock.
+    return not isinstance(token, str) or token.isascii() or is_utf8(token)
+
+
 def check_ttl(ttl: object) -> float:
     """``ttl`` as seconds if it is a finite number in (0, 86400]; else a UsageError."""
-    if (isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl)
-            or not 0 < ttl <= MAX_TTL):
+    seconds = clock.duration(ttl)
+    if seconds is None or seconds > MAX_TTL:
         raise UsageError(f"A lock ttl must be a number of seconds above 0 and at most {MAX_TTL}, "
-                         f"got {ttl!r}.")
-    return float(ttl)
+                         f"got {brief_repr(ttl)}.")
+    return seconds
 
 
 def prove(conn: sqlite3.Connection, session_id: str, token: str, ttl: float,
@@ -129,6 +138,8 @@ class TranscriptLocks:
         """
         sid = check_session_id(session_id)
         seconds = check_ttl(ttl)
+        if not _could_be_token(token):
+            return False
         now = clock.now()
         with immediate(self._db, self._lock, self._label, "renew a transcript lock") as conn:
             cursor = conn.execute(
@@ -140,6 +151,8 @@ class TranscriptLocks:
     def release(self, session_id: str, token: str) -> bool:
         """Release the lock if ``token`` still holds it; a stale token releases nothing."""
         sid = check_session_id(session_id)
+        if not _could_be_token(token):
+            return False  # no lock was ever given such a token: nothing to release
         with immediate(self._db, self._lock, self._label, "release a transcript lock") as conn:
             cursor = conn.execute(
                 "DELETE FROM transcript_locks WHERE session_id = ? AND token = ?",
@@ -149,6 +162,7 @@ class TranscriptLocks:
 
     def info(self, session_id: str) -> LockInfo | None:
         """The live (unexpired) lock on ``session_id``, or None."""
+        check_session_id(session_id)
         with self._lock:
             row = query_one(
                 self._db.conn,

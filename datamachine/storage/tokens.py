@@ -161,12 +161,12 @@ class TokenStore:
     def lookup(self, token: str) -> ApiToken | None:
         """The active token ``token`` with its claims, else None (never raises for bad input:
         a value that cannot be a token is simply not one)."""
-        if not isinstance(token, str) or not token.startswith(TOKEN_PREFIX):
+        # Every issued token is ASCII; anything else (a lone surrogate from a bad header
+        # decoder, which UTF-8 cannot even encode) is simply not one of ours.
+        if not isinstance(token, str) or not token.startswith(TOKEN_PREFIX) \
+                or not token.isascii():
             return None
-        try:
-            digest = hash_token(token)
-        except UnicodeEncodeError:  # a lone surrogate: no issued token contains one
-            return None
+        digest = hash_token(token)
         with self._lock:
             row = query_one(self._db.conn,
                             f"SELECT {_COLUMNS}, token_hash FROM api_tokens "

@@ -24,20 +24,23 @@ from __future__ import annotations
 
 import builtins
 import json
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agents_api import clock
-from datamachine.errors import TranscriptNotFound, UsageError
+from agents_api import InvalidMessage, Message, clock, normalize_messages
+from agents_api.errors import brief_repr
+from datamachine.errors import DatabaseError, TranscriptNotFound, UsageError, first_field_error
 from datamachine.storage import transcript_rows as rows
 from datamachine.storage._tx import (
     Connected,
     connection_lock,
     db_label,
     immediate,
+    is_utf8,
     query,
     query_one,
     snapshot,
@@ -45,12 +48,20 @@ from datamachine.storage._tx import (
 from datamachine.storage.locks import TranscriptLocks, check_session_id, prove
 from datamachine.storage.transcript_writer import TranscriptWriter, TurnHook
 
-__all__ = ["Transcript", "TranscriptStatus", "TranscriptStore", "TranscriptSummary"]
+__all__ = ["MAX_TURN", "TRANSCRIPT_STATUSES", "Transcript", "TranscriptStatus",
+           "TranscriptStore", "TranscriptSummary"]
+
+logger = logging.getLogger("datamachine.storage")
 
 TranscriptStatus = Literal[
     "running", "interrupted", "completed", "incomplete", "budget_exceeded", "aborted", "error",
     "awaiting_confirmation",
 ]
+TRANSCRIPT_STATUSES: tuple[str, ...] = get_args(TranscriptStatus)
+# The largest turn number a by-hand append takes: a run's turns are bounded by its
+# conversation_turns budget (at most 10,000), and every count stays far inside SQLite's integers.
+MAX_TURN = 1_000_000
+_MAX_SQL_INT = 2**63 - 1
 MessageLike = rows.MessageLike
 
 _COLUMNS = ("t.id, t.status, t.provider, t.model, t.mode, t.created_at, t.updated_at, "
@@ -133,17 +144,31 @@ class TranscriptStore:
     def begin(self, session_id: str, messages: Sequence[MessageLike],
               request: Mapping[str, Any] | None = None, *, token: str | None = None) -> None:
         """Store a run's starting messages (those beyond the stored ones) before its first
-        turn; with ``token``, only while that token holds the session's lock."""
-        self._write(session_id, token, "start a transcript",
-                    lambda conn, sid, now: rows.start(conn, sid, messages, dict(request or {}),
+        turn; with ``token``, only while that token holds the session's lock. Bad arguments
+        raise UsageError naming them, before anything is written."""
+        checked = _checked_messages(messages)
+        if request is not None and not isinstance(request, Mapping):
+            raise UsageError(f"request must be a dict (provider, model, mode), got "
+                             f"{type(request).__name__}.")
+        self._write(session_id, _checked_token(token), "start a transcript",
+                    lambda conn, sid, now: rows.start(conn, sid, checked, dict(request or {}),
                                                       now))
 
     def append_turn(self, session_id: str, turn: int, messages: Sequence[MessageLike], *,
                     token: str | None = None) -> None:
         """Append one finished turn's messages and the row's counts in one transaction
-        (creating the row if needed); with ``token``, also proving and extending its lock."""
-        self._write(session_id, token, "append a turn",
-                    lambda conn, sid, now: rows.append(conn, sid, turn, messages, now))
+        (creating the row if needed); with ``token``, also proving and extending its lock.
+
+        Every argument is checked before anything is written (UsageError naming it): a turn
+        number that is not an integer from 1 to 1,000,000 used to be stored as the row's
+        count and broke ``list()`` for the whole database.
+        """
+        if isinstance(turn, bool) or not isinstance(turn, int) or not 1 <= turn <= MAX_TURN:
+            raise UsageError(f"turn must be the turn's number, an integer from 1 to "
+                             f"{MAX_TURN:,}, got {brief_repr(turn)}.")
+        checked = _checked_messages(messages)
+        self._write(session_id, _checked_token(token), "append a turn",
+                    lambda conn, sid, now: rows.append(conn, sid, turn, checked, now))
 
     def persist(self, messages: Sequence[MessageLike], request: Mapping[str, Any],
                 result: Any) -> str:
@@ -180,6 +205,9 @@ class TranscriptStore:
     def set_status(self, session_id: str, status: TranscriptStatus) -> None:
         """Correct a finished run's stored status (a chat run the session limit aborted)."""
         sid = check_session_id(session_id)
+        if status not in TRANSCRIPT_STATUSES:
+            raise UsageError(f"status must be one of {', '.join(TRANSCRIPT_STATUSES)}, got "
+                             f"{brief_repr(status)}.")
         with self._lock, immediate(self._db, self._lock, self._label,
                                    "update a transcript") as conn:
             conn.execute(
@@ -190,6 +218,7 @@ class TranscriptStore:
 
     def exists(self, session_id: str) -> bool:
         """True if a transcript is stored under ``session_id``."""
+        check_session_id(session_id)
         with self._lock:
             row = self._db.conn.execute(
                 "SELECT 1 FROM transcripts WHERE id = ?", [session_id]
@@ -220,6 +249,7 @@ class TranscriptStore:
 
     def get(self, session_id: str) -> list[dict[str, Any]]:
         """The stored messages (envelope dicts), in order; TranscriptNotFound if unknown."""
+        check_session_id(session_id)
         with snapshot(self._db, self._lock, self._label) as conn:
             found = conn.execute(
                 "SELECT envelope FROM transcript_messages WHERE session_id = ? ORDER BY position",
@@ -229,28 +259,51 @@ class TranscriptStore:
         return [json.loads(row[0]) for row in found]
 
     def summary(self, session_id: str) -> TranscriptSummary:
-        """Metadata of one transcript, without its messages; TranscriptNotFound if unknown."""
+        """Metadata of one transcript, without its messages; TranscriptNotFound if unknown,
+        DatabaseError naming it if its row is damaged."""
+        check_session_id(session_id)
         with snapshot(self._db, self._lock, self._label) as conn:
-            return TranscriptSummary(**self._fields(conn, session_id))
+            return self._summary(self._row(conn, session_id))
 
     def get_transcript(self, session_id: str) -> Transcript:
         """Metadata and messages of one transcript; TranscriptNotFound if unknown."""
+        check_session_id(session_id)
         with snapshot(self._db, self._lock, self._label) as conn:  # one consistent read
-            fields = self._fields(conn, session_id)
-            return Transcript(**fields, messages=self.get(session_id))
+            summary = self._summary(self._row(conn, session_id))
+            return Transcript(**summary.model_dump(), messages=self.get(session_id))
 
-    def _fields(self, conn: Any, session_id: str) -> dict[str, Any]:
+    def _row(self, conn: Any, session_id: str) -> Any:
         row = query_one(conn, f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN} "
                               "WHERE t.id = ?", [clock.now(), session_id])
         if row is None:
             raise self._not_found(session_id)
-        return _summary_fields(row)
+        return row
+
+    def _summary(self, row: Any) -> TranscriptSummary:
+        """The summary of one stored row; a row this version cannot read (written by hand, by
+        an older bug) is a DatabaseError naming the session and the field."""
+        try:
+            return TranscriptSummary(**_summary_fields(row))
+        except (ValidationError, ValueError, TypeError) as exc:  # ValueError: bad JSON
+            where = first_field_error(exc)[0] if isinstance(exc, ValidationError) else ""
+            raise DatabaseError(
+                f"The transcript row {row['id']!r} in {self._label} is damaged"
+                f"{f' ({where})' if where else ''}: {_problem(exc)}. Delete it, or correct "
+                "the row by hand.") from None
 
     def list(self, *, limit: int = 50,
              status: TranscriptStatus | None = None) -> builtins.list[TranscriptSummary]:
-        """The most recently updated transcripts first, optionally only those in ``status``."""
+        """The most recently updated transcripts first, optionally only those in ``status``.
+
+        A damaged row (one this version cannot read) never costs the whole listing: it is left
+        out and logged as a warning naming the session, so ``summary(id)`` can explain it.
+        """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise UsageError(f"limit must be a positive integer, got {limit!r}.")
+            raise UsageError(f"limit must be a positive integer, got {brief_repr(limit)}.")
+        if status is not None and status not in TRANSCRIPT_STATUSES:
+            raise UsageError(f"status must be one of {', '.join(TRANSCRIPT_STATUSES)}, got "
+                             f"{brief_repr(status)}.")
+        limit = min(limit, _MAX_SQL_INT)  # more than SQLite can count is all of them
         effective = ("CASE WHEN t.status = 'running' AND l.expires_at IS NULL "
                      "THEN 'interrupted' ELSE t.status END")
         sql = f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN}"
@@ -262,13 +315,43 @@ class TranscriptStore:
         params.append(limit)
         with snapshot(self._db, self._lock, self._label) as conn:
             found = query(conn, sql, params)
-        return [TranscriptSummary(**_summary_fields(row)) for row in found]
+        listed: builtins.list[TranscriptSummary] = []
+        for row in found:
+            try:
+                listed.append(self._summary(row))
+            except DatabaseError as exc:
+                logger.warning("datamachine: %s Left out of the listing.", exc)
+        return listed
 
     def _not_found(self, session_id: str) -> TranscriptNotFound:
         return TranscriptNotFound(
             f"No transcript is stored under session id {session_id!r} in {self._label}; "
             "list them with host.transcripts.list() or `datamachine transcripts list`."
         )
+
+
+def _checked_messages(messages: object) -> builtins.list[Message]:
+    """A by-hand write's messages as envelopes, every one checked before anything is written
+    (UsageError naming the first bad one)."""
+    if not isinstance(messages, list | tuple):
+        raise UsageError(f"messages must be a list of messages, got {type(messages).__name__}.")
+    try:
+        return normalize_messages(messages)
+    except InvalidMessage as exc:
+        raise UsageError(f"messages: {exc}") from None
+
+
+def _checked_token(token: object) -> str | None:
+    if token is not None and not (isinstance(token, str) and token and is_utf8(token)):
+        raise UsageError(f"token must be the lock token acquire() returned, got "
+                         f"{brief_repr(token)}.")
+    return token
+
+
+def _problem(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return first_field_error(exc)[1]
+    return str(exc)
 
 
 def _summary_fields(row: Any) -> dict[str, Any]:

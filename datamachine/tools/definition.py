@@ -19,13 +19,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from agents_api.errors import brief_repr
 from agents_api.jsontext import canonical_json
 from datamachine.errors import InvalidToolDefinition
 from datamachine.tools.docstrings import parse_docstring
 from datamachine.tools.typed import CONTEXT_PARAMETER, signature_arguments
 from datamachine.tools.validation import ArgumentValidator, ParameterValidator
 
-__all__ = ["DUPLICATE_POLICIES", "TOOL_NAME_PATTERN", "Tool"]
+__all__ = ["DUPLICATE_POLICIES", "TOOL_NAME_PATTERN", "Tool", "tool_problem"]
 
 # Names every provider accepts for a function (OpenAI's rule is the strictest).
 TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -94,13 +95,10 @@ class Tool(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Tool:
-        if not TOOL_NAME_PATTERN.match(self.name):
-            raise ValueError(
-                f"name {self.name!r} must be 1-64 characters of letters, digits, '_' or '-' "
-                "(the names every provider accepts)"
-            )
-        _check_schema(self.parameters)
-        _check_runtime(self.runtime)
+        _fill_schema_defaults(self.parameters)
+        problem = tool_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     # -- what calling and offering the tool needs, worked out once --------------------------
@@ -239,43 +237,66 @@ def _is_coroutine_function(function: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(inspect.getattr_static(type(function), "__call__", None))
 
 
-def _check_schema(schema: dict[str, Any]) -> None:
-    kind = schema.setdefault("type", "object")
+def tool_problem(tool: Tool) -> str | None:
+    """Why ``tool`` breaks the rules every definition is checked against, else None: a
+    provider-safe name, a callable function, a JSON-schema object of parameters, a known
+    runtime. What ``Tool(...)`` checks when it is built, and what a run checks again for a tool
+    that skipped it (``model_copy(update=...)``, ``model_construct``, a schema changed later).
+    """
+    name = tool.name
+    if not isinstance(name, str) or not TOOL_NAME_PATTERN.fullmatch(name):
+        return (f"name {brief_repr(name)} must be 1-64 characters of letters, digits, '_' or "
+                "'-' (the names every provider accepts)")
+    if not callable(tool.function):
+        return f"field 'function' must be callable, got {type(tool.function).__name__}"
+    if not isinstance(tool.description, str):
+        return f"field 'description' must be a string, got {type(tool.description).__name__}"
+    return _schema_problem(tool.parameters) or _runtime_problem(tool.runtime)
+
+
+def _fill_schema_defaults(schema: dict[str, Any]) -> None:
+    # What a definition may leave out: an object with no parameters (the tool's own copy).
+    schema.setdefault("type", "object")
+    schema.setdefault("properties", {})
+    schema.setdefault("required", [])
+
+
+def _schema_problem(schema: object) -> str | None:
+    if not isinstance(schema, dict):
+        return f"parameters must be a JSON-schema object, got {type(schema).__name__}"
+    kind = schema.get("type", "object")
     if kind != "object":
-        raise ValueError(
-            f'parameters must be a JSON-schema object ("type": "object"), got {kind!r}'
-        )
-    properties = schema.setdefault("properties", {})
+        return f'parameters must be a JSON-schema object ("type": "object"), got {kind!r}'
+    properties = schema.get("properties", {})
     if not isinstance(properties, dict) or not all(
         isinstance(key, str) and isinstance(value, dict) for key, value in properties.items()
     ):
-        raise ValueError("parameters.properties must map each parameter name to a schema dict")
-    required = schema.setdefault("required", [])
+        return "parameters.properties must map each parameter name to a schema dict"
+    required = schema.get("required", [])
     if not isinstance(required, list) or not all(isinstance(item, str) for item in required):
-        raise ValueError("parameters.required must be a list of parameter names")
+        return "parameters.required must be a list of parameter names"
     unknown = [item for item in required if item not in properties]
     if unknown:
-        raise ValueError(
-            f"parameters.required names {', '.join(unknown)}, which parameters.properties does "
-            "not define"
-        )
+        return (f"parameters.required names {', '.join(unknown)}, which parameters.properties "
+                "does not define")
+    return None
 
 
-def _check_runtime(runtime: dict[str, Any]) -> None:
+def _runtime_problem(runtime: object) -> str | None:
+    if not isinstance(runtime, dict):
+        return f"runtime must be a dict, got {type(runtime).__name__}"
     approval = runtime.get("requires_approval")
     if approval is not None and not isinstance(approval, bool):
-        raise ValueError(f"runtime.requires_approval must be true or false, got {approval!r}")
+        return f"runtime.requires_approval must be true or false, got {approval!r}"
     policy = runtime.get("duplicate_policy")
     if policy is not None and policy not in DUPLICATE_POLICIES:
-        raise ValueError(
-            f"runtime.duplicate_policy must be one of {sorted(DUPLICATE_POLICIES)}, got {policy!r}"
-        )
+        return (f"runtime.duplicate_policy must be one of {sorted(DUPLICATE_POLICIES)}, "
+                f"got {policy!r}")
     signal = runtime.get("completion_signal")
     if signal is not None and signal not in COMPLETION_SIGNALS:
-        raise ValueError(
-            f"runtime.completion_signal must be one of {sorted(COMPLETION_SIGNALS)}, "
-            f"got {signal!r}"
-        )
+        return (f"runtime.completion_signal must be one of {sorted(COMPLETION_SIGNALS)}, "
+                f"got {signal!r}")
+    return None
 
 
 _FIELD_HELP: dict[str, str] = {

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from datamachine.tools.definition import Tool
 from datamachine.tools.history import TranscriptIndex
+from datamachine.tools.results import rejected_result
 
 __all__ = [
     "DUPLICATE_ERROR_TYPE",
@@ -80,16 +81,10 @@ def check_duplicate(
 
     ``key`` is the canonical JSON of ``parameters``; ``index`` must already have read the
     transcript up to (not including a result for) the current call. The result is a failed
-    tool result marked ``rejected`` so the adapter can leave it out of
+    tool result marked rejected (``results.REJECTED``) so the adapter can leave it out of
     ``tool_execution_results`` while the transcript keeps it.
     """
     if tool.repeatable or not index.succeeded(tool.name, key):
         return None
-    return {
-        "success": False,
-        "error": duplicate_message(tool.name, mode),
-        "error_type": DUPLICATE_ERROR_TYPE,
-        "rejected": True,
-        "tool_name": tool.name,
-        "parameters": dict(parameters),
-    }
+    return rejected_result(tool.name, parameters, duplicate_message(tool.name, mode),
+                           DUPLICATE_ERROR_TYPE)

@@ -28,7 +28,12 @@ from datamachine.tools.definition import Tool
 from datamachine.tools.duplicates import check_duplicate
 from datamachine.tools.history import TranscriptIndex, canonical_json
 from datamachine.tools.registry import normalize_tools
-from datamachine.tools.results import failed_result, normalize_return
+from datamachine.tools.results import (
+    failed_result,
+    is_rejected,
+    normalize_return,
+    rejected_result,
+)
 from datamachine.tools.runtime_rules import RuntimeRule, RuntimeRuleSet, parse_runtime_rules
 from datamachine.tools.validation import ArgumentValidator, ParameterError
 
@@ -249,8 +254,7 @@ class ToolExecutor:
         if not tracked:
             # Without a transcript the executor remembers outcomes itself.
             self.index.record_result(call_id, str(result.get("tool_name", "")),
-                                     result.get("success") is True,
-                                     result.get("rejected") is True)
+                                     result.get("success") is True, is_rejected(result))
         return result
 
     def _context(self, tool: Tool, call_id: str, context: Mapping[str, Any]) -> ToolContext:
@@ -287,14 +291,12 @@ APPROVAL_DECLINED = "approval_declined"
 
 
 def _declined(name: str, params: dict[str, Any], why: str) -> ToolResult:
-    return {"success": False, "error_type": APPROVAL_DECLINED, "rejected": True,
-            "error": (f"Tool '{name}' was not run: it {why}. Continue without it, or explain "
-                      "to the user what you wanted to do."),
-            "tool_name": name, "parameters": dict(params)}
+    return rejected_result(name, params, f"Tool '{name}' was not run: it {why}. Continue "
+                           "without it, or explain to the user what you wanted to do.",
+                           APPROVAL_DECLINED)
 
 
 def _closed(name: str, params: dict[str, Any]) -> ToolResult:
-    return {"success": False, "error_type": TOOLS_CLOSED, "rejected": True,
-            "error": (f"Tool '{name}' was not run: tools are closed for this turn because a "
-                      "budget is nearly spent. Write your final answer from what you have."),
-            "tool_name": name, "parameters": dict(params)}
+    return rejected_result(name, params, f"Tool '{name}' was not run: tools are closed for "
+                           "this turn because a budget is nearly spent. Write your final "
+                           "answer from what you have.", TOOLS_CLOSED)

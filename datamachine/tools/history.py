@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from agents_api import Message
 from agents_api.jsontext import canonical_json
 from datamachine.tools.arguments import coerce_parameters
+from datamachine.tools.results import REJECTED
 
 __all__ = ["CallObserver", "CompletedCall", "TranscriptIndex", "canonical_json",
            "coerce_parameters"]
@@ -138,7 +139,7 @@ class TranscriptIndex:
             name = payload.get("tool_name")
             call_id = str(metadata.get("tool_call_id") or "")
             self._close(call_id, name if isinstance(name, str) else "",
-                        payload.get("success") is True, payload.get("rejected") is True)
+                        payload.get("success") is True, payload.get(REJECTED) is True)
 
     def _close(self, call_id: str, name: str, success: bool, rejected: bool) -> None:
         entry = self._open.pop(call_id, None) if call_id else None

@@ -17,9 +17,31 @@ from pydantic import BaseModel
 
 from agents_api.jsontext import compact_json
 
-__all__ = ["failed_result", "normalize_return"]
+__all__ = ["REJECTED", "RESERVED_PREFIX", "failed_result", "is_rejected", "normalize_return",
+           "rejected_result"]
 
 _PRIMITIVES = (str, int, float, bool, type(None))
+
+# Keys of a tool result that only datamachine writes. A tool's own return value never carries
+# one (normalize_return drops them), so a tool cannot pass for something the executor decided.
+RESERVED_PREFIX = "_dm_"
+# The executor's mark on a call it refused to run (a duplicate, a runtime rule, an approval not
+# given, tools closed by wrap-up, a session aborted at its limit): such a result is kept in the
+# transcript but is not a result (``tool_execution_results``), not a success (completion
+# assertions) and not a call that ran (runtime rules, the final summary). It used to be the
+# plain key ``rejected``, which any tool could return to hide its result.
+REJECTED = "_dm_rejected"
+
+
+def is_rejected(result: Mapping[str, Any]) -> bool:
+    """Whether a tool result is a call the executor refused to run (see ``REJECTED``)."""
+    return result.get(REJECTED) is True
+
+
+def rejected_result(tool_name: str, parameters: Mapping[str, Any] | None, error: str,
+                    error_type: str, **extra: Any) -> dict[str, Any]:
+    """A refused call's result: a failed result the model reads, marked ``REJECTED``."""
+    return failed_result(tool_name, parameters, error, error_type, **extra, **{REJECTED: True})
 
 
 def failed_result(
@@ -56,6 +78,8 @@ def normalize_return(
     ``result`` (or, without one, the other keys) is the result; on failure its ``error``, else
     its ``message`` (else ``"Tool execution failed."``) is what the model reads, and
     ``error_type`` defaults to ``tool_error``. Anything else is a successful result as is.
+    Top-level keys in datamachine's reserved namespace (``_dm_...``, see ``REJECTED``) are
+    dropped from what the tool said: only the executor writes them.
     """
     if type(value) in _PRIMITIVES:
         # The common case (a number, a string): nothing to convert.
@@ -64,7 +88,9 @@ def normalize_return(
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     if isinstance(value, Mapping) and isinstance(value.get("success"), bool):
-        body = {key: val for key, val in value.items() if key != "success"}
+        # The keys are walked here anyway; dropping reserved ones adds one check per key.
+        body = {key: val for key, val in value.items() if key != "success"
+                and not (type(key) is str and key.startswith(RESERVED_PREFIX))}
         if value["success"]:
             if "result" in body:
                 out: dict[str, Any] = {"success": True, **body,

@@ -48,6 +48,7 @@ from pydantic import (
 from agents_api.jsontext import compact_json
 from datamachine.errors import InvalidToolRuntimeRule
 from datamachine.tools.history import CompletedCall
+from datamachine.tools.results import rejected_result
 
 __all__ = [
     "POLICY_PREFIX",
@@ -340,13 +341,6 @@ class RuntimeRuleSet:
             verdict = state.check(tool_name)
             if verdict is not None:
                 message, policy = verdict
-                return {
-                    "success": False,
-                    "error": message,
-                    "error_type": RULE_ERROR_TYPE,
-                    "rejected": True,
-                    "policy": policy,
-                    "tool_name": tool_name,
-                    "parameters": dict(parameters),
-                }
+                return rejected_result(tool_name, parameters, message, RULE_ERROR_TYPE,
+                                       policy=policy)
         return None

@@ -213,6 +213,17 @@ def test_jobs_and_sessions_can_be_browsed(runner: CliRunner, tmp_path: Path) -> 
     assert code == 1
 
 
+@pytest.mark.parametrize("job_id", ["99999999999999999999999", "0"])
+def test_jobs_show_of_an_id_no_job_can_have_is_one_line_and_exit_2(
+        runner: CliRunner, tmp_path: Path, job_id: str) -> None:
+    result = runner.invoke(cli, ["--db", str(tmp_path / "d.db"), "jobs", "show", job_id])
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [
+        f"Error: A job id is an integer from 1 to 9223372036854775807 (as returned by "
+        f"jobs.create), got {job_id}."]
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
 def test_run_sends_dash_o_model_options_to_the_provider(
     runner: CliRunner, tmp_path: Path
 ) -> None:

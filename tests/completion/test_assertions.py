@@ -20,6 +20,7 @@ from datamachine.completion import (
 from datamachine.completion.assertions import has_value, lookup_path, strict_equal
 from datamachine.completion.nudges import describes_tool_action, diagnostic_copy, truncate
 from datamachine.errors import InvalidCompletionAssertions, UsageError
+from datamachine.tools.results import REJECTED
 from tests.completion.helpers import handler_tool, publish
 
 OK = {"success": True, "result": {"ok": True}}
@@ -102,12 +103,15 @@ def test_empty_config_asserts_nothing() -> None:
 def test_only_successful_unrejected_results_count() -> None:
     t = tracker({"required_tool_names": ["a"], "minimum_successful_tool_counts": {"a": 2}})
     assert t.record("a", {"success": False, "error": "x"}) is False
-    assert t.record("a", {"success": True, "rejected": True}) is False
+    assert t.record("a", {"success": True, REJECTED: True}) is False
     assert t.record("a", OK) is True
     evaluation = t.evaluate()
     assert evaluation.satisfied == {"tool_names": ["a"]}
     assert evaluation.missing == {"tool_counts": ["a: 1/2"]}
     assert evaluation.required == {"tool_names": ["a"], "tool_counts": ["a>=2"]}
+    # A tool's own "rejected" is data: only the executor's mark (a key no tool can set) counts.
+    assert t.record("a", {"success": True, "rejected": True}) is True
+    assert t.evaluate().complete
     t.record("a", OK)
     assert t.evaluate().complete
     assert t.evaluate().satisfied["tool_counts"] == ["a>=2"]

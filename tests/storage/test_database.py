@@ -6,6 +6,7 @@ import os
 import sqlite3
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlite_utils import Database, Migrations
@@ -171,9 +172,10 @@ def test_a_database_missing_a_migration_is_migrated_when_opened(tmp_path: Path) 
     path = tmp_path / "partial.db"
     handle = open_handle(path)
     assert handle.migrated
-    last = MIGRATION_NAMES[-1]
+    last = "m008_token_claims"
+    assert last in MIGRATION_NAMES
     added = [("api_tokens", "tools"), ("api_tokens", "site"), ("chat_sessions", "token_name"),
-             ("transcripts", "token_name")]  # what the last migration made
+             ("transcripts", "token_name")]  # what that migration made
     for table, column in added:
         handle.conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     handle.conn.execute("DELETE FROM _sqlite_migrations WHERE name = ?", [last])
@@ -201,3 +203,39 @@ def test_the_handles_database_shares_its_connection_and_lock(tmp_path: Path) -> 
     assert database.conn is handle.conn
     assert connection_lock(database) is connection_lock(handle)
     handle.conn.close()
+
+
+def test_stored_refusals_move_to_the_executors_own_mark_and_tool_data_stays(
+        tmp_path: Path) -> None:
+    import json
+
+    from datamachine.db import open_handle
+    from datamachine.tools.results import REJECTED
+
+    path = tmp_path / "old.db"
+    handle = open_handle(path)
+
+    def envelope(payload: dict[str, Any]) -> str:
+        return json.dumps({"schema": "agents-api.message", "version": 1, "type": "tool_result",
+                           "role": "tool", "content": "x", "payload": payload,
+                           "metadata": {"tool_call_id": "c"}}, separators=(",", ":"))
+
+    refused: dict[str, Any] = {"success": False, "error_type": "duplicate_tool_call",
+                               "rejected": True}
+    own: dict[str, Any] = {"success": True, "result": 1, "rejected": True}  # its own data
+    handle.conn.execute("INSERT INTO transcripts (id, status, created_at, updated_at) "
+                        "VALUES ('s', 'completed', 0, 0)")
+    handle.conn.executemany(
+        "INSERT INTO transcript_messages (session_id, position, turn, envelope, created_at) "
+        "VALUES ('s', ?, 1, ?, 0)", [(0, envelope(refused)), (1, envelope(own))])
+    # The database as a version before m009 left it.
+    handle.conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'm009_rejected_mark'")
+    handle.conn.commit()
+    handle.conn.close()
+
+    reopened = open_handle(path)
+    stored = [json.loads(row[0])["payload"] for row in reopened.conn.execute(
+        "SELECT envelope FROM transcript_messages ORDER BY position")]
+    reopened.conn.close()
+    assert stored == [{"success": False, "error_type": "duplicate_tool_call", REJECTED: True},
+                      own]

@@ -94,6 +94,39 @@ def test_missing_jobs_and_bad_arguments_are_clear_errors(host: Host) -> None:
         host.jobs.fail(job.id, "  ")
 
 
+@pytest.mark.parametrize("job_id", [2**63, 10**30, 0, -1, True])
+def test_an_id_no_job_can_have_is_a_usage_error_at_every_job_entry_point(
+        host: Host, job_id: int) -> None:
+    # 2**63 reached SQLite and raised OverflowError; 0 and -1 were a JobNotFound. None of them
+    # is a job id whatever the database holds: a usage error, before the database is asked.
+    job = host.jobs.start(host.jobs.create().id)
+    for call in (host.jobs.get, host.jobs.start, host.jobs.complete,
+                 lambda j: host.jobs.fail(j, "boom"),
+                 lambda j: host.jobs.merge_engine_data(j, {"k": 1})):
+        with pytest.raises(UsageError, match=r"job id is an integer from 1 to 9223372036854775807"):
+            call(job_id)
+    assert host.jobs.get(job.id) == job
+
+
+def test_the_largest_possible_job_id_is_a_lookup(host: Host) -> None:
+    with pytest.raises(JobNotFound, match="9223372036854775807"):
+        host.jobs.get(2**63 - 1)
+
+
+def test_a_limit_beyond_what_sqlite_counts_lists_everything(host: Host) -> None:
+    job = host.jobs.create()
+    assert [j.id for j in host.jobs.list(limit=2**70)] == [job.id]
+
+
+@pytest.mark.parametrize("job_id", [2**63, "99999999999999999999999", "\u00b2", 0])
+def test_a_payload_job_id_no_job_can_have_is_reported_not_raised(host: Host,
+                                                                  job_id: object) -> None:
+    result = host.run_conversation([{"role": "user", "content": "go"}],
+                                   payload={"job_id": job_id})
+    assert result.status == "completed"
+    assert any("is not a job id" in warning for warning in result.warnings)
+
+
 def test_job_ids_are_never_reused(host: Host) -> None:
     job = host.jobs.create()
     host.db.execute("DELETE FROM jobs WHERE id = ?", [job.id])

@@ -21,7 +21,8 @@ def test_a_token_is_shown_once_and_only_its_hash_is_stored(host: Host) -> None:
     assert host.tokens.verify(token) == "ci"
 
 
-@pytest.mark.parametrize("wrong", ["", "dm_", "dm_nope", "Bearer dm_x", None, 42])
+@pytest.mark.parametrize("wrong", ["", "dm_", "dm_nope", "Bearer dm_x", None, 42,
+                                   "dm_\ud800", "dm_caf\u00e9", "dm_\x00"])
 def test_anything_but_an_active_token_verifies_as_none(host: Host, wrong: object) -> None:
     host.tokens.create("ci")
     assert host.tokens.verify(wrong) is None  # type: ignore[arg-type]

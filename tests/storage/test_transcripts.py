@@ -221,6 +221,65 @@ def test_unknown_transcripts_are_reported_by_id(store: TranscriptStore) -> None:
     assert store.exists("nope") is False
 
 
+@pytest.mark.parametrize(("turn", "messages", "match"), [
+    ("one", [Message.text("user", "a")], "turn must be"),
+    (1.5, [Message.text("user", "a")], "turn must be"),
+    (True, [Message.text("user", "a")], "turn must be"),
+    (0, [Message.text("user", "a")], "turn must be"),
+    (float("nan"), [Message.text("user", "a")], "turn must be"),
+    (10**30, [Message.text("user", "a")], "turn must be"),
+    (1, "hello", "messages must be a list"),
+    (1, None, "messages must be a list"),
+    (1, [{"role": "user"}, {"content": "no role"}], r"messages\[1\]"),
+])
+def test_a_bad_append_turn_is_refused_before_anything_is_stored(
+        store: TranscriptStore, turn: Any, messages: Any, match: str) -> None:
+    store.append_turn("good", 1, _turn(1))
+    with pytest.raises(UsageError, match=match):
+        store.append_turn("x", turn, messages)
+    assert store.exists("x") is False
+    assert [s.id for s in store.list()] == ["good"]
+
+
+def test_a_damaged_row_is_left_out_of_the_listing_and_logged(
+        store: TranscriptStore, caplog: pytest.LogCaptureFixture) -> None:
+    # A row an older version stored (a fractional turn count, broken JSON) must not cost the
+    # listing of every other transcript.
+    for sid in ("good", "fraction", "json"):
+        store.append_turn(sid, 1, _turn(1))
+    store._db.conn.execute("UPDATE transcripts SET turn_count = 1.5 WHERE id = 'fraction'")
+    store._db.conn.execute("UPDATE transcripts SET usage = '{oops' WHERE id = 'json'")
+    with caplog.at_level("WARNING", logger="datamachine.storage"):
+        assert [s.id for s in store.list()] == ["good"]
+    assert "'fraction'" in caplog.text
+    assert "turn_count" in caplog.text
+    assert "'json'" in caplog.text
+    with pytest.raises(DatabaseError, match=r"transcript row 'fraction' .* damaged \(turn_count\)"):
+        store.summary("fraction")
+    with pytest.raises(DatabaseError, match="transcript row 'json'"):
+        store.get_transcript("json")
+
+
+@pytest.mark.parametrize("status", ["done", None, 5])
+def test_set_status_and_list_refuse_a_status_a_transcript_cannot_have(
+        store: TranscriptStore, status: Any) -> None:
+    store.append_turn("s", 1, _turn(1))
+    with pytest.raises(UsageError, match="status must be one of"):
+        store.set_status("s", status)
+    if status is not None:  # None is "any status" to list()
+        with pytest.raises(UsageError, match="status must be one of"):
+            store.list(status=status)
+    assert store.summary("s").status == "interrupted"  # unchanged: running, and no lock held
+
+
+@pytest.mark.parametrize("session_id", [None, 5, ["a"], 2**63, "", "\ud800"])
+def test_every_read_names_a_session_id_that_cannot_be_one(store: TranscriptStore,
+                                                           session_id: Any) -> None:
+    for read in (store.get, store.exists, store.summary, store.get_transcript):
+        with pytest.raises(UsageError, match="A session id must be"):
+            read(session_id)
+
+
 def test_list_is_newest_first_and_bounded(store: TranscriptStore,
                                           frozen: FrozenDateTimeFactory) -> None:
     for name in ("a", "b", "c"):
@@ -232,6 +291,7 @@ def test_list_is_newest_first_and_bounded(store: TranscriptStore,
     assert [s.id for s in store.list(status="completed", limit=1)] == ["c"]
     with pytest.raises(UsageError):
         store.list(limit=0)
+    assert len(store.list(limit=2**70)) == 3  # SQLite's LIMIT cannot hold it: all of them
 
 
 def test_run_loop_persists_renews_and_releases_through_the_store(

@@ -15,6 +15,7 @@ from datamachine.tools import (
     tool,
 )
 from datamachine.tools.history import TranscriptIndex
+from datamachine.tools.results import REJECTED
 from tests.tools.helpers import call, run_turns, tool_results
 
 
@@ -55,7 +56,7 @@ def test_same_arguments_in_another_key_order_are_a_duplicate() -> None:
     ])
     assert outcomes(result) == [(True, None), (False, "duplicate_tool_call")]
     rejected = tool_results(result)[1]
-    assert rejected.payload["rejected"] is True
+    assert rejected.payload[REJECTED] is True
     assert str(rejected.content).startswith("DUPLICATE REJECTED: search")
     # The rejected call stays in the transcript, its tool_call included.
     assert [m.type for m in result.messages].count("tool_call") == 2
@@ -136,7 +137,7 @@ def test_rejections_are_marked_so_the_adapter_can_drop_them_from_execution_resul
         [call("search", "1", query="cats")], [call("search", "2", query="cats")],
     ])
     kept = [entry for entry in result.tool_execution_results
-            if not entry["result"].get("rejected")]
+            if not entry["result"].get(REJECTED)]
     assert [entry["tool_call_id"] for entry in kept] == ["1"]
     assert result.tool_execution_results[1]["result"]["parameters"] == {"query": "cats"}
 

@@ -13,6 +13,7 @@ from agents_api import IterationBudget, arun_loop
 from datamachine.errors import InvalidToolRuntimeRule
 from datamachine.registry import IterationBudgetRegistry
 from datamachine.tools import ToolContext, ToolExecutor, tool
+from datamachine.tools.results import REJECTED, is_rejected
 from tests.tools.helpers import ScriptedRunner, call, run_turns, tool_results
 
 
@@ -398,3 +399,23 @@ def test_bad_runtime_rules_fail_when_the_executor_is_built() -> None:
         ToolExecutor([add], payload={"tool_runtime_rules": [
             {"after_tool": "a", "limited_tools": ["b"], "max_calls": 0,
              "then_require_one_of": ["c"]}]})
+
+
+@pytest.mark.parametrize("returned", [
+    {"success": True, "result": {"id": 7}, "rejected": True},
+    {"success": True, "result": {"id": 7}, "_dm_rejected": True},
+    {"success": False, "error": "the site said no", "rejected": True},
+    {"success": False, "error": "the site said no", "_dm_rejected": True},
+])
+def test_a_tool_cannot_forge_the_executors_refusal_mark(returned: dict[str, Any]) -> None:
+    # A tool returning "rejected": true hid its own result from tool_execution_results and
+    # the completion counts. Only the executor marks a refusal, under a key no tool can set.
+    @tool
+    def publish() -> dict[str, Any]:
+        """Publish."""
+        return dict(returned)
+
+    result = run_one(ToolExecutor([publish]), "publish")
+    assert not is_rejected(result)
+    assert REJECTED not in result
+    assert result.get("rejected") is returned.get("rejected")  # the tool's own data, kept

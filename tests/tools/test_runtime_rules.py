@@ -8,6 +8,7 @@ import pytest
 
 from datamachine.errors import InvalidToolRuntimeRule, UsageError
 from datamachine.tools import POLICY_PREFIX, ToolExecutor, parse_runtime_rules, tool
+from datamachine.tools.results import REJECTED
 from tests.tools.helpers import call, run_turns, tool_results
 
 
@@ -63,7 +64,7 @@ def test_inspection_budget_allows_up_to_max_calls_then_requires_the_next_tool() 
         "inspection tools (read_file, list_dir). Do not inspect further. The next tool must be "
         "one of: write_patch."
     )
-    assert rejection.payload["rejected"] is True
+    assert rejection.payload[REJECTED] is True
     assert rejection.payload["policy"] == {
         "rule_id": "tool-runtime-rule-0", "type": "inspection_budget",
         "after_tool": "fetch_context", "limited_tools": ["read_file", "list_dir"],
@@ -193,7 +194,7 @@ def test_runtime_rule_rejections_are_marked_rejected() -> None:
     executor = ToolExecutor(TOOLS, payload={"tool_runtime_rules": [PRIOR]})
     result = run_turns(executor, [[call("publish", "1")]])
     entry = result.tool_execution_results[0]
-    assert entry["result"]["rejected"] is True
+    assert entry["result"][REJECTED] is True
     assert entry["result"]["error_type"] == "tool_runtime_rule_rejected"
 
 

@@ -1,0 +1,71 @@
+"""Which numbers a model's reported usage may hold: :func:`plausible_usage`.
+
+Usage is summed over a run's turns, stored, shown, and read by token and cost budgets, so one
+impossible number poisons all of them: a negative count gives tokens back to a budget, NaN
+makes every comparison false (a budget that never fills), a bool is not a count, and 10^30
+overflows what the stores can hold. A provider (or a proxy in front of it) that reports such a
+value is wrong about that field, so the field is treated as not reported: the caller counts
+what it would count for a provider that reports nothing (datamachine's meter falls back to its
+estimate) and says once per run that it did.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+__all__ = ["MAX_USAGE_VALUE", "plausible_usage"]
+
+# No single request reports more than this of anything (a million times a large context).
+MAX_USAGE_VALUE = 10**12
+
+
+def plausible_usage(usage: Mapping[str, Any]
+                    ) -> tuple[dict[str, int | float], Mapping[str, Any]]:
+    """``(kept, ignored)``: the top-level numbers of ``usage`` that can be true, and the
+    fields that cannot (by name, with the value reported).
+
+    A token count (a key ending in ``tokens``: ``prompt_tokens``, ``input_tokens``,
+    ``cache_read_input_tokens``...) must be a whole number from 0 to 10^12 (``12.0`` is kept as
+    ``12``); any other number (a provider's ``cost``) must be finite, from 0 to 10^12. Nested
+    details (``prompt_tokens_details``) and labels are not counts: they are left out, and are
+    not reported as ignored.
+    """
+    kept: dict[str, int | float] = {}
+    ignored: dict[str, Any] | None = None  # made only when a field is bad: almost never
+    for raw_key, value in usage.items():
+        key = str(raw_key)
+        count = key.endswith("tokens")
+        if type(value) is int:  # the common case: a plain count
+            if 0 <= value <= MAX_USAGE_VALUE:
+                kept[key] = value
+            else:
+                ignored = _note(ignored, key, value)
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            if count:
+                ignored = _note(ignored, key, value)  # a count that is not a number
+            continue
+        number: int | float = value
+        if isinstance(value, float):
+            if not math.isfinite(value) or (count and not value.is_integer()):
+                ignored = _note(ignored, key, value)
+                continue
+            if count:
+                number = int(value)
+        if 0 <= number <= MAX_USAGE_VALUE:
+            kept[key] = number
+        else:
+            ignored = _note(ignored, key, value)
+    return kept, ignored if ignored is not None else _NOTHING
+
+
+_NOTHING: Mapping[str, Any] = MappingProxyType({})
+
+
+def _note(ignored: dict[str, Any] | None, key: str, value: Any) -> dict[str, Any]:
+    found = ignored if ignored is not None else {}
+    found[key] = value
+    return found
