@@ -158,7 +158,7 @@ class CallerContext(BaseModel):
             HEADER_CALLER_SITE: site_id,
             HEADER_CHAIN_SITES: ",".join(sites),
         }
-        if agent and _AGENT_RE.match(agent):
+        if agent and _AGENT_RE.fullmatch(agent):
             headers[HEADER_CALLER_AGENT] = agent
         return headers
 
@@ -181,7 +181,7 @@ def _single(values: dict[str, list[str]], header: str) -> str | None:
 def _parse_depth(raw: str | None) -> int:
     if raw is None:
         return 0
-    if not _DEPTH_RE.match(raw):
+    if not _DEPTH_RE.fullmatch(raw):
         raise InvalidCallerContext(
             f"{HEADER_CHAIN_DEPTH} must be a non-negative integer (the caller's own depth), "
             f"got {raw[:40]!r}.", header=HEADER_CHAIN_DEPTH)
@@ -197,7 +197,7 @@ def _parse_token(raw: str | None, header: str, pattern: re.Pattern[str], limit: 
                  ) -> str | None:
     if raw is None:
         return None
-    if not pattern.match(raw):
+    if not pattern.fullmatch(raw):
         raise InvalidCallerContext(
             f"{header} must be 1-{limit} letters, digits or '.', '_', ':', '-' (starting with a "
             f"letter or digit), got {raw[:40]!r}.", header=header)
@@ -213,7 +213,7 @@ def _parse_sites(raw: str | None) -> tuple[str, ...]:
             f"{HEADER_CHAIN_SITES} lists {len(parts)} sites; at most {MAX_CHAIN_SITES} are "
             "accepted.", header=HEADER_CHAIN_SITES)
     for part in parts:
-        if not SITE_ID_PATTERN.match(part):
+        if not SITE_ID_PATTERN.fullmatch(part):
             raise InvalidCallerContext(
                 f"{HEADER_CHAIN_SITES} must be comma-separated site ids (1-64 letters, digits, "
                 f"'.', '_', ':' or '-'), got the entry {part[:40]!r}.", header=HEADER_CHAIN_SITES)

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from datamachine.conversation.inputs import MAX_MODEL_LENGTH, TextRole
+from datamachine.conversation.modes import MODE_PATTERN
 from datamachine.errors import InvalidBudgetValue
 from datamachine.registry import validate_budget_value
 
@@ -20,7 +22,6 @@ __all__ = ["ChatMessageIn", "ChatRequest", "FieldProblem", "ResumeIn",
            "describe_validation_error"]
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$"
-MODE_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 
 
 class ChatMessageIn(BaseModel):
@@ -28,7 +29,7 @@ class ChatMessageIn(BaseModel):
 
     model_config = ConfigDict(defer_build=True, extra="forbid", strict=True)
 
-    role: Literal["system", "user", "assistant"]
+    role: TextRole
     content: str
 
 
@@ -77,7 +78,7 @@ class ChatRequest(BaseModel):
     mode: str = Field(default="chat", pattern=MODE_PATTERN)
     max_turns: int | None = None
     provider: str | None = Field(default=None, min_length=1, max_length=100)
-    model: str | None = Field(default=None, max_length=200)
+    model: str | None = Field(default=None, max_length=MAX_MODEL_LENGTH)
     # Server-Sent Events instead of one JSON answer (also when the request accepts only
     # text/event-stream).
     stream: bool = False

@@ -46,7 +46,7 @@ _MAX_REQUEST_BYTES_CEILING = 1 << 30
 
 def check_site_id(value: object, where: str = f"setting {SITE_ID_SETTING!r}") -> str:
     """Return ``value`` if it is a usable site id, else raise :class:`InvalidSetting`."""
-    if not isinstance(value, str) or not SITE_ID_PATTERN.match(value):
+    if not isinstance(value, str) or not SITE_ID_PATTERN.fullmatch(value):
         raise InvalidSetting(
             f"{where} must be 1-64 letters, digits, '.', '_', ':' or '-' (starting with a letter "
             f"or digit), got {value!r}. Fix it with `datamachine settings set {SITE_ID_SETTING} "

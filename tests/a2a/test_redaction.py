@@ -53,6 +53,7 @@ def test_settings_the_server_needs_are_checked_when_written(tmp_path: Path) -> N
             host.settings.set("remote_sites", {"b": {"url": "ftp://b"}})
         with pytest.raises(InvalidSetting, match="remote_agent_timeout"):
             host.settings.set("remote_agent_timeout", float("inf"))
-        with pytest.raises(InvalidSetting, match="site_id"):
-            host.settings.set("site_id", "no,commas")
+        for bad in ("no,commas", "alpha\n"):  # a trailing newline would break the header
+            with pytest.raises(InvalidSetting, match="site_id"):
+                host.settings.set("site_id", bad)
         host.settings.set("default_provider", "scripted")
