@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         run_conversation,
         stream_conversation,
     )
+    from datamachine.booting import boot
     from datamachine.completion import (
         CompletionAssertions,
         CompletionPolicy,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     )
     from datamachine.conversation.result import ConversationResult
     from datamachine.conversation.stream import StreamEvent
-    from datamachine.default_host import get_default_host
+    from datamachine.default_host import get_default_host, reset_default_host
     from datamachine.errors import (
         BootError,
         ChainCycle,
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
         SessionAborted,
         SessionAwaitingConfirmation,
         SessionNotPaused,
+        SiteMisconfigured,
         TranscriptNotFound,
         UnknownProvider,
         UsageError,
@@ -134,6 +136,9 @@ _EXPORTS: dict[str, str] = {
     "ProviderRequest": "datamachine.providers.base",
     "ProviderResponse": "datamachine.providers.base",
     "get_default_host": "datamachine.default_host",
+    "reset_default_host": "datamachine.default_host",
+    "boot": "datamachine.booting",
+    "SiteMisconfigured": "datamachine.errors",
 }
 
 __all__ = [
@@ -178,6 +183,7 @@ __all__ = [
     "SessionAborted",
     "SessionAwaitingConfirmation",
     "SessionNotPaused",
+    "SiteMisconfigured",
     "StreamEvent",
     "Tool",
     "ToolContext",
@@ -189,9 +195,11 @@ __all__ = [
     "aresume",
     "arun_conversation",
     "astream_conversation",
+    "boot",
     "continue_conversation",
     "get_default_host",
     "hookimpl",
+    "reset_default_host",
     "resume",
     "run_conversation",
     "stream_conversation",

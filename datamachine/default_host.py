@@ -20,14 +20,15 @@ def get_default_host() -> Host:
     if _host is None:
         with _lock:
             if _host is None:
-                import bootstrap
+                from datamachine.booting import boot
 
-                _host = bootstrap.boot()
+                _host = boot()
     return _host
 
 
 def reset_default_host() -> None:
-    """Close and forget the default host (tests, or after changing ``DATAMACHINE_DB``)."""
+    """Close and forget the default host; the next module-level call boots a new one from the
+    environment (``DATAMACHINE_DB``, ``DATAMACHINE_LOAD_PLUGINS``), e.g. between tests."""
     global _host
     with _lock:
         if _host is not None:

@@ -207,3 +207,22 @@ def test_database_in_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
     missing = tmp_path / "nope" / "dm.db"
     with pytest.raises(DatabaseError, match=str(tmp_path / "nope")):
         bootstrap.boot(missing, load_entrypoints=False)
+
+
+def test_an_applications_own_bootstrap_module_does_not_shadow_ours(tmp_path: Path) -> None:
+    # ``bootstrap.py`` is a common name for an app's start-up script; with it first on
+    # sys.path (the working directory of ``python -c``), the library must still boot.
+    (tmp_path / "bootstrap.py").write_text("raise SystemExit('the app bootstrap ran')\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+           "DATAMACHINE_DB": str(tmp_path / "app.db"), "DATAMACHINE_LOAD_PLUGINS": ""}
+    code = ("import datamachine; "
+            "print(datamachine.run_conversation([{'role': 'user', 'content': 'hi'}])"
+            ".final_content)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "echo: hi"), done.stderr
+    cli = subprocess.run([sys.executable, "-c", "from datamachine.cli import main; main()",
+                          "run", "hello"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert "echo: hello" in cli.stdout

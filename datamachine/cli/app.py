@@ -43,9 +43,9 @@ class State:
     @property
     def host(self) -> Any:
         if self._host is None:
-            import bootstrap
+            from datamachine.booting import boot
 
-            self._host = bootstrap.boot(db_path=self.db)
+            self._host = boot(db_path=self.db)
         return self._host
 
     def close(self) -> None:

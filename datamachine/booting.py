@@ -1,0 +1,128 @@
+"""Boot a datamachine host: plugins, database, settings and the built-in budgets.
+
+The built-in budgets are registered here, before any plugin's budgets are collected, so a plugin
+that claims a built-in name fails at boot with both owners named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from datamachine.budgets_builtin import BUILTIN_BUDGETS, BUILTIN_OWNER
+from datamachine.db import default_db_path, open_handle
+from datamachine.errors import (
+    DuplicateBudgetError,
+    InvalidBudgetSpec,
+    InvalidSetting,
+    PluginLoadError,
+)
+from datamachine.host import Host
+from datamachine.plugins import collect, make_plugin_manager
+from datamachine.providers.registry import ProviderRegistry
+from datamachine.registry import BudgetSpec, IterationBudgetRegistry
+from datamachine.server.site import ensure_site_id
+from datamachine.setting_rules import (
+    check_provider_setting,
+    check_tools_setting,
+    validate_known_setting,
+)
+from datamachine.settings import Settings
+from datamachine.storage import (
+    ChatSessionStore,
+    JobStore,
+    SpendStore,
+    TokenStore,
+    TranscriptStore,
+)
+from datamachine.tools.registry import ToolRegistry
+
+__all__ = ["boot"]
+
+
+def boot(
+    db_path: str | Path | None = None,
+    plugins: Iterable[object] = (),
+    load_entrypoints: bool = True,
+) -> Host:
+    """Build an isolated host.
+
+    ``db_path``: a file path, ``":memory:"``, or None for ``$DATAMACHINE_DB`` / the user data
+    directory. ``plugins``: extra plugin modules or objects registered after the installed ones.
+    ``load_entrypoints=False`` skips installed plugins (``DATAMACHINE_LOAD_PLUGINS`` narrows them).
+    """
+    pm, infos = make_plugin_manager(plugins, load_entrypoints=load_entrypoints)
+    resolved_path = None if db_path is not None and str(db_path) == ":memory:" else (
+        Path(db_path).expanduser() if db_path is not None else default_db_path()
+    )
+    handle = open_handle(db_path)
+    registry = IterationBudgetRegistry()
+    tools: list[ToolRegistry] = []  # filled below: the validator outlives this function
+
+    def validate(key: str, value: object) -> None:
+        registry.validate_setting(key, value)
+        validate_known_setting(key, value)
+        _plugin_setting_check(pm, key, value)
+        if tools:
+            check_tools_setting(key, value, tools[0])
+            check_provider_setting(key, value, providers)
+
+    settings = Settings(handle, validator=validate)
+    registry.settings_lookup = settings.get
+    for spec in BUILTIN_BUDGETS:
+        registry.register(spec, owner=BUILTIN_OWNER)
+    _register_plugin_budgets(pm, registry)
+    transcripts = TranscriptStore(handle)
+    providers = ProviderRegistry.from_plugin_manager(pm)
+    providers.bind_settings(settings.get)
+    tools.append(ToolRegistry.from_plugin_manager(pm))
+    host = Host(pm=pm, handle=handle, settings=settings, budgets=registry, db_path=resolved_path,
+                plugins=infos, providers=providers, tools=tools[0],
+                transcripts=transcripts, jobs=JobStore(handle),
+                chat_sessions=ChatSessionStore(handle, settings=settings, transcripts=transcripts),
+                tokens=TokenStore(handle), spend=SpendStore(handle))
+    # Every host has a site id from its first boot (agent-to-agent chains use it).
+    ensure_site_id(host)
+    try:
+        pm.hook.host_started(host=host)
+    except BaseException:
+        host.close()  # what started before the failure is stopped again
+        raise
+    return host
+
+
+def _plugin_setting_check(pm: Any, key: str, value: object) -> None:
+    """A plugin's word on a setting it owns (the ``validate_setting`` hook)."""
+    try:
+        pm.hook.validate_setting(key=key, value=value)
+    except InvalidSetting:
+        raise
+    except ValueError as exc:  # UsageError included
+        text = str(exc)
+        raise InvalidSetting(text if key in text else f"Setting {key!r}: {text}") from None
+
+
+def _register_plugin_budgets(pm: object, registry: IterationBudgetRegistry) -> None:
+    for plugin_name, item in collect(pm, "register_budgets"):  # type: ignore[arg-type]
+        if isinstance(item, BudgetSpec):
+            spec = item
+        elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+            try:
+                spec = BudgetSpec.from_config(item[0], item[1])
+            except InvalidBudgetSpec as exc:
+                raise InvalidBudgetSpec(f"Plugin {plugin_name!r}: {exc}") from None
+        else:
+            raise PluginLoadError(
+                f"Plugin {plugin_name!r}: register_budgets() items must be BudgetSpec objects "
+                f"or (name, config) pairs, got {item!r}."
+            )
+        owner = registry.owner(spec.name)
+        if owner is not None:
+            raise DuplicateBudgetError(
+                f"Budget {spec.name!r} is registered by both {owner!r} and {plugin_name!r}; "
+                "rename one of them (budget names are global to a host)."
+            )
+        registry.register(spec, owner=plugin_name)
+
+
