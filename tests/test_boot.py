@@ -226,3 +226,21 @@ def test_an_applications_own_bootstrap_module_does_not_shadow_ours(tmp_path: Pat
                          text=True, timeout=60)
     assert cli.returncode == 0, cli.stderr
     assert "echo: hello" in cli.stdout
+
+
+def test_reset_default_host_boots_the_next_one_from_the_environment_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import datamachine
+
+    monkeypatch.setenv("DATAMACHINE_LOAD_PLUGINS", "")
+    used = []
+    try:
+        for name in ("first.db", "second.db"):
+            monkeypatch.setenv("DATAMACHINE_DB", str(tmp_path / name))
+            datamachine.reset_default_host()
+            datamachine.run_conversation([{"role": "user", "content": name}])
+            used.append(datamachine.get_default_host().db_path)
+    finally:
+        datamachine.reset_default_host()
+    assert used == [tmp_path / "first.db", tmp_path / "second.db"]
