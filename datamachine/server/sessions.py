@@ -57,8 +57,9 @@ def run_chat_turn(host: Host, turn: ChatTurn, *,
                   on_text: Callable[[str], None] | None = None) -> ConversationResult:
     """Run ``turn`` on its chat session (a new one when ``turn.session_id`` is None).
 
-    Raises :class:`datamachine.errors.ChatSessionNotFound` for an unknown session or one that
-    ``turn.token_name`` did not create,
+    The caller has checked the session's owner with :func:`require_owner` (the endpoint does,
+    before it answers with a stream). Raises :class:`datamachine.errors.ChatSessionNotFound`
+    for an unknown session,
     :class:`SessionAborted` for an aborted one, ``SessionAwaitingConfirmation`` for a paused
     one (``SessionNotPaused`` when ``turn.resume`` answers a session that is not), and
     ``UsageError`` for arguments the run refuses; returns a ``transcript_lock_contention``
@@ -68,8 +69,6 @@ def run_chat_turn(host: Host, turn: ChatTurn, *,
     from datamachine.conversation.chat import chat_turns_on
     from datamachine.conversation.resume import resume_steps
 
-    if turn.session_id is not None:
-        require_owner(host, turn.session_id, turn.token_name)
     session_id = turn.session_id or uuid.uuid4().hex
     payload: dict[str, Any] = {PAYLOAD_KEY: turn.caller.to_payload(),
                                "transcript_lock_ttl": LOCK_TTL_SECONDS}

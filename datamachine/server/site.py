@@ -40,8 +40,6 @@ SITE_ID_SETTING = "site_id"
 SITE_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 MAX_REQUEST_BYTES_SETTING = "max_request_bytes"
 DEFAULT_MAX_REQUEST_BYTES = 1_048_576
-# A limit above this would let one request hold a gigabyte in memory; nobody needs that for chat.
-_MAX_REQUEST_BYTES_CEILING = 1 << 30
 
 
 def check_site_id(value: object, where: str = f"setting {SITE_ID_SETTING!r}") -> str:
@@ -74,17 +72,14 @@ def ensure_site_id(host: Host) -> str:
 
 
 def max_request_bytes(host: Host) -> int:
-    """The largest ``/chat`` body accepted: the setting ``max_request_bytes``, default 1 MiB."""
+    """The largest ``/chat`` body accepted: the setting ``max_request_bytes``, default 1 MiB
+    (checked by the same rule as ``settings set``: a whole number from 1 to 1 GiB)."""
+    from datamachine.setting_rules import validate_known_setting
+
     with connection_lock(host.handle):
         value = host.settings.get(MAX_REQUEST_BYTES_SETTING, DEFAULT_MAX_REQUEST_BYTES)
-    if (isinstance(value, bool) or not isinstance(value, int)
-            or not 1 <= value <= _MAX_REQUEST_BYTES_CEILING):
-        raise InvalidSetting(
-            f"setting {MAX_REQUEST_BYTES_SETTING!r} must be a whole number of bytes between 1 and "
-            f"{_MAX_REQUEST_BYTES_CEILING:,}, got {value!r}; the default is "
-            f"{DEFAULT_MAX_REQUEST_BYTES:,} (1 MiB)."
-        )
-    return value
+    validate_known_setting(MAX_REQUEST_BYTES_SETTING, value)
+    return int(value)
 
 
 def check_site(host: Host) -> None:
