@@ -1,10 +1,8 @@
-"""Inspection commands: budgets, settings, transcripts and plugins."""
+"""Inspection commands: budgets, transcripts, jobs, sessions, plugins and tools."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
-from typing import Any
 
 import click
 
@@ -41,62 +39,6 @@ def budgets_list(state: State, as_json: bool) -> None:
     table(["name", "default", "clamp", "setting", "ceiling", "from", "owner"],
            [[r["name"], r["default"], f"[{r['min']}, {r['max']}]", r["setting"] or "-",
              r["ceiling"], r["source"], r["owner"]] for r in rows])
-
-
-def _parse_value(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
-
-
-@click.group()
-def settings() -> None:
-    """Read and write site settings (stored as JSON in SQLite)."""
-
-
-@settings.command("get")
-@click.argument("key")
-@click.pass_obj
-@handle_errors
-def settings_get(state: State, key: str) -> None:
-    """Print one setting's value as JSON (environment overrides applied)."""
-    emit_json(state.host.settings.get(key))
-
-
-@settings.command("set")
-@click.argument("key")
-@click.argument("value")
-@click.pass_obj
-@handle_errors
-def settings_set(state: State, key: str, value: str) -> None:
-    """Store VALUE (JSON, or a plain string) under KEY; budget settings are validated."""
-    state.host.settings.set(key, _parse_value(value))
-    click.echo(f"{key} = {compact_json(state.host.settings.stored(key))}")
-
-
-@settings.command("unset")
-@click.argument("key")
-@click.pass_obj
-@handle_errors
-def settings_unset(state: State, key: str) -> None:
-    """Remove a stored setting."""
-    removed = state.host.settings.delete(key)
-    click.echo(f"{key} {'removed' if removed else 'was not set'}")
-
-
-@settings.command("list")
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_obj
-@handle_errors
-def settings_list(state: State, as_json: bool) -> None:
-    """Every setting with its source (env or db)."""
-    values = state.host.settings.all()
-    if as_json:
-        emit_json(values)
-        return
-    table(["key", "value", "from"],
-           [[k, compact_json(v), state.host.settings.source(k)] for k, v in values.items()])
 
 
 def _when(timestamp: float) -> str:
@@ -253,4 +195,4 @@ def tools(state: State, as_json: bool) -> None:
            [[r["name"], r["plugin"] or "-", r["description"][:70]] for r in rows])
 
 
-COMMANDS = [budgets, settings, transcripts, jobs, sessions, plugins, tools]
+COMMANDS = [budgets, transcripts, jobs, sessions, plugins, tools]

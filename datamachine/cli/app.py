@@ -109,6 +109,7 @@ def _register_builtin_commands() -> None:
         resume_cmd,
         run_cmd,
         server_cmds,
+        settings_cmd,
         spend_cmd,
     )
 
@@ -119,6 +120,7 @@ def _register_builtin_commands() -> None:
     cli.add_command(continue_cmd.continue_)
     cli.add_command(resume_cmd.resume)
     cli.add_command(spend_cmd.spend)
+    cli.add_command(settings_cmd.settings)
     for command in admin.COMMANDS:
         cli.add_command(command)
 
