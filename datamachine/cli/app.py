@@ -73,7 +73,7 @@ def handle_errors(func: F) -> F:
 
 
 @click.group()
-@click.version_option(package_name="datamachine")
+@click.version_option(package_name="datamachine-agents")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), envvar="DATAMACHINE_DB",
               help="Database file (default: $DATAMACHINE_DB or the user data directory).")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
