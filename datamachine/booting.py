@@ -19,6 +19,7 @@ from datamachine.errors import (
     PluginLoadError,
 )
 from datamachine.host import Host
+from datamachine.modes import collect_modes
 from datamachine.plugins import collect, make_plugin_manager
 from datamachine.providers.registry import ProviderRegistry
 from datamachine.registry import BudgetSpec, IterationBudgetRegistry
@@ -81,7 +82,7 @@ def boot(
                 plugins=infos, providers=providers, tools=tools[0],
                 transcripts=transcripts, jobs=JobStore(handle),
                 chat_sessions=ChatSessionStore(handle, settings=settings, transcripts=transcripts),
-                tokens=TokenStore(handle), spend=SpendStore(handle))
+                tokens=TokenStore(handle), spend=SpendStore(handle), modes=collect_modes(pm))
     # Every host has a site id from its first boot (agent-to-agent chains use it).
     ensure_site_id(host)
     try:

@@ -85,7 +85,19 @@ class DuplicateBudgetError(BootError):
 
 
 class PluginLoadError(BootError):
-    """An entry point could not be imported, or a hookimpl does not match any hookspec."""
+    """A plugin given to ``boot(plugins=...)`` does not fit (a hookimpl that matches no
+    hookspec), or a plugin's registration hook returned something unusable."""
+
+
+class PayloadKeyWarning(UserWarning):
+    """A payload key nearly spells a runtime option (``persist_transcipt``): it is passed on as
+    ordinary context, and the option it was meant to set keeps its default."""
+
+
+class PluginLoadWarning(UserWarning):
+    """An installed plugin (an entry point) failed to load and was skipped: one broken package
+    must not take the command line, ``--help`` included, or the host app down with it. Turn it
+    into an error with ``-W error::datamachine.PluginLoadWarning`` (or a warnings filter)."""
 
 
 class DatabaseError(DataMachineError, RuntimeError):

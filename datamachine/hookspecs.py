@@ -37,6 +37,12 @@ def register_providers() -> list[Any] | None:
     """Called once at boot: return provider objects (each with ``name`` and ``complete``)."""
 
 
+@hookspec
+def register_modes() -> list[str] | None:
+    """Called once at boot: return the extension mode names this plugin's behaviour keys off
+    (``["support"]``). A run may only name a built-in or a declared mode."""
+
+
 @hookspec(firstresult=True)
 def text_result(request: ProviderRequest) -> ProviderResponse | dict[str, Any] | Exception | None:
     """Before dispatch: a compact dict, a ProviderResponse or an Exception short-circuits it."""

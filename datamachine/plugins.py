@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import pluggy
 
 from datamachine import hookspecs
-from datamachine.errors import PluginLoadError
+from datamachine.errors import PluginLoadError, PluginLoadWarning
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -85,6 +86,7 @@ def make_plugin_manager(
 
     if load_entrypoints:
         _load_entrypoints(pm, infos, _allowed_distributions(env))
+        _drop_misspelled(pm, infos)
 
     for plugin in plugins:
         module_name = getattr(plugin, "__name__", type(plugin).__name__)
@@ -127,16 +129,45 @@ def _load_entrypoints(
     for dist_name, ep_name, ep, version in sorted(found, key=lambda item: (item[0], item[1])):
         try:
             plugin = ep.load()
-        except Exception as exc:
-            raise PluginLoadError(
-                f"Could not load plugin {ep_name!r} from distribution {dist_name!r} "
-                f"({ep.value}): {type(exc).__name__}: {exc}"
-            ) from exc
-        if pm.is_registered(plugin):
+            if pm.is_registered(plugin):
+                continue
+            name = ep_name if pm.get_plugin(ep_name) is None else f"{dist_name}:{ep_name}"
+            pm.register(plugin, name=name)
+        except Exception as exc:  # an ImportError, a bad hookimpl, anything the module raises
+            _skip_broken(ep_name, dist_name, version, exc)
             continue
-        name = ep_name if pm.get_plugin(ep_name) is None else f"{dist_name}:{ep_name}"
-        pm.register(plugin, name=name)
         infos[name] = PluginInfo(name, ep.value, dist_name, version, source="entrypoint")
+
+
+def _skip_broken(ep_name: str, dist_name: str, version: str | None, exc: BaseException) -> None:
+    """Warn, in one line, that an installed plugin was left out, and how to stop loading it."""
+    why = " ".join(f"{type(exc).__name__}: {exc}".split())
+    if len(why) > 300:
+        why = why[:297] + "..."
+    release = f"{dist_name} {version}" if version else dist_name or "an unknown distribution"
+    warnings.warn(
+        f"plugin {ep_name!r} ({release}) failed to load and was skipped: {why}. Fix or "
+        f"uninstall {dist_name or 'it'}, or set {LOAD_PLUGINS_ENV} to the plugins to load "
+        f"(comma-separated distributions; empty for none).",
+        PluginLoadWarning, stacklevel=2)
+
+
+def _drop_misspelled(pm: pluggy.PluginManager, infos: dict[str, PluginInfo]) -> None:
+    """Skip each installed plugin that implements a hook that does not exist (a misspelling);
+    runs before the caller's own plugins are registered, which still fail the boot."""
+    while True:
+        try:
+            pm.check_pending()
+            return
+        except pluggy.PluginValidationError as exc:
+            name = pm.get_name(exc.plugin)
+            info = infos.get(name) if name is not None else None
+            if name is None or info is None or info.source != "entrypoint":
+                return  # not an installed plugin: the final check reports it
+            pm.unregister(exc.plugin)
+            del infos[name]
+            _skip_broken(name, info.distribution or "", info.version,
+                         RuntimeError(f"it implements a hook that does not exist ({exc})"))
 
 
 def _tracing(environ: Mapping[str, str] | None = None) -> bool:

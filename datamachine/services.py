@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from datamachine.db import DatabaseHandle
+from datamachine.modes import BUILTIN_MODES
 from datamachine.plugins import PluginInfo, first_result, fold_value
 from datamachine.providers.registry import ProviderRegistry
 from datamachine.registry import IterationBudgetRegistry
@@ -54,6 +55,9 @@ class Services:
     chat_sessions: ChatSessionStore = field(kw_only=True)
     tokens: TokenStore = field(kw_only=True)
     spend: SpendStore = field(kw_only=True)
+    # The modes a run may name, {mode: owner}: built-in ones and plugins' register_modes().
+    modes: dict[str, str] = field(kw_only=True, default_factory=lambda: dict.fromkeys(
+        BUILTIN_MODES, "datamachine"))
 
     @property
     def db(self) -> Database:

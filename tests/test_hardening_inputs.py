@@ -8,13 +8,15 @@ names the field and the fix, raised before anything runs or is stored.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
 
+import bootstrap
 from agents_api import IterationBudget
 from agents_api.errors import InvalidBudget, brief_repr
-from datamachine import InvalidSetting, UsageError
+from datamachine import InvalidSetting, PayloadKeyWarning, UsageError, hookimpl
 from datamachine.host import Host
 
 USER = [{"role": "user", "content": "go"}]
@@ -305,16 +307,44 @@ def _python_refuses(call: Any) -> bool:
     return False
 
 
+class _DeclaresModes:
+    """Declares every well-formed extension mode of MODES, so the form check alone decides."""
+
+    @hookimpl
+    def register_modes(self) -> list[str]:
+        return ["support_bot", "a" * 64]
+
+
 @pytest.mark.parametrize("mode", MODES)
-def test_a_mode_is_refused_by_the_python_api_exactly_when_chat_refuses_it(host: Host,
-                                                                          mode: str) -> None:
+def test_a_mode_is_refused_by_the_python_api_exactly_when_chat_refuses_it(mode: str) -> None:
     # "Chat!" became "chat" and "" became "pipeline" here while /chat answered 422.
     http = _http_refuses({"message": "hi", "mode": mode})
-    python = _python_refuses(lambda: host.run_conversation(USER, mode=mode))
-    assert python == http
-    if python:
-        with pytest.raises(UsageError, match="is not a mode name"):
+    with bootstrap.boot(db_path=":memory:", plugins=[_DeclaresModes()],
+                        load_entrypoints=False) as host:
+        python = _python_refuses(lambda: host.run_conversation(USER, mode=mode))
+        assert python == http
+        if python:
+            with pytest.raises(UsageError, match="is not a mode name"):
+                host.run_conversation(USER, mode=mode)
+
+
+@pytest.mark.parametrize(("mode", "closest"), [("nope", None), ("suport", "support"),
+                                                ("chat,nope", None), ("chats", "chat")])
+def test_a_well_formed_mode_nobody_declared_is_refused_naming_the_closest(
+        mode: str, closest: str | None) -> None:
+    # `--mode nope` ran as if it were chat.
+    class Support:
+        @hookimpl
+        def register_modes(self) -> list[str]:
+            return ["support"]
+
+    with bootstrap.boot(db_path=":memory:", plugins=[Support()], load_entrypoints=False) as host:
+        with pytest.raises(UsageError, match="is not a known mode") as caught:
             host.run_conversation(USER, mode=mode)
+        assert "register_modes" in str(caught.value)
+        if closest is not None:
+            assert f"did you mean {closest!r}" in str(caught.value)
+        assert host.transcripts.list() == []  # refused before anything was stored
 
 
 @pytest.mark.parametrize("mode", [[], ["chat", "Support"], ["chat", 5], "chat,Support",
@@ -324,9 +354,16 @@ def test_every_mode_of_a_multi_mode_run_is_a_mode_name(host: Host, mode: Any) ->
         host.run_conversation(USER, mode=mode)
 
 
-def test_several_modes_are_still_one_run(host: Host) -> None:
-    assert host.run_conversation(USER, mode="support,chat").mode == "support,chat"
-    assert host.run_conversation(USER, mode=["system", "audit", "system"]).mode == "system,audit"
+def test_several_modes_are_still_one_run() -> None:
+    class Declares:
+        @hookimpl
+        def register_modes(self) -> list[str]:
+            return ["support", "audit"]
+
+    with bootstrap.boot(db_path=":memory:", plugins=[Declares()], load_entrypoints=False) as host:
+        assert host.run_conversation(USER, mode="support,chat").mode == "support,chat"
+        assert host.run_conversation(USER, mode=["system", "audit", "system"]).mode == (
+            "system,audit")
 
 
 ROLES = ["system", "user", "assistant", "tool", "wizard", "User", "", " user", "developer"]
@@ -443,3 +480,24 @@ def test_a_pressure_notice_takes_a_role_a_provider_has(host: Host) -> None:
     with pytest.raises(UsageError, match=r"budget_pressure'\]\['conversation_turns'\]\.role"):
         host.run_conversation(USER, payload={
             "budget_pressure": {"conversation_turns": {"role": "wizard"}}})
+
+
+@pytest.mark.parametrize(("key", "meant"), [("persist_transcipt", "persist_transcript"),
+                                            ("Final_Summary", "final_summary"),
+                                            ("scripts", "script"),
+                                            ("max_second", "max_seconds")])
+def test_a_near_miss_of_a_runtime_key_warns_naming_the_key_it_was_meant_to_be(
+        host: Host, key: str, meant: str) -> None:
+    # `persist_transcipt=False` was silently ignored: the run was stored anyway.
+    with pytest.warns(PayloadKeyWarning, match=rf"{key!r}.*did you mean {meant!r}"):
+        result = host.run_conversation(USER, payload={key: False})
+    assert result.status == "completed"
+
+
+def test_ordinary_payload_keys_do_not_warn(host: Host) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PayloadKeyWarning)
+        result = host.run_conversation(USER, payload={
+            "job_id": None, "flow_step_id": "s1", "agent_slug": "a", "engine_data": {},
+            "customer": "ACME", "output": "x", "model": "m", "persist": 1, "transcript": 2})
+    assert result.status == "completed"

@@ -94,10 +94,16 @@ def load_plugin_commands() -> None:
     if _plugin_commands_loaded:
         return
     _plugin_commands_loaded = True
-    from datamachine.plugins import make_plugin_manager
+    from datamachine.plugins import LOAD_PLUGINS_ENV, make_plugin_manager
 
     pm, _ = make_plugin_manager()
-    pm.hook.register_commands(cli=cli)
+    for impl in pm.hook.register_commands.get_hookimpls():
+        try:
+            impl.function(*[{"cli": cli}[name] for name in impl.argnames])
+        except Exception as exc:  # one plugin's commands missing, every other command works
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            click.echo(f"Warning: plugin {impl.plugin_name!r} could not add its commands "
+                       f"({why}); set {LOAD_PLUGINS_ENV} to leave it out.", err=True)
 
 
 def _register_builtin_commands() -> None:

@@ -1,5 +1,5 @@
 """What a caller may ask a run for: message roles, a model id and tool definitions (and, in
-:mod:`datamachine.conversation.modes`, mode names).
+:mod:`datamachine.modes`, mode names).
 
 One set of rules for every entry point. ``run_conversation`` and its siblings, ``host.chat`` and
 the ``/chat`` endpoint must refuse the same things: a mode such as ``"Chat!"`` or a message with

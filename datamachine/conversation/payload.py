@@ -7,12 +7,14 @@ runtime key has one check; a bad value is a UsageError naming the key and the fi
 
 from __future__ import annotations
 
+import difflib
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from agents_api import clock
 from agents_api.errors import brief_repr
-from datamachine.errors import UsageError
+from datamachine.errors import PayloadKeyWarning, UsageError
 from datamachine.payload_keys import RUNTIME_KEYS, RuntimeOptions
 from datamachine.providers.options import validate_model_options
 from datamachine.registry import MAX_METERED_VALUE, validate_budget_value
@@ -169,12 +171,38 @@ def payload_mapping(payload: object) -> Mapping[str, Any]:
     return payload
 
 
+# Ordinary key -> the runtime key it nearly spells (None: not a near miss), remembered so a
+# run's ordinary keys cost one lookup each. Bounded: payload keys may come from callers.
+_near_misses: dict[object, str | None] = {}
+_RUNTIME_NAMES = sorted(RUNTIME_KEYS)
+
+
+def _near_miss(key: object) -> str | None:
+    """The runtime key ``key`` looks like a misspelling of (``persist_transcipt``), or None."""
+    if key in _near_misses:
+        return _near_misses[key]
+    closest = None
+    if isinstance(key, str) and len(key) <= 64:
+        found = difflib.get_close_matches(key.lower(), _RUNTIME_NAMES, n=1, cutoff=0.85)
+        closest = found[0] if found else None
+    if len(_near_misses) < 1024:
+        _near_misses[key] = closest
+    return closest
+
+
 def split_payload(payload: Mapping[str, Any] | None) -> tuple[dict[str, Any], RuntimeOptions]:
     """Return ``(clean_payload, runtime)``; bad runtime values raise UsageError naming the key."""
     if payload is None:
         return {}, RuntimeOptions()
     payload = payload_mapping(payload)
     clean = {k: v for k, v in payload.items() if k not in RUNTIME_KEYS}
+    for key in clean:
+        closest = _near_miss(key)
+        if closest is not None:
+            warnings.warn(
+                f"payload key {key!r} is not a runtime option: it is passed on as ordinary "
+                f"context (to tools and providers); did you mean {closest!r}?",
+                PayloadKeyWarning, stacklevel=2)
     given = {key: payload[key] for key in RUNTIME_KEYS & payload.keys()}
     for key, check in _CHECKS.items():
         if key in given:

@@ -190,7 +190,7 @@ class ConversationRun:
         """Check the arguments and build the run (``options``: see the class)."""
         with services.settings.batch():  # one consistent read of the settings set-up uses
             spec = RunSpec.build(messages, tools, provider, model, mode, payload, max_turns,
-                                 single_turn)
+                                 single_turn, known_modes=services.modes)
             return cls(services, spec, **options)
 
     # -- set-up -----------------------------------------------------------------------------

@@ -6,16 +6,16 @@ bad argument raises a :class:`~datamachine.errors.UsageError` naming it and the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from agents_api import InvalidMessage, Message, normalize_messages
 from agents_api.errors import brief_repr
 from datamachine.conversation.inputs import check_model, check_roles, check_tools
-from datamachine.conversation.modes import check_modes
 from datamachine.conversation.payload import split_payload
 from datamachine.errors import UsageError
+from datamachine.modes import check_known_modes, check_modes
 from datamachine.payload_keys import RuntimeOptions
 from datamachine.registry import validate_budget_value
 from datamachine.tools import Tool
@@ -45,8 +45,10 @@ class RunSpec:
 
     @classmethod
     def build(cls, messages: Any, tools: Any, provider: Any, model: Any, mode: Any = "pipeline",
-              payload: Any = None, max_turns: Any = None, single_turn: Any = False) -> RunSpec:
-        """Validate ``run_conversation``'s arguments; a UsageError names the first bad one."""
+              payload: Any = None, max_turns: Any = None, single_turn: Any = False, *,
+              known_modes: Collection[str] | None = None) -> RunSpec:
+        """Validate ``run_conversation``'s arguments; a UsageError names the first bad one.
+        ``known_modes``: the modes the host accepts (None: any well-formed name)."""
         try:
             normalized = normalize_messages(messages)
         except InvalidMessage as exc:
@@ -64,6 +66,8 @@ class RunSpec:
         if max_turns is not None:
             validate_budget_value("max_turns", max_turns)
         modes = check_modes(mode)
+        if known_modes is not None:
+            check_known_modes(modes, known_modes)
         clean, runtime = split_payload(payload)
         checked_tools = normalize_tools(tools)
         check_tools(checked_tools)

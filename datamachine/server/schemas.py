@@ -14,8 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from datamachine.conversation.inputs import MAX_MODEL_LENGTH, TextRole
-from datamachine.conversation.modes import MODE_PATTERN
 from datamachine.errors import InvalidBudgetValue
+from datamachine.modes import MODE_PATTERN
 from datamachine.registry import validate_budget_value
 
 __all__ = ["ChatMessageIn", "ChatRequest", "FieldProblem", "ResumeIn",

@@ -489,3 +489,11 @@ def test_a_window_too_full_for_the_first_request_is_a_200_budget_stop(site: Site
         "budget_exceeded", "hourly_tokens", 0)
     assert "would pass the hourly tokens budget" in result["warning"]
     assert site.model.requests == []
+
+
+def test_a_mode_no_plugin_declared_is_refused_before_anything_runs(site: Site) -> None:
+    # A well-formed mode nobody declared used to run as if it were chat.
+    body = assert_error(post(site, {"message": "hi", "mode": "nope"}), 422, "invalid_request")
+    assert "'nope' is not a known mode" in body["message"]
+    assert site.model.requests == []
+    assert site.host.transcripts.list() == []
