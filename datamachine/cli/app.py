@@ -111,6 +111,7 @@ def _register_builtin_commands() -> None:
         server_cmds,
         settings_cmd,
         spend_cmd,
+        tools_cmd,
     )
 
     server_cmds.register(cli)
@@ -121,6 +122,7 @@ def _register_builtin_commands() -> None:
     cli.add_command(resume_cmd.resume)
     cli.add_command(spend_cmd.spend)
     cli.add_command(settings_cmd.settings)
+    cli.add_command(tools_cmd.tools)
     for command in admin.COMMANDS:
         cli.add_command(command)
 
