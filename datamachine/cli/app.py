@@ -106,6 +106,7 @@ def _register_builtin_commands() -> None:
         chat_cmd,
         continue_cmd,
         demo,
+        models_cmd,
         resume_cmd,
         run_cmd,
         server_cmds,
@@ -123,6 +124,7 @@ def _register_builtin_commands() -> None:
     cli.add_command(spend_cmd.spend)
     cli.add_command(settings_cmd.settings)
     cli.add_command(tools_cmd.tools)
+    cli.add_command(models_cmd.models)
     for command in admin.COMMANDS:
         cli.add_command(command)
 

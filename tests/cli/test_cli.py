@@ -171,8 +171,10 @@ def test_errors_are_one_line_and_debug_shows_the_traceback(
     ["demo", "--json"],
 ])
 def test_commands_through_a_real_subprocess(tmp_path: Path, args: list[str]) -> None:
+    # stdin closed: `run` joins piped stdin to its PROMPT, and an inherited open pipe would wait.
     done = subprocess.run([sys.executable, "-m", "datamachine", "--db", str(tmp_path / "s.db"),
-                           *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+                           *args], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
     json.loads(done.stdout)
 
