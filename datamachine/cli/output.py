@@ -104,12 +104,22 @@ def fit_columns(columns: Sequence[_Column], available: int,
     shrink("clip", hard)
     shrink("wrap", [max(hard[i], min(c.natural, c.longest_word))
                     for i, c in enumerate(columns)])
+    dropped = False
     for name in drop_order:
         if excess() <= 0:
             break
         for i, column in enumerate(columns):
             if column.header == name and column.kind != "whole":
                 widths[i] = None
+                dropped = True
+    if dropped:  # the room a left-out column freed goes back to the shrunk ones
+        while excess() < 0:
+            short = [i for i, c in enumerate(columns)
+                     if (w := widths[i]) is not None and w < c.natural]
+            if not short:
+                break
+            neediest = max(short, key=lambda i: columns[i].natural - (widths[i] or 0))
+            widths[neediest] = (widths[neediest] or 0) + 1
     shrink("wrap", hard)
     return widths if excess() <= 0 else None
 
