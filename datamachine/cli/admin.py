@@ -113,7 +113,8 @@ def jobs() -> None:
 
 @jobs.command("list")
 @click.option("--status", type=click.Choice(["pending", "running", "completed", "failed"]))
-@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option("-n", "--limit", type=click.IntRange(1, 10_000), default=20, show_default=True,
+              help="At most this many, the most recently updated first.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 @handle_errors
@@ -143,7 +144,8 @@ def sessions() -> None:
 
 
 @sessions.command("list")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option("-n", "--limit", type=click.IntRange(1, 10_000), default=20, show_default=True,
+              help="At most this many, the most recently updated first.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 @handle_errors
