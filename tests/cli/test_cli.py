@@ -382,3 +382,15 @@ def test_spend_shows_each_window_as_a_table_and_as_json(runner: CliRunner,
                               "resets", "in"]
     assert any(line.startswith("daily_tokens") and "900 tokens" in line for line in lines)
     assert any(line.startswith("hourly_spend") and "$0.0012" in line for line in lines)
+
+
+def test_a_paused_runs_hint_names_the_whole_session_id(runner: CliRunner, tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"content": "", "tool_calls": [
+        {"id": "x1", "name": "nonexistent", "parameters": {}}]}]))
+    code, out = invoke(runner, tmp_path / "d.db", "run", "go", "--script", str(script),
+                       "--max-turns", "1", "--confirmation", "pause")
+    assert code == 4, out
+    session = out.split("transcript:  ")[1].split()[0]
+    assert len(session) == 32
+    assert f"`datamachine resume {session} --approve`" in out
