@@ -8,7 +8,8 @@ import click
 
 from agents_api.jsontext import compact_json
 from datamachine.cli.app import State, handle_errors
-from datamachine.cli.output import emit_json, table
+from datamachine.cli.output import emit_json
+from datamachine.cli.tables import table
 from datamachine.storage.transcripts import TRANSCRIPT_STATUSES, TranscriptStatus
 
 __all__ = ["COMMANDS"]

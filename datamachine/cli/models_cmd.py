@@ -16,7 +16,8 @@ from typing import Any
 import click
 
 from datamachine.cli.app import State, handle_errors
-from datamachine.cli.output import emit_json, table
+from datamachine.cli.output import emit_json
+from datamachine.cli.tables import table
 from datamachine.errors import DataMachineError
 from datamachine.providers.endpoints import PROVIDERS_SETTING, parse_endpoints
 

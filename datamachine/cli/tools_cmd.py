@@ -13,7 +13,8 @@ import click
 
 from agents_api.jsontext import pretty_json
 from datamachine.cli.app import State, handle_errors
-from datamachine.cli.output import emit_json, table
+from datamachine.cli.output import emit_json
+from datamachine.cli.tables import table
 from datamachine.errors import UsageError
 
 __all__ = ["tools"]

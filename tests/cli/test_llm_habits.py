@@ -20,7 +20,7 @@ import pexpect
 import pytest
 
 import bootstrap
-from datamachine.cli.output import _Column, fit_columns
+from datamachine.cli.tables import Column, fit_columns
 
 ROOT = Path(__file__).resolve().parents[2]
 # Two ids that share their first characters, and one that does not: real 32-character ids.
@@ -226,9 +226,8 @@ def test_a_terminal_80_columns_wide_shows_every_id_whole(db: Path) -> None:
 
 
 def test_fit_columns_keeps_whole_columns_and_shrinks_the_others_in_order() -> None:
-    columns = [_Column("id", 32, 32, "whole", False), _Column("status", 15, 15, "wrap", False),
-               _Column("count", 8, 8, "wrap", True),
-               _Column("description", 60, 12, "clip", False)]
+    columns = [Column("id", 32, 32, "whole"), Column("status", 15, 15, "wrap"),
+               Column("count", 8, 8, "wrap"), Column("description", 60, 12, "clip")]
     assert fit_columns(columns, 200) == [32, 15, 8, 60]
     # The description gives way first, down to its floor (its header) ...
     assert fit_columns(columns, 80, ["count"]) == [32, 15, 8, 19]
