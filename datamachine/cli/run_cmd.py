@@ -84,9 +84,9 @@ def run(state: State, prompt: str | None, system: str | None, mode: str, provide
         as_json: bool, no_stream: bool) -> None:
     """Run one conversation with PROMPT as the user message.
 
-    PROMPT may come from stdin instead: when it is missing or '-' and stdin is piped
-    (echo hi | datamachine run). Given both, the prompt is stdin, a space, then PROMPT
-    (cat notes.txt | datamachine run "Summarize this"), as llm joins them.
+    PROMPT may come from stdin instead: '-' reads it, and so does a missing PROMPT when stdin
+    is piped (echo hi | datamachine run). Given both, the prompt is stdin, a space, then
+    PROMPT (cat notes.txt | datamachine run "Summarize this"), as llm joins them.
     """
     text = read_prompt(prompt)
     if system is not None and not system.strip():
