@@ -117,6 +117,15 @@ def test_run_without_a_prompt_on_a_terminal_says_how_to_give_one(tmp_path: Path)
     assert "echo Hello | datamachine run" in out
 
 
+def test_run_dash_on_a_terminal_reads_what_is_typed_until_ctrl_d(tmp_path: Path) -> None:
+    child = spawn(tmp_path / "t.db", "run", "-", "--no-stream")
+    child.sendline("typed here")
+    child.sendeof()
+    code, out = finish(child)
+    assert code == 0, out
+    assert "final:       echo: typed here" in out
+
+
 # -- the scripted fallback notice -----------------------------------------------------------
 
 def test_run_with_a_provider_key_but_no_provider_says_so_on_stderr_only(tmp_path: Path) -> None:
