@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from datamachine.conversation.stream import StreamEvent
     from datamachine.default_host import get_default_host, reset_default_host
     from datamachine.errors import (
+        AmbiguousIdPrefix,
         BootError,
         ChainCycle,
         ChainDepthExceeded,
@@ -85,6 +86,7 @@ _EXPORTS: dict[str, str] = {
     "CompletionAssertions": "datamachine.completion",
     "InvalidCompletionPolicy": "datamachine.errors",
     "InvalidCompletionAssertions": "datamachine.errors",
+    "AmbiguousIdPrefix": "datamachine.errors",
     "BootError": "datamachine.errors",
     "ChainCycle": "datamachine.errors",
     "ChainDepthExceeded": "datamachine.errors",
@@ -146,6 +148,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "AmbiguousIdPrefix",
     "BootError",
     "BudgetSpec",
     "ChainCycle",

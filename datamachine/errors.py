@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 __all__ = [
+    "AmbiguousIdPrefix",
     "BootError",
     "ChainCycle",
     "ChainDepthExceeded",
@@ -223,6 +224,20 @@ class JobNotFound(RecordNotFound):
 
 class ChatSessionNotFound(RecordNotFound):
     """No chat session has the id (``host.chat_sessions.get`` and friends)."""
+
+
+class AmbiguousIdPrefix(UsageError):
+    """An id typed as its first characters (``transcripts.resolve``, ``chat_sessions.resolve``,
+    every id argument of the command line) starts more than one stored id.
+
+    ``prefix`` is what was typed, ``matches`` the first few ids it starts (sorted); the message
+    lists them: type more of the id.
+    """
+
+    def __init__(self, message: str, *, prefix: str, matches: list[str]) -> None:
+        super().__init__(message)
+        self.prefix = prefix
+        self.matches = matches
 
 
 class ChatSessionExists(UsageError):

@@ -223,7 +223,7 @@ def test_an_applications_own_bootstrap_module_does_not_shadow_ours(tmp_path: Pat
     assert (done.returncode, done.stdout.strip()) == (0, "echo: hi"), done.stderr
     cli = subprocess.run([sys.executable, "-c", "from datamachine.cli import main; main()",
                           "run", "hello"], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=60)
+                         text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert cli.returncode == 0, cli.stderr
     assert "echo: hello" in cli.stdout
 

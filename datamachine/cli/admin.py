@@ -1,4 +1,4 @@
-"""Inspection commands: budgets, transcripts, jobs, sessions, plugins and tools."""
+"""Inspection commands: budgets, transcripts, jobs, sessions and plugins."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import click
 
 from agents_api.jsontext import compact_json
 from datamachine.cli.app import State, handle_errors
-from datamachine.cli.output import emit_json, table
+from datamachine.cli.output import emit_json
+from datamachine.cli.tables import table
+from datamachine.storage.transcripts import TRANSCRIPT_STATUSES, TranscriptStatus
 
 __all__ = ["COMMANDS"]
 
@@ -51,19 +53,29 @@ def transcripts() -> None:
 
 
 @transcripts.command("list")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option("-n", "--limit", type=click.IntRange(1, 10_000), default=20, show_default=True,
+              help="At most this many, the most recently updated first.")
+@click.option("--status", type=click.Choice(TRANSCRIPT_STATUSES),
+              help="Only transcripts in this status.")
+@click.option("--search", metavar="TEXT",
+              help="Only transcripts with a message whose text holds TEXT (case-insensitive).")
+@click.option("--mode", help="Only transcripts run in this mode (pipeline, chat, system, ...).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 @handle_errors
-def transcripts_list(state: State, limit: int, as_json: bool) -> None:
-    """The most recent transcripts."""
-    items = state.host.transcripts.list(limit=limit)
+def transcripts_list(state: State, limit: int, status: TranscriptStatus | None,
+                     search: str | None, mode: str | None, as_json: bool) -> None:
+    """The most recent transcripts, optionally filtered; ids are shown whole (any unique
+    prefix of one is enough for `transcripts show`, `continue` and `resume`)."""
+    items = state.host.transcripts.list(limit=limit, status=status, search=search or None,
+                                        mode=mode or None)
     if as_json:
         emit_json([item.model_dump() for item in items])
         return
     table(["id", "status", "turns", "messages", "tokens", "provider", "updated (UTC)"],
-           [[t.id, t.status, t.turn_count, t.message_count, t.usage.get("total_tokens", 0),
-             t.provider or "-", _when(t.updated_at)] for t in items])
+          [[t.id, t.status, t.turn_count, t.message_count, t.usage.get("total_tokens", 0),
+            t.provider or "-", _when(t.updated_at)] for t in items],
+          optional=("messages", "tokens"))
 
 
 @transcripts.command("show")
@@ -72,8 +84,10 @@ def transcripts_list(state: State, limit: int, as_json: bool) -> None:
 @click.pass_obj
 @handle_errors
 def transcripts_show(state: State, session_id: str, as_json: bool) -> None:
-    """One transcript: metadata, budgets and every message."""
-    record = state.host.transcripts.get_transcript(session_id)
+    """One transcript (SESSION_ID: its id or a unique prefix): metadata, budgets and every
+    message."""
+    host = state.host
+    record = host.transcripts.get_transcript(host.transcripts.resolve(session_id))
     if as_json:
         emit_json(record.model_dump())
         return
@@ -100,7 +114,8 @@ def jobs() -> None:
 
 @jobs.command("list")
 @click.option("--status", type=click.Choice(["pending", "running", "completed", "failed"]))
-@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option("-n", "--limit", type=click.IntRange(1, 10_000), default=20, show_default=True,
+              help="At most this many, the most recently updated first.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 @handle_errors
@@ -130,7 +145,8 @@ def sessions() -> None:
 
 
 @sessions.command("list")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option("-n", "--limit", type=click.IntRange(1, 10_000), default=20, show_default=True,
+              help="At most this many, the most recently updated first.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 @handle_errors
@@ -150,8 +166,10 @@ def sessions_list(state: State, limit: int, as_json: bool) -> None:
 @click.pass_obj
 @handle_errors
 def sessions_show(state: State, session_id: str) -> None:
-    """One chat session, as JSON (read its messages with ``transcripts show``)."""
-    emit_json(state.host.chat_sessions.get(session_id).model_dump())
+    """One chat session (SESSION_ID: its id or a unique prefix), as JSON (read its messages
+    with ``transcripts show``)."""
+    sessions = state.host.chat_sessions
+    emit_json(sessions.get(sessions.resolve(session_id)).model_dump())
 
 
 @click.command()
@@ -175,24 +193,4 @@ def plugins(state: State, as_json: bool) -> None:
              ", ".join(r["hooks"])] for r in rows])
 
 
-@click.command("tools")
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_obj
-@handle_errors
-def tools(state: State, as_json: bool) -> None:
-    """Every tool this host offers (plugins' and MCP servers'), with the plugin it came from."""
-    host = state.host
-    rows = []
-    for name in host.tools.names():
-        found = host.tools.get(name)
-        description = (found.description or "").strip().splitlines()
-        rows.append({"name": name, "plugin": found.plugin,
-                     "description": description[0] if description else ""})
-    if as_json:
-        emit_json(rows)
-        return
-    table(["name", "plugin", "description"],
-           [[r["name"], r["plugin"] or "-", r["description"][:70]] for r in rows])
-
-
-COMMANDS = [budgets, transcripts, jobs, sessions, plugins, tools]
+COMMANDS = [budgets, transcripts, jobs, sessions, plugins]

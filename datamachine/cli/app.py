@@ -112,11 +112,13 @@ def _register_builtin_commands() -> None:
         chat_cmd,
         continue_cmd,
         demo,
+        models_cmd,
         resume_cmd,
         run_cmd,
         server_cmds,
         settings_cmd,
         spend_cmd,
+        tools_cmd,
     )
 
     server_cmds.register(cli)
@@ -127,6 +129,8 @@ def _register_builtin_commands() -> None:
     cli.add_command(resume_cmd.resume)
     cli.add_command(spend_cmd.spend)
     cli.add_command(settings_cmd.settings)
+    cli.add_command(tools_cmd.tools)
+    cli.add_command(models_cmd.models)
     for command in admin.COMMANDS:
         cli.add_command(command)
 

@@ -17,6 +17,7 @@ import click
 from datamachine.cli.app import State, exit_code_for, handle_errors
 from datamachine.cli.model_options import model_option
 from datamachine.cli.progress import Progress, TextEcho
+from datamachine.cli.provider_notice import warn_if_scripted_fallback
 from datamachine.errors import SessionAborted, UsageError
 from datamachine.hookspecs import hookimpl
 from datamachine.registry import validate_budget_value
@@ -70,12 +71,17 @@ def _limit(value: str | None) -> int | str | None:
 
 
 @click.command()
-@click.option("--session", "session_id", default=None, help="Continue this chat session.")
+@click.option("--session", "session_id", default=None,
+              help="Continue this chat session (its id or a unique prefix).")
+@click.option("-s", "--system", default=None,
+              help="A system prompt, sent before the first message you type.")
 @click.option("--max-turns", default=None,
               help="Turn limit of a new session (1 to 10,000, or 'unlimited'; default: "
                    "setting chat_max_turns, 25).")
-@click.option("--provider", default=None, help="Provider name (default: setting default_provider).")
-@click.option("--model", default=None, help="Model id (default: setting default_model).")
+@click.option("--provider", default=None,
+              help="Provider name (default: setting default_provider; `datamachine models` "
+                   "lists them).")
+@click.option("-m", "--model", default=None, help="Model id (default: setting default_model).")
 @click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="JSON or YAML script for the scripted provider (replayed for each message).")
 @model_option
@@ -83,11 +89,15 @@ def _limit(value: str | None) -> int | str | None:
               help="Print each answer when it is complete instead of as it arrives.")
 @click.pass_obj
 @handle_errors
-def chat(state: State, session_id: str | None, max_turns: str | None, provider: str | None,
-         model: str | None, script: Path | None, model_options: dict[str, Any],
-         no_stream: bool) -> None:
+def chat(state: State, session_id: str | None, system: str | None, max_turns: str | None,
+         provider: str | None, model: str | None, script: Path | None,
+         model_options: dict[str, Any], no_stream: bool) -> None:
     """Chat with an agent on a stored session, with its turn limit enforced."""
+    from datamachine.conversation.chat import chat_turns_on  # what host.chat runs
+
     limit = _limit(max_turns)
+    if system is not None and not system.strip():
+        raise click.BadParameter("the system prompt is empty.", param_hint="'-s' / '--system'")
     stream = sys.stdout.isatty() and not no_stream
     host = state.host
     confirm = TerminalConfirm()
@@ -95,7 +105,8 @@ def chat(state: State, session_id: str | None, max_turns: str | None, provider: 
     if session_id is None:
         session = host.chat_sessions.create(max_turns=limit)
     else:
-        session = host.chat_sessions.require_active(session_id)
+        session = host.chat_sessions.require_active(host.chat_sessions.resolve(session_id))
+    warn_if_scripted_fallback(host, provider, scripted_on_purpose=script is not None)
     click.echo(f"Chat session {session.id} (limit: {session.max_turns} turns). "
                "Ctrl-D to quit, Ctrl-C to interrupt.")
     status = "completed"
@@ -120,8 +131,13 @@ def chat(state: State, session_id: str | None, max_turns: str | None, provider: 
                     payload["model_options"] = model_options
                 if script is not None:
                     payload["script"] = str(script)
-                result = host.chat(session.id, text, provider=provider, model=model,
-                                   payload=payload, on_text=streamed)
+                # As llm's chat does, the system prompt goes with the first message only.
+                messages = [{"role": "user", "content": text}]
+                if system is not None:
+                    messages.insert(0, {"role": "system", "content": system})
+                    system = None
+                result = chat_turns_on(host, session.id, messages, None, provider, model,
+                                       payload, on_text=streamed)
         except KeyboardInterrupt:
             click.echo("\nInterrupted; finished turns are saved.", err=True)
             raise SystemExit(130) from None

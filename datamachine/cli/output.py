@@ -1,14 +1,15 @@
-"""Readable run summaries for people, and JSON for scripts."""
+"""Readable run summaries for people, and JSON for scripts (``table`` lives in
+:mod:`datamachine.cli.tables`)."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
 from agents_api.jsontext import compact_json, pretty_json
 from datamachine.budgets_builtin import CONVERSATION_TURNS
+from datamachine.cli.tables import table
 from datamachine.conversation.result import ConversationResult
 from datamachine.tools.results import is_rejected
 
@@ -18,24 +19,6 @@ __all__ = ["emit_json", "explain_stop", "print_run_summary", "table", "tool_line
 def emit_json(value: Any) -> None:
     """``value`` as indented JSON on stdout."""
     click.echo(pretty_json(value))
-
-
-def table(headers: list[str], rows: list[list[Any]]) -> None:
-    """A rich table on a terminal; aligned plain text when piped (easy to grep and cut)."""
-    cells = [[str(c) for c in row] for row in rows]
-    if sys.stdout.isatty():
-        from rich.console import Console
-        from rich.table import Table
-
-        shown = Table(*headers, header_style="bold")
-        for row in cells:
-            shown.add_row(*row)
-        Console().print(shown)
-        return
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for row in cells:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 def explain_stop(result: ConversationResult) -> str:
@@ -54,7 +37,7 @@ def explain_stop(result: ConversationResult) -> str:
         return f"incomplete: {result.blocker or result.warning or 'assertions not satisfied'}"
     if result.status == "awaiting_confirmation":
         session = result.transcript_session_id or "SESSION"
-        return (f"{result.warning or 'paused.'} From here: `datamachine resume {session[:12]} "
+        return (f"{result.warning or 'paused.'} From here: `datamachine resume {session} "
                 "--approve` (or --decline).")
     return result.status
 

@@ -1,4 +1,8 @@
-"""``datamachine run PROMPT``: one conversation from the command line."""
+"""``datamachine run [PROMPT]``: one conversation from the command line.
+
+The prompt is read as ``llm`` reads it (:mod:`datamachine.cli.prompt_input`): the argument,
+piped stdin, or stdin then the argument.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ from datamachine.cli.app import State, exit_code_for, handle_errors
 from datamachine.cli.model_options import model_option
 from datamachine.cli.output import print_run_summary
 from datamachine.cli.progress import Progress, TextEcho
+from datamachine.cli.prompt_input import read_prompt
+from datamachine.cli.provider_notice import warn_if_scripted_fallback
 from datamachine.errors import InvalidBudgetValue, UsageError
 from datamachine.registry import validate_budget_value
 
@@ -46,11 +52,15 @@ def _streamed(host: Any, *args: Any) -> Any:
 
 
 @click.command()
-@click.argument("prompt")
+@click.argument("prompt", required=False)
+@click.option("-s", "--system", default=None,
+              help="A system prompt, sent as the first message.")
 @click.option("--mode", default="pipeline", show_default=True,
               help="pipeline, chat, system or an extension mode.")
-@click.option("--provider", default=None, help="Provider name (default: setting default_provider).")
-@click.option("--model", default=None, help="Model id (default: setting default_model).")
+@click.option("--provider", default=None,
+              help="Provider name (default: setting default_provider; `datamachine models` "
+                   "lists them).")
+@click.option("-m", "--model", default=None, help="Model id (default: setting default_model).")
 @click.option("--max-turns", type=int, default=None, callback=parse_max_turns,
               help="Turn ceiling (1 to 10,000; clamped to the conversation_turns budget).")
 @click.option("--single-turn", is_flag=True, help="Stop after exactly one provider turn.")
@@ -68,12 +78,21 @@ def _streamed(host: Any, *args: Any) -> Any:
                    "arrives.")
 @click.pass_obj
 @handle_errors
-def run(state: State, prompt: str, mode: str, provider: str | None, model: str | None,
-        max_turns: int | None, single_turn: bool, script: Path | None, tool_names: str,
-        model_options: dict[str, Any], confirmation: str | None, as_json: bool,
-        no_stream: bool) -> None:
-    """Run one conversation with PROMPT as the user message."""
+def run(state: State, prompt: str | None, system: str | None, mode: str, provider: str | None,
+        model: str | None, max_turns: int | None, single_turn: bool, script: Path | None,
+        tool_names: str, model_options: dict[str, Any], confirmation: str | None,
+        as_json: bool, no_stream: bool) -> None:
+    """Run one conversation with PROMPT as the user message.
+
+    PROMPT may come from stdin instead: '-' reads it, and so does a missing PROMPT when stdin
+    is piped (echo hi | datamachine run). Given both, the prompt is stdin, a space, then
+    PROMPT (cat notes.txt | datamachine run "Summarize this"), as llm joins them.
+    """
+    text = read_prompt(prompt)
+    if system is not None and not system.strip():
+        raise click.BadParameter("the system prompt is empty.", param_hint="'-s' / '--system'")
     host = state.host
+    warn_if_scripted_fallback(host, provider, scripted_on_purpose=script is not None)
     tools = []
     for name in [n.strip() for n in tool_names.split(",") if n.strip()]:
         found = host.tools.get(name)
@@ -88,7 +107,9 @@ def run(state: State, prompt: str, mode: str, provider: str | None, model: str |
         payload["script"] = str(script)
     if confirmation is not None:
         payload["confirmation"] = confirmation
-    messages = [{"role": "user", "content": prompt}]
+    messages = [{"role": "user", "content": text}]
+    if system is not None:
+        messages.insert(0, {"role": "system", "content": system})
     if sys.stdout.isatty() and not as_json and not no_stream:
         result = _streamed(host, messages, tools, provider, model, mode, payload, max_turns,
                            single_turn)

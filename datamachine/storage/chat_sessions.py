@@ -27,6 +27,7 @@ from datamachine.errors import (
     UsageError,
 )
 from datamachine.registry import MAX_BUDGET_VALUE, validate_budget_value
+from datamachine.storage._prefix import ambiguous, match_prefix
 from datamachine.storage._tx import (
     Connected,
     connection_lock,
@@ -179,6 +180,20 @@ class ChatSessionStore:
         if row is None:
             raise self._not_found(session_id)
         return _session(row)
+
+    def resolve(self, prefix: str) -> str:
+        """The chat session id that ``prefix`` names: a whole id, or the first characters of
+        exactly one (any length). :class:`ChatSessionNotFound` if no id starts with it;
+        :class:`AmbiguousIdPrefix` (a ``UsageError``) naming the candidates if several do."""
+        with self._lock:
+            text, found = match_prefix(self._db.conn, "chat_sessions", prefix)
+        if not found:
+            raise ChatSessionNotFound(
+                f"No chat session id starts with {text!r} in {self._label}; list them with "
+                "host.chat_sessions.list() or `datamachine sessions list`.")
+        if len(found) > 1:
+            raise ambiguous(text, found, "chat session")
+        return found[0]
 
     def list(self, limit: int = 50) -> builtins.list[ChatSession]:
         """Sessions, most recently updated first."""

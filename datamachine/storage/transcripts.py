@@ -35,6 +35,7 @@ from agents_api import InvalidMessage, Message, clock, normalize_messages
 from agents_api.errors import brief_repr
 from datamachine.errors import DatabaseError, TranscriptNotFound, UsageError, first_field_error
 from datamachine.storage import transcript_rows as rows
+from datamachine.storage._prefix import ambiguous, match_prefix
 from datamachine.storage._tx import (
     Connected,
     connection_lock,
@@ -226,26 +227,22 @@ class TranscriptStore:
         return row is not None
 
     def resolve(self, prefix: str) -> str:
-        """The one stored session id starting with ``prefix`` (a whole id is its own prefix):
-        what a person types from a listing. TranscriptNotFound if none, UsageError naming the
-        candidates if several."""
-        text = prefix.strip() if isinstance(prefix, str) else ""
-        if not text or not all(ch.isalnum() or ch in "-_" for ch in text):
-            raise UsageError(f"A session id (or its start) is letters, digits, '-' and '_'; "
-                             f"got {prefix!r}.")
-        if self.exists(text):
-            return text
+        """The stored session id that ``prefix`` names: a whole id, or the first characters of
+        exactly one (any length; what a person types from a listing).
+
+        :class:`TranscriptNotFound` if no id starts with it; :class:`AmbiguousIdPrefix` (a
+        ``UsageError``) naming the candidates if several do; ``UsageError`` for a value that
+        cannot be a session id.
+        """
         with self._lock:
-            found = [row[0] for row in self._db.conn.execute(
-                "SELECT id FROM transcripts WHERE substr(id, 1, ?) = ? ORDER BY id LIMIT 6",
-                [len(text), text]).fetchall()]
+            text, found = match_prefix(self._db.conn, "transcripts", prefix)
         if not found:
-            raise self._not_found(text)
+            raise TranscriptNotFound(
+                f"No transcript id starts with {text!r} in {self._label}; list them with "
+                "host.transcripts.list() or `datamachine transcripts list`.")
         if len(found) > 1:
-            listed = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
-            raise UsageError(f"{text!r} starts more than one session id ({listed}); type more "
-                             "of it.")
-        return str(found[0])
+            raise ambiguous(text, found, "transcript")
+        return found[0]
 
     def get(self, session_id: str) -> list[dict[str, Any]]:
         """The stored messages (envelope dicts), in order; TranscriptNotFound if unknown."""
@@ -291,9 +288,13 @@ class TranscriptStore:
                 f"{f' ({where})' if where else ''}: {_problem(exc)}. Delete it, or correct "
                 "the row by hand.") from None
 
-    def list(self, *, limit: int = 50,
-             status: TranscriptStatus | None = None) -> builtins.list[TranscriptSummary]:
-        """The most recently updated transcripts first, optionally only those in ``status``.
+    def list(self, *, limit: int = 50, status: TranscriptStatus | None = None,
+             search: str | None = None,
+             mode: str | None = None) -> builtins.list[TranscriptSummary]:
+        """The most recently updated transcripts first, optionally only those in ``status``,
+        those with a message whose text content holds ``search`` (case-insensitive for ASCII
+        letters, as SQLite's ``LIKE``; ``%`` and ``_`` are literal) and those run in ``mode``
+        (one of a run's modes).
 
         A damaged row (one this version cannot read) never costs the whole listing: it is left
         out and logged as a warning naming the session, so ``summary(id)`` can explain it.
@@ -303,14 +304,30 @@ class TranscriptStore:
         if status is not None and status not in TRANSCRIPT_STATUSES:
             raise UsageError(f"status must be one of {', '.join(TRANSCRIPT_STATUSES)}, got "
                              f"{brief_repr(status)}.")
+        for name, value in (("search", search), ("mode", mode)):
+            if value is not None and not (isinstance(value, str) and value and is_utf8(value)):
+                raise UsageError(f"{name} must be a non-empty string, got {brief_repr(value)}.")
         limit = min(limit, _MAX_SQL_INT)  # more than SQLite can count is all of them
         effective = ("CASE WHEN t.status = 'running' AND l.expires_at IS NULL "
                      "THEN 'interrupted' ELSE t.status END")
-        sql = f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN}"
+        where: builtins.list[str] = []
         params: builtins.list[Any] = [clock.now()]
         if status is not None:
-            sql += f" WHERE {effective} = ?"
+            where.append(f"{effective} = ?")
             params.append(status)
+        if mode is not None:
+            # A run given several modes stores them joined by commas: match any one of them.
+            where.append("instr(',' || t.mode || ',', ',' || ? || ',') > 0")
+            params.append(mode)
+        if search is not None:
+            # Every message's JSON is read: a scan of the listed sessions' messages, newest
+            # session first, stopping once ``limit`` sessions matched.
+            where.append("EXISTS (SELECT 1 FROM transcript_messages m WHERE m.session_id = t.id "
+                         "AND json_extract(m.envelope, '$.content') LIKE ? ESCAPE '\\')")
+            params.append(_like_anywhere(search))
+        sql = f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN}"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY t.updated_at DESC, t.id LIMIT ?"
         params.append(limit)
         with snapshot(self._db, self._lock, self._label) as conn:
@@ -339,6 +356,12 @@ def _checked_messages(messages: object) -> builtins.list[Message]:
         return normalize_messages(messages)
     except InvalidMessage as exc:
         raise UsageError(f"messages: {exc}") from None
+
+
+def _like_anywhere(text: str) -> str:
+    """The ``LIKE`` pattern (escape character ``\\``) of text containing ``text`` literally."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
 
 
 def _checked_token(token: object) -> str | None:

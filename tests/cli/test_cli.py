@@ -171,8 +171,10 @@ def test_errors_are_one_line_and_debug_shows_the_traceback(
     ["demo", "--json"],
 ])
 def test_commands_through_a_real_subprocess(tmp_path: Path, args: list[str]) -> None:
+    # stdin closed: `run` joins piped stdin to its PROMPT, and an inherited open pipe would wait.
     done = subprocess.run([sys.executable, "-m", "datamachine", "--db", str(tmp_path / "s.db"),
-                           *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+                           *args], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
     json.loads(done.stdout)
 
@@ -274,7 +276,7 @@ def test_continue_resumes_a_stopped_run_by_an_id_prefix(runner: CliRunner, tmp_p
 
 
 @pytest.mark.parametrize(("session", "message"), [
-    ("nosuch", "No transcript is stored"), ("bad id!", "letters, digits"),
+    ("nosuch", "No transcript id starts with 'nosuch'"), ("x" * 201, "A session id must be"),
 ])
 def test_continue_names_what_is_wrong_with_the_session(
     runner: CliRunner, tmp_path: Path, session: str, message: str,
@@ -294,7 +296,7 @@ def test_a_prefix_that_starts_several_sessions_lists_them() -> None:
                                   payload={"transcript_session_id": session})
         assert host.transcripts.resolve("xy") == "xyz"
         assert host.transcripts.resolve("abc1") == "abc1"
-        with pytest.raises(UsageError, match="'abc' starts more than one session id"):
+        with pytest.raises(UsageError, match="Ambiguous transcript id prefix 'abc'"):
             host.transcripts.resolve("abc")
 
 
@@ -380,3 +382,15 @@ def test_spend_shows_each_window_as_a_table_and_as_json(runner: CliRunner,
                               "resets", "in"]
     assert any(line.startswith("daily_tokens") and "900 tokens" in line for line in lines)
     assert any(line.startswith("hourly_spend") and "$0.0012" in line for line in lines)
+
+
+def test_a_paused_runs_hint_names_the_whole_session_id(runner: CliRunner, tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"content": "", "tool_calls": [
+        {"id": "x1", "name": "nonexistent", "parameters": {}}]}]))
+    code, out = invoke(runner, tmp_path / "d.db", "run", "go", "--script", str(script),
+                       "--max-turns", "1", "--confirmation", "pause")
+    assert code == 4, out
+    session = out.split("transcript:  ")[1].split()[0]
+    assert len(session) == 32
+    assert f"`datamachine resume {session} --approve`" in out

@@ -1,0 +1,66 @@
+"""One line on stderr when ``run`` or ``chat`` answers with ``scripted`` though a key is set.
+
+Without ``--provider``, a run uses the setting ``default_provider``, which is ``scripted`` (it
+echoes; no model is asked) until someone changes it. A person who exported ``OPENAI_API_KEY``
+and typed ``datamachine run "hi"`` expects a model: this says why they got an echo and how to
+get the model. It goes to stderr, whatever the output format, so stdout stays what a script
+reads; ``--provider scripted`` or ``--script`` (a deliberate scripted run) silence it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from datamachine.errors import DataMachineError
+
+__all__ = ["keyed_providers", "scripted_fallback_notice", "warn_if_scripted_fallback"]
+
+
+def keyed_providers(host: Any, environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """``(provider, variable)`` for every provider of ``host`` whose API key variable is set in
+    ``environ`` (default ``os.environ``): registered providers first, then the named endpoints
+    of the ``providers`` setting, each group by name."""
+    env = os.environ if environ is None else environ
+    found = []
+    names = sorted(host.providers.names(), key=lambda n: (host.providers.owner(n) is None, n))
+    for name in names:
+        try:
+            provider = host.providers.get(name)
+        except DataMachineError:  # a broken endpoint entry: its own run will say so
+            continue
+        variable = getattr(provider, "api_key_env", None)
+        if isinstance(variable, str) and variable and env.get(variable, "").strip():
+            found.append((name, variable))
+    return found
+
+
+def scripted_fallback_notice(host: Any, provider: str | None, *, scripted_on_purpose: bool,
+                             environ: Mapping[str, str] | None = None) -> str | None:
+    """The notice, or None: only when no provider was given, the default is ``scripted``,
+    nothing says the scripted run is wanted, and some provider's key is set."""
+    if provider is not None or scripted_on_purpose:
+        return None
+    if host.default_provider(None) != "scripted":
+        return None
+    keyed = keyed_providers(host, environ)
+    if not keyed:
+        return None
+    variables = sorted({variable for _, variable in keyed})
+    named = " and ".join(variables) + (" is" if len(variables) == 1 else " are")
+    choice = keyed[0][0]
+    others = "".join(f" (or --provider {name})" for name, _ in keyed[1:3])
+    return (f"Note: answering with the scripted provider (it echoes; no model is asked) though "
+            f"{named} set: use --provider {choice}{others}, or `datamachine settings set "
+            f"default_provider {choice}`.")
+
+
+def warn_if_scripted_fallback(host: Any, provider: str | None, *,
+                              scripted_on_purpose: bool) -> None:
+    """Print :func:`scripted_fallback_notice` on stderr when there is one."""
+    notice = scripted_fallback_notice(host, provider, scripted_on_purpose=scripted_on_purpose)
+    if notice is not None:
+        click.echo(notice, err=True)

@@ -1,0 +1,52 @@
+"""Ids as a person types them: the one stored id that a unique prefix starts.
+
+Shared by :meth:`TranscriptStore.resolve` and :meth:`ChatSessionStore.resolve`, and through them
+by every id argument of the command line. Any prefix length is accepted, as long as it starts
+exactly one stored id (as ``git`` and ``llm`` do); a whole id is found by an equality lookup
+first, so an id that is also the start of a longer one still means itself.
+
+Why ``GLOB`` and not ``LIKE``: ``GLOB`` is case-sensitive like the ids themselves, and SQLite
+turns a ``GLOB 'literal*'`` on a primary key into a range search of its index (``LIKE`` scans
+the table unless ``case_sensitive_like`` is on). The three characters ``GLOB`` treats as
+wildcards are escaped as one-character sets, so an id holding ``*``, ``?`` or ``[`` is a literal.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Literal
+
+from datamachine.errors import AmbiguousIdPrefix
+from datamachine.storage.locks import check_session_id
+
+__all__ = ["MAX_LISTED", "ambiguous", "glob_prefix", "match_prefix"]
+
+# How many candidate ids an ambiguous prefix names in its error.
+MAX_LISTED = 5
+
+Table = Literal["transcripts", "chat_sessions"]
+
+
+def glob_prefix(text: str) -> str:
+    """The ``GLOB`` pattern of every string starting with ``text`` (taken literally)."""
+    return "".join(f"[{ch}]" if ch in "*?[" else ch for ch in text) + "*"
+
+
+def match_prefix(conn: sqlite3.Connection, table: Table, prefix: object) -> tuple[str, list[str]]:
+    """``prefix`` checked as an id (``UsageError`` if it cannot be one), and the stored ids it
+    names: ``[prefix]`` when it is a whole stored id, else up to ``MAX_LISTED + 1`` ids starting
+    with it, sorted (empty: none). Call it holding the connection's lock."""
+    text = check_session_id(prefix)
+    if conn.execute(f"SELECT 1 FROM {table} WHERE id = ?", [text]).fetchone() is not None:
+        return text, [text]
+    found = conn.execute(f"SELECT id FROM {table} WHERE id GLOB ? ORDER BY id LIMIT ?",
+                         [glob_prefix(text), MAX_LISTED + 1]).fetchall()
+    return text, [str(row[0]) for row in found]
+
+
+def ambiguous(prefix: str, matches: list[str], noun: str) -> AmbiguousIdPrefix:
+    """The error of a prefix that starts several ``noun`` ids (``matches``, sorted)."""
+    listed = ", ".join(matches[:MAX_LISTED]) + (", ..." if len(matches) > MAX_LISTED else "")
+    return AmbiguousIdPrefix(
+        f"Ambiguous {noun} id prefix {prefix!r}: it starts {listed}; give more characters.",
+        prefix=prefix, matches=matches[:MAX_LISTED])
