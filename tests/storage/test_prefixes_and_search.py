@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
+import bootstrap
+from datamachine import hookimpl
 from datamachine.errors import (
     AmbiguousIdPrefix,
     ChatSessionNotFound,
@@ -86,7 +90,20 @@ def test_list_searches_message_text_case_insensitively(host: Host) -> None:
         store.list(search="")
 
 
-def test_list_filters_by_status_and_mode_together_with_search(host: Host) -> None:
+class _Research:
+    @hookimpl
+    def register_modes(self) -> list[str]:
+        return ["research"]
+
+
+@pytest.fixture
+def research_host() -> Iterator[Host]:
+    with bootstrap.boot(db_path=":memory:", plugins=[_Research()], load_entrypoints=False) as h:
+        yield h
+
+
+def test_list_filters_by_status_and_mode_together_with_search(research_host: Host) -> None:
+    host = research_host
     _run(host, "p1", "alpha")
     _run(host, "c1", "alpha", mode="chat")
     _run(host, "m1", "alpha", mode=["chat", "research"])
