@@ -118,6 +118,7 @@ _RULES: dict[str, Callable[[str, Any], None]] = {
     "connect_timeout": _number,
     "max_run_seconds": lambda key, value: _number(key, value, positive=True),
     "budget_pressure": _flag,
+    "allow_model_requests": _flag,
     "default_provider": _text,
     "default_model": _text,
     "openai_base_url": _text,

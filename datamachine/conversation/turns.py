@@ -83,6 +83,11 @@ class ProviderTurnRunner:
         self.host = host
         self.provider = provider
         self.provider_name = provider_name
+        # Setting allow_model_requests off (tests): only a provider that never leaves the
+        # process (scripted) or a text_result hook may answer.
+        self._requests_refused = (
+            not getattr(provider, "answers_offline", False)
+            and host.settings.get("allow_model_requests", True) is False)
         self.model = model
         self.mode = mode
         self.tools = tools
@@ -232,6 +237,8 @@ class ProviderTurnRunner:
     def _dispatch(self, request: ProviderRequest, turn: int) -> Any:
         """Availability, then the ``text_result`` hook, else the provider: its answer (or an
         awaitable of it)."""
+        if self._requests_refused:
+            return self._hook_only(request, turn)
         self._check_availability()
         short = (self.host.first("text_result", request=request)
                  if self.has_text_result_hook else None)
@@ -246,6 +253,22 @@ class ProviderTurnRunner:
                 self._streamed = True
                 return self._stream(stream(request))
         return self.provider.complete(request)
+
+    def _hook_only(self, request: ProviderRequest, turn: int) -> Any:
+        """With model requests off: the ``text_result`` hook's answer, else a clear error
+        (the provider is never called, nor asked whether it is available)."""
+        short = (self.host.first("text_result", request=request)
+                 if self.has_text_result_hook else None)
+        if short is None:
+            raise ProviderError(
+                f"Model requests are off on this host (setting allow_model_requests is false), "
+                f"so provider {self.provider_name!r} was not called for turn {turn}. In tests, "
+                "answer with the scripted_model fixture or a text_result hook, or run on the "
+                "scripted provider; to allow real requests: `datamachine settings set "
+                "allow_model_requests true`.",
+                code="model_requests_disabled", provider=self.provider_name)
+        self._answer_trusted = False
+        return self._from_hook(short, turn)
 
     async def _stream(self, deltas: Any) -> ProviderResponse:
         """Pass a provider's text on as it arrives; the whole answer at the end (or, when the

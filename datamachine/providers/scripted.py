@@ -222,6 +222,8 @@ class ScriptCursor:
     # Every answer comes out of normal_response/normalize_response: the turn runner need not
     # normalize it again.
     answers_normalized = True
+    # Never leaves the process: it answers even where model requests are off (tests).
+    answers_offline = True
 
     def __init__(
         self,
@@ -286,6 +288,8 @@ class ScriptedProvider:
     ``ScriptedProvider(script)`` validates the script at construction (an :class:`InvalidScript`
     names the bad entry). See the module docstring for how runs get their own position.
     """
+
+    answers_offline = True  # see ScriptCursor
 
     def __init__(self, script: ScriptSource | None = None, *, name: str = "scripted") -> None:
         self.name = name

@@ -170,3 +170,18 @@ def test_typed_arguments_are_checked_before_the_note_is_written() -> None:
         "text: String should have at most 500 characters (got \"" + "x" * 56 + "...)",
         "kind: Input should be 'fact', 'todo' or 'question' (got \"idea\")"]
     assert engine_data == {}
+
+
+def test_the_installed_plugin_under_the_shipped_pytest_fixtures(
+        dm_host: Host, scripted_model: Any) -> None:
+    """What a plugin author's own suite looks like with datamachine's pytest plugin: the
+    installed plugin is loaded by ``dm_host``, and ``scripted_model`` is the model."""
+    scripted_model.enqueue(
+        *({"tool_calls": [{"name": "write_note", "parameters": {"text": f"Observation {n}."}}]}
+          for n in (1, 2)), "Two notes taken.")
+    tool = dm_host.tools.get("write_note")
+    assert tool is not None
+    result = dm_host.run_conversation([{"role": "user", "content": "Take notes."}], [tool])
+    assert (result.status, result.final_content) == ("completed", "Two notes taken.")
+    assert result.budgets[NOTES_WRITTEN.name]["current"] == 2
+    assert len(scripted_model.requests) == 3
