@@ -366,7 +366,9 @@ class Settings:
         ``register_settings()`` hook instead); redeclaring a name replaces it."""
         if self.declarations is None:
             self.declarations = SettingDeclarations()
-        return self.declarations.declare(spec, owner=owner)
+        declared = self.declarations.declare(spec, owner=owner)
+        self._problems = None  # a stored value may not fit the new declaration
+        return declared
 
     def declared(self) -> list[SettingSpec]:
         """Every declared setting, sorted by name (budget settings included)."""

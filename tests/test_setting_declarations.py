@@ -149,6 +149,10 @@ def test_free_form_keys_and_runtime_declarations_are_the_application_s_own(host:
     host.settings.set("myapp_limit", 7)
     with pytest.raises(InvalidSetting, match="must be an integer"):
         host.settings.set("myapp_limit", "seven")
+    assert host.settings.problems() == []
+    # Declared again, stricter: the stored value is now a problem, named at once.
+    host.settings.declare(SettingSpec(name="myapp_limit", type="string"))
+    assert [key for key, _ in host.settings.problems()] == ["myapp_limit"]
 
 
 @pytest.mark.parametrize(("key", "value"), [

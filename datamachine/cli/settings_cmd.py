@@ -133,6 +133,12 @@ def settings_set(state: State, key: str, value: str) -> None:
     are refused, saying what fits."""
     host_settings = state.host.settings
     spec = host_settings.spec(key)
+    if spec is not None and value.strip() == "null" and "null" not in spec.types:
+        # Read as text it would store the word "null"; what was meant is "no value".
+        from datamachine.errors import InvalidSetting
+
+        raise InvalidSetting(f"Setting {key!r} cannot be null; `datamachine settings unset "
+                             f"{key}` removes the stored value (the default applies again).")
     host_settings.set(key, spec.parse_text(value) if spec is not None else _parse_value(value))
     stored = host_settings.stored(key)
     shown = spec.masked(stored) if spec is not None else stored

@@ -80,6 +80,10 @@ def test_values_are_read_by_the_declared_type(tmp_path: Path) -> None:
     assert dm(db, "set", "chat_max_turns", "unlimited").stdout == 'chat_max_turns = "unlimited"\n'
     assert dm(db, "set", "chat_tools", '["call_remote_agent"]').returncode == 0
     assert dm(db, "set", "x_my_app", "plain words").stdout == 'x_my_app = "plain words"\n'
+    null = dm(db, "set", "default_model", "null")  # not the word "null" as a model name
+    assert null.returncode == 2
+    assert "datamachine settings unset default_model" in null.stderr
+    assert dm(db, "set", "chat_tools", "null").stdout == "chat_tools = null\n"
 
 
 @pytest.mark.parametrize(("key", "value", "says"), [
