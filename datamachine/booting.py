@@ -130,7 +130,9 @@ def _declare_settings(pm: Any, declarations: SettingDeclarations) -> None:
                 f"Setting {item.name!r} is declared by both {owner!r} and {plugin_name!r}; "
                 "rename one of them (setting names are global to a host).")
         declarations.declare(item, owner=plugin_name)
-    for key, owner, budget, budget_owner in declarations.budget_conflicts():
+    conflicts = declarations.budget_conflicts()
+    if conflicts:
+        key, owner, budget, budget_owner = conflicts[0]
         raise DuplicateSettingError(
             f"Setting {key!r} is declared by {owner!r} and is also the setting of the budget "
             f"{budget!r} (registered by {budget_owner!r}); rename one of them (setting names "

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 import bootstrap
-from datamachine import InvalidSetting, SettingSpec
+from datamachine import BudgetSpec, InvalidSetting, SettingSpec, hookimpl
+from datamachine.errors import DuplicateSettingError
 from datamachine.host import Host
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,6 +127,27 @@ def test_the_run_path_s_defaults_agree_with_the_declarations(host: Host) -> None
     assert host.chat_sessions.default_max_turns() == host.settings.effective("chat_max_turns")
     assert host.budgets.create("conversation_turns").ceiling() == host.settings.effective(
         "max_turns")
+
+
+class SiteBudget:
+    @hookimpl
+    def register_budgets(self) -> list[BudgetSpec]:
+        return [BudgetSpec(name="sites_visited", default=2, max=5, setting="site_id")]
+
+
+class MaxTurnsAgain:
+    @hookimpl
+    def register_settings(self) -> list[SettingSpec]:
+        return [SettingSpec(name="max_turns", type="integer")]
+
+
+def test_a_budget_setting_that_a_declaration_claims_stops_the_boot_naming_both() -> None:
+    with pytest.raises(DuplicateSettingError, match=r"'site_id' is declared by 'core' and is "
+                                                    r"also the setting of the budget "
+                                                    r"'sites_visited' \(registered by '.+'\)"):
+        bootstrap.boot(":memory:", plugins=[SiteBudget()], load_entrypoints=False)
+    with pytest.raises(DuplicateSettingError, match="'max_turns' is declared by both 'core' and"):
+        bootstrap.boot(":memory:", plugins=[MaxTurnsAgain()], load_entrypoints=False)
 
 
 # -- writing ------------------------------------------------------------------------------------
