@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         DataMachineError,
         DuplicateBudgetError,
         DuplicateProviderError,
+        DuplicateSettingError,
         DuplicateTokenName,
         DuplicateToolError,
         InvalidBudgetSpec,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
         InvalidJobTransition,
         InvalidScript,
         InvalidSetting,
+        InvalidSettingSpec,
         InvalidTokenName,
         InvalidToolDefinition,
         InvalidToolRuntimeRule,
@@ -75,6 +77,7 @@ if TYPE_CHECKING:
     from datamachine.hookspecs import hookimpl
     from datamachine.providers.base import ProviderRequest, ProviderResponse
     from datamachine.registry import BudgetSpec, IterationBudgetRegistry, validate_budget_value
+    from datamachine.setting_spec import SettingSpec
     from datamachine.tools import Tool, ToolContext, tool
 
 __version__ = "0.1.0"
@@ -96,6 +99,7 @@ _EXPORTS: dict[str, str] = {
     "DatabaseError": "datamachine.errors",
     "DuplicateBudgetError": "datamachine.errors",
     "DuplicateProviderError": "datamachine.errors",
+    "DuplicateSettingError": "datamachine.errors",
     "DuplicateTokenName": "datamachine.errors",
     "DuplicateToolError": "datamachine.errors",
     "InvalidBudgetSpec": "datamachine.errors",
@@ -104,6 +108,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidJobTransition": "datamachine.errors",
     "InvalidScript": "datamachine.errors",
     "InvalidSetting": "datamachine.errors",
+    "InvalidSettingSpec": "datamachine.errors",
     "InvalidTokenName": "datamachine.errors",
     "InvalidToolDefinition": "datamachine.errors",
     "InvalidToolRuntimeRule": "datamachine.errors",
@@ -137,6 +142,7 @@ _EXPORTS: dict[str, str] = {
     "Decision": "agents_api",
     "hookimpl": "datamachine.hookspecs",
     "BudgetSpec": "datamachine.registry",
+    "SettingSpec": "datamachine.setting_spec",
     "IterationBudgetRegistry": "datamachine.registry",
     "validate_budget_value": "datamachine.registry",
     "ProviderRequest": "datamachine.providers.base",
@@ -164,6 +170,7 @@ __all__ = [
     "DefaultCompletionPolicy",
     "DuplicateBudgetError",
     "DuplicateProviderError",
+    "DuplicateSettingError",
     "DuplicateTokenName",
     "DuplicateToolError",
     "InvalidBudgetSpec",
@@ -174,6 +181,7 @@ __all__ = [
     "InvalidJobTransition",
     "InvalidScript",
     "InvalidSetting",
+    "InvalidSettingSpec",
     "InvalidTokenName",
     "InvalidToolDefinition",
     "InvalidToolRuntimeRule",
@@ -192,6 +200,7 @@ __all__ = [
     "SessionAborted",
     "SessionAwaitingConfirmation",
     "SessionNotPaused",
+    "SettingSpec",
     "SiteMisconfigured",
     "StreamEvent",
     "Tool",

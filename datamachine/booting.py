@@ -6,6 +6,7 @@ that claims a built-in name fails at boot with both owners named.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,9 @@ from typing import Any
 from datamachine.budgets_builtin import BUILTIN_BUDGETS, BUILTIN_OWNER
 from datamachine.db import default_db_path, open_handle
 from datamachine.errors import (
+    DataMachineError,
     DuplicateBudgetError,
+    DuplicateSettingError,
     InvalidBudgetSpec,
     InvalidSetting,
     PluginLoadError,
@@ -25,10 +28,11 @@ from datamachine.providers.registry import ProviderRegistry
 from datamachine.registry import BudgetSpec, IterationBudgetRegistry
 from datamachine.server.site import ensure_site_id
 from datamachine.setting_rules import (
+    CORE_SETTINGS,
     check_provider_setting,
     check_tools_setting,
-    validate_known_setting,
 )
+from datamachine.setting_spec import CORE_OWNER, SettingDeclarations, SettingSpec
 from datamachine.settings import Settings
 from datamachine.storage import (
     ChatSessionStore,
@@ -60,20 +64,24 @@ def boot(
     handle = open_handle(db_path)
     registry = IterationBudgetRegistry()
     tools: list[ToolRegistry] = []  # filled below: the validator outlives this function
+    legacy = bool(pm.hook.validate_setting.get_hookimpls())
 
     def validate(key: str, value: object) -> None:
-        registry.validate_setting(key, value)
-        validate_known_setting(key, value)
-        _plugin_setting_check(pm, key, value)
+        # What a declaration cannot know: this host's tools and providers, and the plugins
+        # that still check their keys through the older validate_setting hook.
+        if legacy:
+            _plugin_setting_check(pm, key, value)
         if tools:
             check_tools_setting(key, value, tools[0])
             check_provider_setting(key, value, providers)
 
-    settings = Settings(handle, validator=validate)
+    declarations = SettingDeclarations(budgets=registry)
+    settings = Settings(handle, validator=validate, declarations=declarations)
     registry.settings_lookup = settings.get
     for spec in BUILTIN_BUDGETS:
         registry.register(spec, owner=BUILTIN_OWNER)
     _register_plugin_budgets(pm, registry)
+    _declare_settings(pm, declarations)
     transcripts = TranscriptStore(handle)
     providers = ProviderRegistry.from_plugin_manager(pm)
     providers.bind_settings(settings.get)
@@ -83,8 +91,11 @@ def boot(
                 transcripts=transcripts, jobs=JobStore(handle),
                 chat_sessions=ChatSessionStore(handle, settings=settings, transcripts=transcripts),
                 tokens=TokenStore(handle), spend=SpendStore(handle), modes=collect_modes(pm))
-    # Every host has a site id from its first boot (agent-to-agent chains use it).
-    ensure_site_id(host)
+    # Every host has a site id from its first boot (agent-to-agent chains use it). A bad one
+    # (stored by hand or by an older version) must not stop the boot: `datamachine settings`
+    # has to run to fix it, and what needs the id (serve, call_remote_agent) refuses it there.
+    with contextlib.suppress(DataMachineError):
+        ensure_site_id(host)
     try:
         pm.hook.host_started(host=host)
     except BaseException:
@@ -102,6 +113,31 @@ def _plugin_setting_check(pm: Any, key: str, value: object) -> None:
     except ValueError as exc:  # UsageError included
         text = str(exc)
         raise InvalidSetting(text if key in text else f"Setting {key!r}: {text}") from None
+
+
+def _declare_settings(pm: Any, declarations: SettingDeclarations) -> None:
+    """The core's settings, then each plugin's (``register_settings``); a name declared twice,
+    or declared and also a budget's setting, stops the boot naming both owners."""
+    for spec in CORE_SETTINGS:
+        declarations.declare(spec, owner=CORE_OWNER)
+    for plugin_name, item in collect(pm, "register_settings"):
+        if not isinstance(item, SettingSpec):
+            raise PluginLoadError(
+                f"Plugin {plugin_name!r}: register_settings() items must be SettingSpec "
+                f"objects, got {item!r}.")
+        owner = declarations.owner(item.name)
+        if owner is not None:
+            raise DuplicateSettingError(
+                f"Setting {item.name!r} is declared by both {owner!r} and {plugin_name!r}; "
+                "rename one of them (setting names are global to a host).")
+        declarations.declare(item, owner=plugin_name)
+    conflicts = declarations.budget_conflicts()
+    if conflicts:
+        key, owner, budget, budget_owner = conflicts[0]
+        raise DuplicateSettingError(
+            f"Setting {key!r} is declared by {owner!r} and is also the setting of the budget "
+            f"{budget!r} (registered by {budget_owner!r}); rename one of them (setting names "
+            "are global to a host).")
 
 
 def _register_plugin_budgets(pm: object, registry: IterationBudgetRegistry) -> None:

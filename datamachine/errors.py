@@ -23,6 +23,7 @@ __all__ = [
     "DatabaseError",
     "DuplicateBudgetError",
     "DuplicateProviderError",
+    "DuplicateSettingError",
     "DuplicateTokenName",
     "DuplicateToolError",
     "InvalidBudgetSpec",
@@ -33,6 +34,7 @@ __all__ = [
     "InvalidJobTransition",
     "InvalidScript",
     "InvalidSetting",
+    "InvalidSettingSpec",
     "InvalidTokenName",
     "InvalidToolDefinition",
     "InvalidToolRuntimeRule",
@@ -77,12 +79,22 @@ class InvalidSetting(UsageError):
     """A setting key or value cannot be stored (for example a value that is not JSON)."""
 
 
+class InvalidSettingSpec(UsageError):
+    """A setting declaration (``SettingSpec``) is malformed, or its default fails its own
+    check; the message names the setting and the field."""
+
+
 class BootError(DataMachineError, RuntimeError):
     """The host could not start: a plugin failed to load or registrations conflict."""
 
 
 class DuplicateBudgetError(BootError):
     """Two plugins (or a plugin and the built-ins) registered the same budget name."""
+
+
+class DuplicateSettingError(BootError):
+    """Two plugins (or a plugin and the core, or a declaration and a budget's setting) declared
+    the same setting name; the message names both."""
 
 
 class PluginLoadError(BootError):

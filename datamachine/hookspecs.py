@@ -14,6 +14,7 @@ import pluggy
 from agents_api import IterationBudget
 from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.registry import BudgetSpec
+from datamachine.setting_spec import SettingSpec
 
 hookspec = pluggy.HookspecMarker("datamachine")
 hookimpl = pluggy.HookimplMarker("datamachine")
@@ -88,10 +89,15 @@ def register_commands(cli: Any) -> None:
 
 
 @hookspec
+def register_settings() -> list[SettingSpec] | None:
+    """Called once at boot: return the settings this plugin reads, as SettingSpec objects."""
+
+
+@hookspec
 def validate_setting(key: str, value: Any) -> None:
-    """Called when a setting is written: for a key this plugin owns, raise ``ValueError``
-    saying what is wrong with ``value`` (the host reports it as ``InvalidSetting``). Ignore
-    other keys."""
+    """The older way (declare with ``register_settings`` instead): called when a setting is
+    written; for a key this plugin owns, raise ``ValueError`` saying what is wrong with
+    ``value`` (the host reports it as ``InvalidSetting``). Ignore other keys."""
 
 
 @hookspec

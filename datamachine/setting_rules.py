@@ -1,21 +1,23 @@
-"""What a value must look like for the settings the product itself reads.
+"""The core's setting declarations: what a value must look like for every setting the product
+itself reads (:data:`CORE_SETTINGS`).
 
 Checked when a setting is written (``host.settings.set``, ``datamachine settings set``), so a
 typo fails at once with the key named, instead of being ignored at the next run. Budget settings
-are checked by the budget registry; keys nobody owns are free-form JSON.
+are declared by their budgets, plugins' settings by the plugins (``register_settings``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from agents_api import clock
 from agents_api.errors import brief_repr
 from datamachine.errors import InvalidSetting, UsageError
 from datamachine.registry import validate_budget_value
+from datamachine.setting_spec import SettingSpec
 
-__all__ = ["check_provider_setting", "check_tools_setting", "validate_known_setting"]
+__all__ = ["CORE_SETTINGS", "check_provider_setting", "check_tools_setting",
+           "validate_known_setting"]
 
 
 def _number(key: str, value: Any, *, positive: bool = False) -> None:
@@ -113,37 +115,97 @@ def _tool_names(key: str, value: Any) -> None:
         raise InvalidSetting(str(exc)) from None
 
 
-_RULES: dict[str, Callable[[str, Any], None]] = {
-    "request_timeout": _number,
-    "connect_timeout": _number,
-    "max_run_seconds": lambda key, value: _number(key, value, positive=True),
-    "budget_pressure": _flag,
-    "allow_model_requests": _flag,
-    "default_provider": _text,
-    "default_model": _text,
-    "openai_base_url": _text,
-    "chat_max_turns": _chat_turns,
-    "confirmation": _confirmation,
-    "max_request_bytes": _bytes,
-    "site_id": _site_id,
-    "model_options": _model_options,
-    "provider_max_retries": _max_retries,
-    "providers": _endpoints,
-    "prices": _prices,
-    "spend_limits": _spend_limits,
-    "chat_tools": _tool_names,
-    "chat_rate_limit": lambda key, value: _whole(key, value, "requests per minute per token",
-                                                 1_000_000),
-    "chat_max_concurrent": lambda key, value: _whole(key, value, "runs at once per token",
-                                                     10_000),
-}
+def _positive_seconds(key: str, value: Any) -> None:
+    _number(key, value, positive=True)
+
+
+def _rate_limit(key: str, value: Any) -> None:
+    _whole(key, value, "requests per minute per token", 1_000_000)
+
+
+def _concurrency(key: str, value: Any) -> None:
+    _whole(key, value, "runs at once per token", 10_000)
+
+
+# Every setting the core reads, with the default its code uses when the setting is unset (a
+# test compares them with the constants at the call sites). Budget settings (max_turns, ...)
+# are declared by their budgets; plugins declare theirs with register_settings().
+CORE_SETTINGS: tuple[SettingSpec, ...] = (
+    SettingSpec(name="allow_model_requests", type="boolean", default=True, validator=_flag,
+                description="When false, only the `scripted` provider and `text_result` hooks "
+                            "answer; a request to any other provider is refused with a clear "
+                            "error (test suites switch it off)."),
+    SettingSpec(name="budget_pressure", type="boolean", default=False, validator=_flag,
+                description="True switches budget pressure notices (the default tiers) on "
+                            "for every run; the payload key `budget_pressure` decides per run."),
+    SettingSpec(name="chat_max_concurrent", type="integer", default=8, validator=_concurrency,
+                description="Runs one API token may have going at once on `/chat` (0 = no "
+                            "limit); over it, 429 with Retry-After."),
+    SettingSpec(name="chat_max_turns", type=("integer", "string"), default=25,
+                validator=_chat_turns,
+                description="Turn limit of a new chat session: 1 to 10,000, or \"unlimited\"."),
+    SettingSpec(name="chat_rate_limit", type="integer", default=120, validator=_rate_limit,
+                description="Requests per minute one API token may send to `/chat` (0 = no "
+                            "limit); over it, 429 with Retry-After."),
+    SettingSpec(name="chat_tools", type=("array", "null"), default=None,
+                validator=_tool_names,
+                description="Tool names a `/chat` caller may use when its token has no "
+                            "allowlist; unset: every registered tool."),
+    SettingSpec(name="confirmation", type="string", default="ask", validator=_confirmation,
+                description="At a soft limit: \"ask\" (the confirm_continuation hook answers "
+                            "inside the run) or \"pause\" (the run stops "
+                            "awaiting_confirmation)."),
+    SettingSpec(name="connect_timeout", type="number", default=15.0, validator=_number,
+                description="Seconds to connect to a provider; clamped to [0, 300] and to "
+                            "the request timeout."),
+    SettingSpec(name="default_model", type="string", default="", validator=_text,
+                description="The model of a run that names none."),
+    SettingSpec(name="default_provider", type="string", default="scripted", validator=_text,
+                description="The provider of a run that names none; must be registered."),
+    SettingSpec(name="max_request_bytes", type="integer", default=1_048_576, validator=_bytes,
+                description="Largest `/chat` request body in bytes (1 to 1 GiB); larger "
+                            "bodies get 413."),
+    SettingSpec(name="max_run_seconds", type="number", default=None,
+                validator=_positive_seconds,
+                description="Wall-clock limit of one run in seconds (the budget "
+                            "wall_clock_seconds); unset: no limit."),
+    SettingSpec(name="model_options", type="object", default=None, validator=_model_options,
+                description="Model options for every run (temperature, max_tokens, ...); the "
+                            "payload's `model_options` win key by key."),
+    SettingSpec(name="openai_base_url", type="string", default=None, validator=_text,
+                description="Base URL of the `openai` provider; $OPENAI_BASE_URL wins over "
+                            "it; unset: https://api.openai.com/v1."),
+    SettingSpec(name="prices", type="object", default=None, validator=_prices,
+                description="US dollars per million tokens by model: "
+                            "{model: {\"input\": ..., \"output\": ...}}; the cost budget and "
+                            "spend limits need it."),
+    SettingSpec(name="provider_max_retries", type="integer", default=3, validator=_max_retries,
+                description="Retries of a failed provider request after the first (0 to 10)."),
+    SettingSpec(name="providers", type="object", default=None, validator=_endpoints,
+                secret_fields=("headers",),
+                description="Named endpoints, each a provider: {name: {\"type\", "
+                            "\"base_url\", \"api_key_env\", \"model_options\", "
+                            "\"headers\"}}; header values are masked in listings."),
+    SettingSpec(name="request_timeout", type="number", default=300.0, validator=_number,
+                description="Seconds one provider request may take; clamped to [0, 900]."),
+    SettingSpec(name="site_id", type="string", default=None, validator=_site_id,
+                description="This site's id in agent-to-agent chains (1-64 letters, digits, "
+                            "'.', '_', ':' or '-'); generated (a uuid4 hex) and stored at the "
+                            "first boot."),
+    SettingSpec(name="spend_limits", type="array", default=None, validator=_spend_limits,
+                description="Spend limits over time windows: a list of {\"name\", "
+                            "\"budget\", \"window\", \"limit\" or \"limit_usd\", "
+                            "\"scope\"}."),
+)
+_CORE = {spec.name: spec for spec in CORE_SETTINGS}
 
 
 def validate_known_setting(key: str, value: Any) -> None:
-    """Raise InvalidSetting (or InvalidBudgetValue) when ``value`` cannot serve ``key``."""
-    rule = _RULES.get(key)
-    if rule is not None:
-        rule(key, value)
+    """Raise InvalidSetting when ``value`` cannot serve the core setting ``key`` (other keys
+    pass)."""
+    spec = _CORE.get(key)
+    if spec is not None:
+        spec.check(value)
 
 
 def check_tools_setting(key: str, value: Any, registered: Any) -> None:

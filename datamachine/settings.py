@@ -1,7 +1,9 @@
 """Site settings: JSON values in SQLite, with ``DATAMACHINE_<KEY>`` environment overrides.
 
-The environment wins so a deployment can pin a value without touching the database. Writes are
-validated by the host (budget settings must be positive integers <= 10,000) before they land.
+The environment wins so a deployment can pin a value without touching the database. Every
+setting is declared (:mod:`datamachine.setting_spec`): writes of a key nobody declared are
+refused (keys starting with ``x_`` are the application's own, free-form), and values are checked
+against their declaration (budget settings must be positive integers <= 10,000) before they land.
 """
 
 from __future__ import annotations
@@ -13,15 +15,25 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import BaseModel, ConfigDict
+
 from agents_api import clock
 from agents_api.errors import brief_repr
 from agents_api.jsontext import plain_json, unreadable
 from datamachine.errors import InvalidSetting, SiteMisconfigured, UsageError
+from datamachine.setting_spec import (
+    FREE_FORM_PREFIX,
+    MASK,
+    SettingDeclarations,
+    SettingSpec,
+    default_copy,
+    unknown_setting,
+)
 
 if TYPE_CHECKING:  # datamachine.storage imports this module
     from datamachine.storage._tx import Connected
 
-__all__ = ["RESERVED_ENV", "Settings"]
+__all__ = ["RESERVED_ENV", "SettingEntry", "Settings"]
 
 # Environment variables with their own meaning; they never override a setting.
 RESERVED_ENV = frozenset({"DATAMACHINE_DB", "DATAMACHINE_LOAD_PLUGINS", "DATAMACHINE_TRACE_HOOKS"})
@@ -74,11 +86,34 @@ def _decode(encoded: str, key: str) -> Any:
 
 def _parse_env(raw: str) -> Any:
     # Env values are text; numbers, booleans and JSON objects are read as JSON so
-    # DATAMACHINE_MAX_TURNS=30 means the integer 30, while plain words stay strings.
+    # DATAMACHINE_MAX_TURNS=30 means the integer 30, while plain words stay strings. A declared
+    # setting reads its text by its type instead (SettingSpec.parse_text).
     try:
         return json.loads(raw)
     except ValueError:
         return raw
+
+
+class SettingEntry(BaseModel):
+    """One row of ``datamachine settings list``: a setting's declared ``type``, ``default``
+    and ``description``, its effective ``value`` and where it comes from (``source``: ``env``,
+    ``db`` or ``default``), who declared it (``owner``; ``declared`` is False for a stored or
+    environment key nobody declares now), whether it is ``secret`` (``value`` and ``default``
+    are then masked unless revealed), and ``problem``: why a run would refuse the value, else
+    None."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    type: str
+    default: Any = None
+    value: Any = None
+    source: Literal["env", "db", "default"]
+    owner: str | None = None
+    declared: bool
+    secret: bool = False
+    description: str = ""
+    problem: str | None = None
 
 
 class Settings:
@@ -90,10 +125,15 @@ class Settings:
         *,
         environ: Mapping[str, str] | None = None,
         validator: Callable[[str, Any], None] | None = None,
+        declarations: SettingDeclarations | None = None,
     ) -> None:
         self._db = db
         self._environ = environ
+        # Checks beyond the declarations (tools and providers this host registers, the older
+        # validate_setting hook); run after the declared check, on every write.
         self.validator = validator
+        # None: nothing is declared and any key may be written (a bare Settings in a test).
+        self.declarations = declarations
         # The connection is shared with the stores; reads and writes take the same lock they do,
         # so a settings write never lands inside another thread's transaction and a read never
         # sees another thread's uncommitted one.
@@ -131,9 +171,19 @@ class Settings:
             # environment's DATAMACHINE_* part means decoding every variable it has.
             raw = (os.environ if self._environ is None else self._environ).get(env_name)
             if raw is not None:
-                return _parse_env(raw)
+                return self._from_env(key, raw)
         encoded = self._rows().get(key)
         return default if encoded is None else _decode(encoded, key)
+
+    def effective(self, key: str) -> Any:
+        """What the code uses for ``key``: the environment override, else the stored value,
+        else the declared default (None for a key nobody declares)."""
+        value = self.get(key, _MISSING)
+        return default_copy(self.spec(key)) if value is _MISSING else value
+
+    def _from_env(self, key: str, raw: str) -> Any:
+        spec = self.declarations.get(key) if self.declarations is not None else None
+        return _parse_env(raw) if spec is None else spec.parse_text(raw)
 
     def _rows(self) -> dict[str, str]:
         """Every stored key and its JSON text, read again only when the database changed.
@@ -188,39 +238,87 @@ class Settings:
 
     def problems(self) -> list[tuple[str, str]]:
         """``(key, why)`` for every stored or environment value a run would fail on: text that
-        is not JSON, or a value the host's validator refuses (what ``set`` would have refused).
+        is not JSON, or a value its declaration or the host refuses (what ``set`` would have
+        refused).
 
         Values that reach the site around ``set`` (an environment variable, an older version's
         rules, a hand-edited database) are caught here: ``datamachine serve`` refuses to start
-        on them, and ``/chat`` answers 503 while they last. Cached until the stored settings
-        or the environment change, so a server may ask on every request.
+        on them, and ``/chat`` answers 503 while they last. Keys nobody declares are not
+        problems. Cached until the stored settings or the environment change, so a server may
+        ask on every request.
         """
         rows = self._rows()
-        overrides = tuple(sorted(
-            (name[len("DATAMACHINE_"):].lower(), raw) for name, raw in self._env.items()
-            if name.startswith("DATAMACHINE_") and name not in RESERVED_ENV))
+        overrides = tuple(sorted(self._overrides().items()))
         cached = self._problems
         if cached is not None and cached[0] is rows and cached[1] == overrides:
             return list(cached[2])
-        env = {key: raw for key, raw in overrides if _KEY_RE.fullmatch(key)}
+        env = dict(overrides)
         found: list[tuple[str, str]] = []
         for key in sorted(set(rows) | set(env)):
-            try:
-                value = _parse_env(env[key]) if key in env else _decode(rows[key], key)
-                if self.validator is not None:
-                    self.validator(key, value)
-            except (SiteMisconfigured, UsageError, ValueError) as exc:
-                where = (f" (from the environment variable {_env_name(key)})" if key in env
-                         else "")
-                found.append((key, f"{exc}{where}"))
+            why = self._problem(key, rows, env)
+            if why is not None:
+                found.append((key, why))
         self._problems = (rows, overrides, tuple(found))
         return found
 
-    def set(self, key: str, value: Any) -> None:
-        """Validate and store ``value`` (any JSON value) under ``key``."""
-        self.check_key(key)
+    def _overrides(self) -> dict[str, str]:
+        """Every ``DATAMACHINE_<KEY>`` variable that overrides a setting: key -> its text."""
+        found = {}
+        for name, raw in self._env.items():
+            if name.startswith("DATAMACHINE_") and name not in RESERVED_ENV:
+                key = name[len("DATAMACHINE_"):].lower()
+                if _KEY_RE.fullmatch(key) and _env_name(key) == name:
+                    found[key] = raw
+        return found
+
+    def _problem(self, key: str, rows: Mapping[str, str], env: Mapping[str, str]) -> str | None:
+        """Why the value of ``key`` (from ``env``, else ``rows``) cannot be used, or None."""
+        spec = self.spec(key)
+        try:
+            value = self._from_env(key, env[key]) if key in env else _decode(rows[key], key)
+        except SiteMisconfigured as exc:
+            if spec is not None and spec.is_secret:
+                return (f"The stored value of setting {key!r} is not JSON; store it again with "
+                        f"`datamachine settings set {key} <value>` or unset it.")
+            return str(exc)
+        try:
+            self._check(key, value, writing=False)
+        except (SiteMisconfigured, UsageError, ValueError) as exc:
+            where = f" (from the environment variable {_env_name(key)})" if key in env else ""
+            text = f"{exc}{where}"
+            if spec is not None:
+                # Longest first, so a secret that contains another is replaced whole; shorter
+                # than four characters, replacing would mangle the message more than it hides.
+                for secret in sorted(spec.secrets_in(value), key=len, reverse=True):
+                    if len(secret) >= 4:
+                        text = text.replace(secret, MASK)
+            return text
+        return None
+
+    def _check(self, key: str, value: Any, *, writing: bool) -> None:
+        """Refuse ``value`` for ``key`` as its declaration and the host's checks would; when
+        ``writing``, also a key nobody declared (unless it is free-form, ``x_...``)."""
+        declarations = self.declarations
+        if declarations is not None:
+            spec = declarations.get(key)
+            if spec is not None:
+                spec.check(value)
+            elif writing and not key.startswith(FREE_FORM_PREFIX):
+                raise unknown_setting(key, declarations.names())
         if self.validator is not None:
             self.validator(key, value)
+
+    def set(self, key: str, value: Any) -> None:
+        """Check and store ``value`` (a JSON value) under ``key``.
+
+        ``key`` must be declared (by the core, a plugin's ``register_settings()``, a budget, or
+        :meth:`declare`) or start with ``x_`` (free-form, the application's own); otherwise
+        :class:`InvalidSetting` names the closest declared key. The value must fit the
+        declaration (type and validator), else :class:`InvalidSetting` (or
+        ``InvalidBudgetValue`` for a budget setting) says what a good value looks like.
+        """
+        self.check_key(key)
+        self._check(key, value, writing=True)
         try:
             encoded = plain_json(value)
         except (TypeError, ValueError) as exc:
@@ -240,7 +338,8 @@ class Settings:
                 )
 
     def delete(self, key: str) -> bool:
-        """Remove the stored value; True if there was one (environment overrides stay)."""
+        """Remove the stored value of any key, declared or not, whatever it holds; True if
+        there was one (environment overrides stay)."""
         self.check_key(key)
         with self._write_lock:
             self._cache = None
@@ -254,11 +353,65 @@ class Settings:
         return immediate(self._db, self._write_lock, db_label(self._db), action)
 
     def all(self) -> dict[str, Any]:
-        """Every stored setting, with environment overrides applied on top."""
+        """Every stored setting, with environment overrides applied on top (declared
+        defaults are not included: :meth:`entries` lists those)."""
         values = {key: _decode(encoded, key) for key, encoded in self._rows().items()}
-        for env_name, raw in self._env.items():
-            if env_name.startswith("DATAMACHINE_") and env_name not in RESERVED_ENV:
-                key = env_name[len("DATAMACHINE_"):].lower()
-                if _KEY_RE.fullmatch(key):
-                    values[key] = _parse_env(raw)
+        for key, raw in self._overrides().items():
+            values[key] = self._from_env(key, raw)
         return dict(sorted(values.items()))
+
+    # -- declarations ------------------------------------------------------------------------
+    def declare(self, spec: SettingSpec, *, owner: str = "app") -> SettingSpec:
+        """Declare a setting of your own application at run time (plugins use the
+        ``register_settings()`` hook instead); redeclaring a name replaces it."""
+        if self.declarations is None:
+            self.declarations = SettingDeclarations()
+        declared = self.declarations.declare(spec, owner=owner)
+        self._problems = None  # a stored value may not fit the new declaration
+        return declared
+
+    def declared(self) -> list[SettingSpec]:
+        """Every declared setting, sorted by name (budget settings included)."""
+        return [] if self.declarations is None else self.declarations.specs()
+
+    def spec(self, key: str) -> SettingSpec | None:
+        """The declaration of ``key``, or None."""
+        return None if self.declarations is None else self.declarations.get(key)
+
+    def owner(self, key: str) -> str | None:
+        """Who declared ``key``: ``core``, a plugin's name, or None when nobody did."""
+        return None if self.declarations is None else self.declarations.owner(key)
+
+    def entries(self, *, reveal: bool = False) -> list[SettingEntry]:
+        """Every declared setting, and every stored or environment key nobody declares, with
+        its default, value, source, owner and any problem; secrets masked unless
+        ``reveal``. A value that cannot be read is reported in ``problem``, never raised."""
+        rows, env = self._rows(), self._overrides()
+        declared = set(self.declarations.names()) if self.declarations is not None else set()
+        return [self._entry(key, rows, env, reveal)
+                for key in sorted(declared | set(rows) | set(env))]
+
+    def entry(self, key: str, *, reveal: bool = False) -> SettingEntry:
+        """:meth:`entries`' row for ``key`` (declared or not, set or not)."""
+        self.check_key(key)
+        return self._entry(key, self._rows(), self._overrides(), reveal)
+
+    def _entry(self, key: str, rows: Mapping[str, str], env: Mapping[str, str],
+               reveal: bool) -> SettingEntry:
+        spec = self.spec(key)
+        source: Literal["env", "db", "default"]
+        source = "env" if key in env else "db" if key in rows else "default"
+        problem = None if source == "default" else self._problem(key, rows, env)
+        try:
+            value = (self._from_env(key, env[key]) if source == "env"
+                     else _decode(rows[key], key) if source == "db" else default_copy(spec))
+        except SiteMisconfigured:
+            value = None  # the problem says so
+        default = default_copy(spec)
+        if spec is not None and spec.is_secret and not reveal:
+            value, default = spec.masked(value), spec.masked(default)
+        return SettingEntry(
+            key=key, type=spec.type_text() if spec is not None else "any JSON",
+            default=default, value=value, source=source, owner=self.owner(key),
+            declared=spec is not None, secret=spec is not None and spec.is_secret,
+            description=spec.description if spec is not None else "", problem=problem)

@@ -189,7 +189,7 @@ SETTING_KEYS = st.one_of(
                      "connect_timeout", "chat_max_turns", "confirmation", "default_provider",
                      "default_model", "budget_pressure", "model_options", "prices",
                      "max_cost_usd", "max_total_tokens", "spend_limits", "providers",
-                     "provider_max_retries", "max_request_bytes", "note"]),
+                     "provider_max_retries", "max_request_bytes", "x_note"]),
     st.text(max_size=12), JSONISH)
 
 

@@ -132,14 +132,14 @@ def test_every_settings_call_names_a_key_that_is_not_a_setting_name(host: Host,
             call(key)
 
 
-@pytest.mark.parametrize(("value", "where"), [(float("nan"), "'note'"),
-                                              ({"a": [1, float("inf")]}, r"'note'\['a'\]\[1\]")])
+@pytest.mark.parametrize(("value", "where"), [(float("nan"), "'x_note'"),
+                                              ({"a": [1, float("inf")]}, r"'x_note'\['a'\]\[1\]")])
 def test_a_setting_value_holding_nan_or_infinity_is_refused(host: Host, value: Any,
                                                             where: str) -> None:
     # Stored as NaN it read back unequal to itself, and is not JSON for any other reader.
     with pytest.raises(InvalidSetting, match=where + " cannot be stored: NaN and infinities"):
-        host.settings.set("note", value)
-    assert host.settings.get("note") is None
+        host.settings.set("x_note", value)
+    assert host.settings.get("x_note") is None
 
 
 def test_job_engine_data_holding_nan_is_refused(host: Host) -> None:
@@ -435,13 +435,13 @@ def test_a_huge_integer_in_the_payload_is_a_usage_error_not_a_valueerror(
 
 
 @pytest.mark.parametrize(("key", "value"), [
-    ("note", BIG), ("note", {"a": [BIG]}), ("max_cost_usd", HUGE), ("max_cost_usd", BIG),
+    ("x_note", BIG), ("x_note", {"a": [BIG]}), ("max_cost_usd", HUGE), ("max_cost_usd", BIG),
     ("prices", {"m": {"input": HUGE, "output": 1}}), ("budget_pressure", BIG),
     ("max_request_bytes", BIG), ("max_turns", BIG),
 ], ids=["free-form", "nested", "usd-overflow", "usd-huge", "prices", "flag", "bytes", "turns"])
 def test_a_setting_that_would_not_read_back_is_refused(host: Host, key: str,
                                                        value: Any) -> None:
-    # "note" = 10**5000 was stored, and every later read of it raised ValueError.
+    # "x_note" = 10**5000 was stored, and every later read of it raised ValueError.
     with pytest.raises(UsageError):
         host.settings.set(key, value)
     assert host.settings.all() == {k: v for k, v in host.settings.all().items() if k != key}

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 import bootstrap
-from datamachine import Tool, hookimpl, tool
+from datamachine import SettingSpec, Tool, hookimpl, tool
 from datamachine.cli import app as cli_app
 from datamachine.plugins import make_plugin_manager
 from tests.test_docs_reference import hookspec_functions
@@ -216,13 +216,65 @@ def test_a_host_started_failure_fails_the_boot_and_closes_what_started() -> None
     assert len(plugin.closed) == 1
 
 
-# -- validate_setting -----------------------------------------------------------------------------
+# -- register_settings ----------------------------------------------------------------------------
+
+
+def _shade_rule(key: str, value: Any) -> None:
+    if value not in ("light", "dark"):
+        raise ValueError(f"must be 'light' or 'dark', got {value!r}")
+
+
+class DeclaresShade:
+    @hookimpl
+    def register_settings(self) -> list[SettingSpec]:
+        return [SettingSpec(name="shade", type="string", default="light", validator=_shade_rule,
+                            description="The colour scheme."),
+                SettingSpec(name="shade_key", type="string", secret=True)]
+
+
+class AlsoDeclaresShade:
+    @hookimpl
+    def register_settings(self) -> list[SettingSpec]:
+        return [SettingSpec(name="shade", type="string")]
+
+
+def test_register_settings_declares_a_plugin_s_settings_with_default_check_and_owner() -> None:
+    from datamachine.errors import InvalidSetting
+
+    with bootstrap.boot(":memory:", plugins=[DeclaresShade()], load_entrypoints=False) as host:
+        plugin = host.settings.owner("shade")
+        assert plugin is not None
+        assert plugin != "core"
+        assert host.settings.get("shade") is None  # get() keeps the caller's default
+        assert host.settings.effective("shade") == "light"
+        with pytest.raises(InvalidSetting, match="Setting 'shade': must be 'light' or 'dark'"):
+            host.settings.set("shade", "green")
+        with pytest.raises(InvalidSetting, match="'shade_key' must be a string, got 3"):
+            host.settings.set("shade_key", 3)
+        host.settings.set("shade", "dark")
+        host.settings.set("shade_key", "sk-0123456789abcdef")
+        rows = {entry.key: entry for entry in host.settings.entries()}
+        assert (rows["shade"].value, rows["shade"].default, rows["shade"].source) == (
+            "dark", "light", "db")
+        assert rows["shade_key"].value == "****cdef"
+        assert rows["shade_key"].owner == plugin
+
+
+def test_two_plugins_declaring_one_setting_stop_the_boot_naming_both() -> None:
+    from datamachine.errors import DuplicateSettingError
+
+    with pytest.raises(DuplicateSettingError, match=r"'shade' is declared by both '.+' and '.+'"):
+        bootstrap.boot(":memory:", plugins=[DeclaresShade(), AlsoDeclaresShade()],
+                       load_entrypoints=False)
+
+
+# -- validate_setting (the older way) -------------------------------------------------------------
 
 
 class OwnsColour:
     @hookimpl
     def validate_setting(self, key: str, value: Any) -> None:
-        if key == "colour" and value not in ("red", "blue"):
+        if key == "x_colour" and value not in ("red", "blue"):
             raise ValueError(f"must be 'red' or 'blue', got {value!r}")
 
 
@@ -230,8 +282,11 @@ def test_validate_setting_refuses_a_plugin_s_own_key_and_ignores_others() -> Non
     from datamachine.errors import InvalidSetting
 
     with bootstrap.boot(":memory:", plugins=[OwnsColour()], load_entrypoints=False) as host:
-        host.settings.set("colour", "red")
-        with pytest.raises(InvalidSetting, match="Setting 'colour': must be 'red' or 'blue'"):
-            host.settings.set("colour", "green")
-        assert host.settings.get("colour") == "red"
-        host.settings.set("shade", "green")  # not its key
+        host.settings.set("x_colour", "red")
+        with pytest.raises(InvalidSetting, match="Setting 'x_colour': must be 'red' or 'blue'"):
+            host.settings.set("x_colour", "green")
+        assert host.settings.get("x_colour") == "red"
+        host.settings.set("x_shade", "green")  # not its key
+        # A key must still be declared (or free-form, x_...) to be written at all.
+        with pytest.raises(InvalidSetting, match="Unknown setting 'colour'"):
+            host.settings.set("colour", "red")

@@ -56,7 +56,7 @@ def test_bad_keys_are_refused(host: Host, key: object) -> None:
 
 def test_non_json_value_is_refused(host: Host) -> None:
     with pytest.raises(InvalidSetting, match="JSON"):
-        host.settings.set("thing", object())
+        host.settings.set("x_thing", object())
 
 
 def test_settings_persist_across_boots(tmp_path: Path) -> None:

@@ -1,4 +1,8 @@
-"""``datamachine settings``: read and write site settings."""
+"""``datamachine settings``: list, read, describe, write and remove site settings.
+
+Every command works whatever the database holds: a stored value that is not JSON, or one a run
+would refuse (a bad ``site_id``), is reported, never fatal, so ``settings set`` can fix it.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ from datamachine.cli.output import emit_json, table
 
 __all__ = ["settings"]
 
+_CELL = 60  # widest value shown in the table; `settings get KEY` prints all of it
+
 
 def _parse_value(raw: str) -> Any:
     try:
@@ -21,18 +27,99 @@ def _parse_value(raw: str) -> Any:
         return raw
 
 
+def _cell(value: Any) -> str:
+    text = compact_json(value)
+    return text if len(text) <= _CELL else text[:_CELL - 3] + "..."
+
+
+def _env_note(state: State, key: str) -> None:
+    """Say so when the environment overrides the value just stored or removed."""
+    if state.host.settings.source(key) == "env":
+        effective = state.host.settings.entry(key)
+        click.echo(f"note: DATAMACHINE_{key.upper()} is set and overrides the stored value "
+                   f"(in effect: {compact_json(effective.value)}).", err=True)
+
+
+reveal_option = click.option("--reveal", is_flag=True,
+                             help="Show secret values (tokens, keys) instead of masking them.")
+
+
 @click.group()
 def settings() -> None:
-    """Read and write site settings (stored as JSON in SQLite)."""
+    """List, read and write site settings (stored as JSON in SQLite; DATAMACHINE_<KEY> in the
+    environment overrides one)."""
+
+
+@settings.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Every field of every setting, as JSON.")
+@reveal_option
+@click.pass_obj
+@handle_errors
+def settings_list(state: State, as_json: bool, reveal: bool) -> None:
+    """Every declared setting with its value, default, source (env, db or default) and owner;
+    stored keys nobody declares are listed too. Secrets are masked."""
+    entries = state.host.settings.entries(reveal=reveal)
+    if as_json:
+        emit_json([entry.model_dump() for entry in entries])
+    else:
+        table(["key", "value", "default", "source", "owner"],
+              [[e.key, _cell(e.value), _cell(e.default), e.source,
+                e.owner if e.declared else "(undeclared)"] for e in entries])
+    problems = [entry for entry in entries if entry.problem]
+    if problems:
+        click.echo("\nProblems (a run or `datamachine serve` would refuse these):", err=True)
+        for entry in problems:
+            click.echo(f"  {entry.key}: {entry.problem}", err=True)
+    stale = [entry.key for entry in entries if not entry.declared and entry.source == "db"
+             and not entry.key.startswith("x_")]
+    if stale:
+        click.echo(f"\nStored but declared by nobody here (a removed plugin?): {', '.join(stale)}"
+                   f"; `datamachine settings unset KEY` removes one.", err=True)
 
 
 @settings.command("get")
 @click.argument("key")
+@reveal_option
 @click.pass_obj
 @handle_errors
-def settings_get(state: State, key: str) -> None:
-    """Print one setting's value as JSON (environment overrides applied)."""
-    emit_json(state.host.settings.get(key))
+def settings_get(state: State, key: str, reveal: bool) -> None:
+    """Print the value in effect as JSON: the environment's, else the stored one, else the
+    declared default. Secrets are masked unless --reveal."""
+    host_settings = state.host.settings
+    entry = host_settings.entry(key, reveal=reveal)
+    if not entry.declared and entry.source == "default" and not key.startswith("x_"):
+        from datamachine.setting_spec import unknown_setting
+
+        raise unknown_setting(key, [spec.name for spec in host_settings.declared()])
+    if entry.problem is not None and entry.value is None and entry.source != "default":
+        from datamachine.errors import SiteMisconfigured
+
+        raise SiteMisconfigured(entry.problem, setting=key)
+    emit_json(entry.value)
+    if entry.problem is not None:
+        click.echo(f"warning: {entry.problem}", err=True)
+
+
+@settings.command("show")
+@click.argument("key")
+@click.option("--json", "as_json", is_flag=True)
+@reveal_option
+@click.pass_obj
+@handle_errors
+def settings_show(state: State, key: str, as_json: bool, reveal: bool) -> None:
+    """Describe one setting: type, default, value, source, owner and what it does."""
+    entry = state.host.settings.entry(key, reveal=reveal)
+    if as_json:
+        emit_json(entry.model_dump())
+        return
+    rows = [("key", entry.key), ("type", entry.type), ("default", compact_json(entry.default)),
+            ("value", compact_json(entry.value)), ("source", entry.source),
+            ("owner", entry.owner if entry.declared else "(undeclared)"),
+            ("secret", "yes (masked; --reveal shows it)" if entry.secret and not reveal
+             else "yes" if entry.secret else "no"),
+            ("description", entry.description or "-"), ("problem", entry.problem or "-")]
+    for label, text in rows:
+        click.echo(f"{label + ':':13}{text}")
 
 
 @settings.command("set")
@@ -41,9 +128,22 @@ def settings_get(state: State, key: str) -> None:
 @click.pass_obj
 @handle_errors
 def settings_set(state: State, key: str, value: str) -> None:
-    """Store VALUE (JSON, or a plain string) under KEY; budget settings are validated."""
-    state.host.settings.set(key, _parse_value(value))
-    click.echo(f"{key} = {compact_json(state.host.settings.stored(key))}")
+    """Store VALUE under KEY, read by the setting's declared type (max_turns 40 is the number
+    40, site_id 1234 the text "1234"; lists and objects as JSON). Unknown keys and bad values
+    are refused, saying what fits."""
+    host_settings = state.host.settings
+    spec = host_settings.spec(key)
+    if spec is not None and value.strip() == "null" and "null" not in spec.types:
+        # Read as text it would store the word "null"; what was meant is "no value".
+        from datamachine.errors import InvalidSetting
+
+        raise InvalidSetting(f"Setting {key!r} cannot be null; `datamachine settings unset "
+                             f"{key}` removes the stored value (the default applies again).")
+    host_settings.set(key, spec.parse_text(value) if spec is not None else _parse_value(value))
+    stored = host_settings.stored(key)
+    shown = spec.masked(stored) if spec is not None else stored
+    click.echo(f"{key} = {compact_json(shown)}")
+    _env_note(state, key)
 
 
 @settings.command("unset")
@@ -51,20 +151,8 @@ def settings_set(state: State, key: str, value: str) -> None:
 @click.pass_obj
 @handle_errors
 def settings_unset(state: State, key: str) -> None:
-    """Remove a stored setting."""
+    """Remove a stored setting, declared or not, whatever it holds (its default applies
+    again)."""
     removed = state.host.settings.delete(key)
     click.echo(f"{key} {'removed' if removed else 'was not set'}")
-
-
-@settings.command("list")
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_obj
-@handle_errors
-def settings_list(state: State, as_json: bool) -> None:
-    """Every setting with its source (env or db)."""
-    values = state.host.settings.all()
-    if as_json:
-        emit_json(values)
-        return
-    table(["key", "value", "from"],
-           [[k, compact_json(v), state.host.settings.source(k)] for k, v in values.items()])
+    _env_note(state, key)

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from datamachine.errors import InvalidSetting, UsageError
 from datamachine.hookspecs import hookimpl
 from datamachine.server.site import current_host, ensure_site_id
+from datamachine.setting_spec import SettingSpec
 from datamachine.storage._tx import connection_lock
 from datamachine.tools import Tool, ToolContext, tool
 
@@ -35,6 +36,7 @@ __all__ = [
     "RemoteSite",
     "call_remote_agent",
     "load_remote_sites",
+    "register_settings",
     "register_tools",
 ]
 
@@ -197,14 +199,28 @@ def call_remote_agent(site: str, message: str, context: ToolContext) -> dict[str
     }}
 
 
+def _sites_rule(key: str, value: Any) -> None:
+    parse_remote_sites(value)
+
+
+def _timeout_rule(key: str, value: Any) -> None:
+    _check_timeout(value)
+
+
 @hookimpl
-def validate_setting(key: str, value: Any) -> None:
-    """Refuse a bad ``remote_sites`` or ``remote_agent_timeout`` when it is written (and let
-    ``datamachine serve`` refuse to start on one that came from the environment)."""
-    if key == REMOTE_SITES_SETTING:
-        parse_remote_sites(value)
-    elif key == TIMEOUT_SETTING:
-        _check_timeout(value)
+def register_settings() -> list[SettingSpec]:
+    """``remote_sites`` (its tokens masked in listings) and ``remote_agent_timeout``, checked
+    when written (and by ``datamachine serve`` when they come from the environment)."""
+    return [
+        SettingSpec(name=REMOTE_SITES_SETTING, type="object", default={},
+                    validator=_sites_rule, secret_fields=("token",),
+                    description='Sites call_remote_agent may call: {name: {"url": "http://...", '
+                                '"token": "dm_..."}}; tokens are masked in listings.'),
+        SettingSpec(name=TIMEOUT_SETTING, type="number", default=DEFAULT_TIMEOUT_SECONDS,
+                    validator=_timeout_rule,
+                    description="Seconds one call_remote_agent request may take (at most "
+                                f"{_MAX_TIMEOUT_SECONDS:g} are used)."),
+    ]
 
 
 @hookimpl

@@ -92,9 +92,12 @@ def test_settings_roundtrip_and_validation(runner: CliRunner, tmp_path: Path) ->
     assert code == 2
     assert "max_turns" in out
     code, out = invoke(runner, db, "settings", "list", "--json")
-    listed = json.loads(out)
-    assert listed["default_model"] == "small"
-    assert set(listed) == {"default_model", "site_id"}  # every host gets a site id at boot
+    listed = {row["key"]: row for row in json.loads(out)}
+    assert (listed["default_model"]["value"], listed["default_model"]["source"]) == ("small",
+                                                                                   "db")
+    # every host gets a site id at boot; the rest are declared defaults
+    assert {k for k, row in listed.items() if row["source"] == "db"} == {"default_model",
+                                                                         "site_id"}
     assert "removed" in invoke(runner, db, "settings", "unset", "default_model")[1]
 
 

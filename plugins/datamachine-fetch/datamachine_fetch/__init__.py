@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from datamachine import BudgetSpec, hookimpl
+from datamachine import BudgetSpec, SettingSpec, hookimpl
 from datamachine.errors import InvalidSetting
 from datamachine.tools import Tool, ToolContext, tool
 from datamachine_fetch._addresses import (
@@ -62,8 +62,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ALLOW_PRIVATE_SETTING", "HTTP_FETCHES", "MAX_BYTES", "MAX_REDIRECTS",
            "TIMEOUT_SECONDS", "AllowPrivate", "address_class", "fetch_url",
-           "parse_allow_private", "register_budgets", "register_tools", "resolve",
-           "validate_setting"]
+           "parse_allow_private", "register_budgets", "register_settings", "register_tools",
+           "resolve"]
 
 HTTP_FETCHES = BudgetSpec(
     name="http_fetches",
@@ -350,9 +350,17 @@ def register_tools() -> list[Tool]:
     return [fetch_url]
 
 
+def _allow_private_rule(key: str, value: Any) -> None:
+    parse_allow_private(value)
+
+
 @hookimpl
-def validate_setting(key: str, value: Any) -> None:
-    """``fetch_allow_private`` is checked when written, so a bad value fails at
-    ``settings set`` rather than at the next fetch (which would refuse anyway)."""
-    if key == ALLOW_PRIVATE_SETTING:
-        parse_allow_private(value)
+def register_settings() -> list[SettingSpec]:
+    """``fetch_allow_private``, checked when written, so a bad value fails at ``settings set``
+    rather than at the next fetch (which would refuse anyway)."""
+    return [SettingSpec(
+        name=ALLOW_PRIVATE_SETTING, type=("boolean", "array"), default=False,
+        validator=_allow_private_rule,
+        description="false: fetch_url refuses loopback, private, link-local and metadata "
+                    'addresses; true: allows every address; a list of networks (["10.0.0.0/8", '
+                    '"127.0.0.2"]): allows those.')]

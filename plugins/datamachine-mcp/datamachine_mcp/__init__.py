@@ -24,10 +24,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from datamachine import hookimpl
+from datamachine import SettingSpec, hookimpl
 
 __all__ = ["DEFAULT_CALL_TIMEOUT", "SEPARATOR", "host_closing", "host_started",
-           "validate_setting"]
+           "register_settings"]
 
 logger = logging.getLogger("datamachine.mcp")
 
@@ -41,27 +41,50 @@ _RUNNING: dict[int, Any] = {}
 @hookimpl
 def host_started(host: Any) -> None:
     """Connect to the servers of ``mcp_servers`` and register their tools."""
+    from datamachine.errors import DataMachineError
     from datamachine_mcp.servers import McpServers, parse_servers
 
-    configured = host.settings.get("mcp_servers")
-    if not configured:
+    try:
+        configured = host.settings.get("mcp_servers")
+        parsed = parse_servers(configured) if configured else {}
+    except DataMachineError as exc:
+        # Not a boot failure: `datamachine settings set mcp_servers ...` must still run to fix
+        # it, and every other tool still works. `serve` refuses to start on it.
+        logger.error("datamachine-mcp: no MCP server started: %s", exc)
         return
-    servers = McpServers(parse_servers(configured), settings_lookup=host.settings.get)
+    if not parsed:
+        return
+    servers = McpServers(parsed, settings_lookup=host.settings.get)
     _RUNNING[id(host)] = servers
     for tool in servers.start():
         host.tools.register(tool, plugin="datamachine-mcp")
 
 
-@hookimpl
-def validate_setting(key: str, value: Any) -> None:
-    """``mcp_servers`` entries and ``mcp_call_timeout`` are checked when written."""
-    if key == "mcp_servers":
-        from datamachine_mcp.servers import parse_servers
+def _servers_rule(key: str, value: Any) -> None:
+    from datamachine_mcp.servers import parse_servers
 
-        parse_servers(value, f"Setting {key!r}")
-    elif key == "mcp_call_timeout" and (isinstance(value, bool)
-                                        or not isinstance(value, int | float) or value <= 0):
+    parse_servers(value, f"Setting {key!r}")
+
+
+def _timeout_rule(key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ValueError(f"Setting {key!r} must be a positive number of seconds, got {value!r}.")
+
+
+@hookimpl
+def register_settings() -> list[SettingSpec]:
+    """``mcp_servers`` (its ``env`` and ``headers`` values masked in listings) and
+    ``mcp_call_timeout``, checked when written."""
+    return [
+        SettingSpec(name="mcp_servers", type="object", default=None, validator=_servers_rule,
+                    secret_fields=("env", "headers"),
+                    description='MCP servers whose tools this host offers: {name: {"command": '
+                                '[...], "env": {...}} or {"url": "http://...", "headers": '
+                                '{...}}}; env and header values are masked in listings.'),
+        SettingSpec(name="mcp_call_timeout", type="number", default=DEFAULT_CALL_TIMEOUT,
+                    validator=_timeout_rule,
+                    description="Seconds one MCP tool call may take before it fails."),
+    ]
 
 
 @hookimpl

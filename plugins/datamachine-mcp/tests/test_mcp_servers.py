@@ -27,7 +27,8 @@ USER = [{"role": "user", "content": "What time is it in Paris?"}]
 
 
 def _host(db: Path, servers: dict[str, Any], *plugins: object, **settings: Any) -> Host:
-    first = bootstrap.boot(str(db), plugins=list(plugins), load_entrypoints=False)
+    # The plugin declares mcp_servers; no server starts yet (none is configured).
+    first = bootstrap.boot(str(db), plugins=[datamachine_mcp, *plugins], load_entrypoints=False)
     for key, value in settings.items():
         first.settings.set(key, value)
     first.settings.set("mcp_servers", servers)
