@@ -118,14 +118,21 @@ def _load_entrypoints(
     from importlib.metadata import entry_points
 
     found = []
+    installed: list[tuple[str, str]] = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         # Each ``dist.name`` / ``dist.version`` parses the METADATA file anew: read it once.
         metadata = ep.dist.metadata if ep.dist is not None else None
         dist_name = metadata["Name"] if metadata is not None else ""
         version = metadata["Version"] if metadata is not None else None
-        if allowed is not None and _normalize_dist(dist_name) not in allowed:
+        names = (_normalize_dist(dist_name), _normalize_dist(ep.name))
+        installed.append(names)
+        # DATAMACHINE_LOAD_PLUGINS names a distribution, or a plugin as `datamachine plugins`
+        # shows it (its entry point name).
+        if allowed is not None and not allowed.intersection(names):
             continue
-        found.append((_normalize_dist(dist_name), ep.name, ep, version))
+        found.append((names[0], ep.name, ep, version))
+    if allowed:
+        _warn_unknown_names(allowed, installed)
     for dist_name, ep_name, ep, version in sorted(found, key=lambda item: (item[0], item[1])):
         try:
             plugin = ep.load()
@@ -137,6 +144,19 @@ def _load_entrypoints(
             _skip_broken(ep_name, dist_name, version, exc)
             continue
         infos[name] = PluginInfo(name, ep.value, dist_name, version, source="entrypoint")
+
+
+def _warn_unknown_names(allowed: set[str], installed: list[tuple[str, str]]) -> None:
+    """A name in DATAMACHINE_LOAD_PLUGINS that no installed plugin has loads nothing: say so
+    rather than start quietly without the plugin that was meant."""
+    known = {name for pair in installed for name in pair}
+    unknown = sorted(allowed - known)
+    if unknown:
+        listed = ", ".join(sorted(f"{dist} ({ep})" for dist, ep in set(installed))) or "none"
+        warnings.warn(
+            f"{LOAD_PLUGINS_ENV} names {', '.join(map(repr, unknown))}, which no installed "
+            f"plugin has; installed plugins, by distribution (plugin): {listed}.",
+            PluginLoadWarning, stacklevel=3)
 
 
 def _skip_broken(ep_name: str, dist_name: str, version: str | None, exc: BaseException) -> None:

@@ -10,7 +10,13 @@ import pluggy
 import pytest
 
 import bootstrap
-from datamachine import DuplicateBudgetError, InvalidBudgetSpec, PluginLoadError, hookimpl
+from datamachine import (
+    DuplicateBudgetError,
+    InvalidBudgetSpec,
+    PluginLoadError,
+    PluginLoadWarning,
+    hookimpl,
+)
 from datamachine.default_host import get_default_host, reset_default_host
 from datamachine.plugins import collect, first_result, fold_value, make_plugin_manager
 from tests.plugins import (
@@ -91,8 +97,11 @@ def test_load_plugins_env_limits_installed_plugins(monkeypatch: pytest.MonkeyPat
         assert "fetch" not in host.plugins
         assert not host.budgets.is_registered("http_fetches")
     monkeypatch.setenv("DATAMACHINE_LOAD_PLUGINS", "datamachine-fetch, some-other-dist")
-    with bootstrap.boot(":memory:") as host:
+    with pytest.warns(PluginLoadWarning, match="'some-other-dist', which no installed plugin"):
+        host = bootstrap.boot(":memory:")
+    with host:
         assert host.budgets.is_registered("http_fetches")
+        assert "example" not in host.plugins
 
 
 def test_trace_hooks_env_writes_hook_calls_to_stderr(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import click
 from datamachine.cli.app import State, exit_code_for, handle_errors
 from datamachine.cli.model_options import model_option
 from datamachine.cli.progress import Progress, TextEcho
-from datamachine.cli.provider_notice import warn_if_scripted_fallback
+from datamachine.cli.provider_notice import provider_for_script, warn_if_scripted_fallback
 from datamachine.errors import SessionAborted, UsageError
 from datamachine.hookspecs import hookimpl
 from datamachine.registry import validate_budget_value
@@ -106,7 +106,9 @@ def chat(state: State, session_id: str | None, system: str | None, max_turns: st
         session = host.chat_sessions.create(max_turns=limit)
     else:
         session = host.chat_sessions.require_active(host.chat_sessions.resolve(session_id))
-    warn_if_scripted_fallback(host, provider, scripted_on_purpose=script is not None)
+    provider = provider_for_script(provider, script)
+    warn_if_scripted_fallback(host, provider, scripted_on_purpose=script is not None,
+                              asked_for_model=model is not None or bool(model_options))
     click.echo(f"Chat session {session.id} (limit: {session.max_turns} turns). "
                "Ctrl-D to quit, Ctrl-C to interrupt.")
     status = "completed"

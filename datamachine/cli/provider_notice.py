@@ -1,4 +1,5 @@
-"""One line on stderr when ``run`` or ``chat`` answers with ``scripted`` though a key is set.
+"""One line on stderr when ``run`` or ``chat`` answers with ``scripted`` though a model was
+meant: a provider's key is set, or ``-m``/``-o`` asked for a model.
 
 Without ``--provider``, a run uses the setting ``default_provider``, which is ``scripted`` (it
 echoes; no model is asked) until someone changes it. A person who exported ``OPENAI_API_KEY``
@@ -17,7 +18,8 @@ import click
 
 from datamachine.errors import DataMachineError
 
-__all__ = ["keyed_providers", "scripted_fallback_notice", "warn_if_scripted_fallback"]
+__all__ = ["keyed_providers", "provider_for_script", "scripted_fallback_notice",
+           "warn_if_scripted_fallback"]
 
 
 def keyed_providers(host: Any, environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
@@ -39,16 +41,23 @@ def keyed_providers(host: Any, environ: Mapping[str, str] | None = None) -> list
 
 
 def scripted_fallback_notice(host: Any, provider: str | None, *, scripted_on_purpose: bool,
+                             asked_for_model: bool = False,
                              environ: Mapping[str, str] | None = None) -> str | None:
     """The notice, or None: only when no provider was given, the default is ``scripted``,
-    nothing says the scripted run is wanted, and some provider's key is set."""
+    nothing says the scripted run is wanted, and some provider's key is set or the command
+    asked for a model (``-m``, ``-o``), which the scripted provider ignores: a local server
+    (Ollama, llama.cpp) needs no key, so a key alone would miss that case."""
     if provider is not None or scripted_on_purpose:
         return None
     if host.default_provider(None) != "scripted":
         return None
     keyed = keyed_providers(host, environ)
     if not keyed:
-        return None
+        if not asked_for_model:
+            return None
+        return ("Note: answering with the scripted provider (it echoes; no model is asked), so "
+                "-m and -o reach no model: name a provider with --provider (`datamachine "
+                "models` lists them), or `datamachine settings set default_provider openai`.")
     variables = sorted({variable for _, variable in keyed})
     named = " and ".join(variables) + (" is" if len(variables) == 1 else " are")
     choice = keyed[0][0]
@@ -59,8 +68,22 @@ def scripted_fallback_notice(host: Any, provider: str | None, *, scripted_on_pur
 
 
 def warn_if_scripted_fallback(host: Any, provider: str | None, *,
-                              scripted_on_purpose: bool) -> None:
+                              scripted_on_purpose: bool, asked_for_model: bool = False) -> None:
     """Print :func:`scripted_fallback_notice` on stderr when there is one."""
-    notice = scripted_fallback_notice(host, provider, scripted_on_purpose=scripted_on_purpose)
+    notice = scripted_fallback_notice(host, provider, scripted_on_purpose=scripted_on_purpose,
+                                      asked_for_model=asked_for_model)
     if notice is not None:
         click.echo(notice, err=True)
+
+
+def provider_for_script(provider: str | None, script: object) -> str | None:
+    """``--script`` is a scripted run: it picks the ``scripted`` provider whatever the setting
+    ``default_provider`` says, and refuses another ``--provider`` naming both flags."""
+    if script is None:
+        return provider
+    if provider is None:
+        return "scripted"
+    if provider != "scripted":
+        raise click.UsageError(f"--script replays a script with the scripted provider; it "
+                               f"cannot be used with --provider {provider}.")
+    return provider

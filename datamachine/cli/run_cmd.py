@@ -18,7 +18,7 @@ from datamachine.cli.model_options import model_option
 from datamachine.cli.output import print_run_summary
 from datamachine.cli.progress import Progress, TextEcho
 from datamachine.cli.prompt_input import read_prompt
-from datamachine.cli.provider_notice import warn_if_scripted_fallback
+from datamachine.cli.provider_notice import provider_for_script, warn_if_scripted_fallback
 from datamachine.errors import InvalidBudgetValue, UsageError
 from datamachine.registry import validate_budget_value
 
@@ -92,7 +92,9 @@ def run(state: State, prompt: str | None, system: str | None, mode: str, provide
     if system is not None and not system.strip():
         raise click.BadParameter("the system prompt is empty.", param_hint="'-s' / '--system'")
     host = state.host
-    warn_if_scripted_fallback(host, provider, scripted_on_purpose=script is not None)
+    provider = provider_for_script(provider, script)
+    warn_if_scripted_fallback(host, provider, scripted_on_purpose=script is not None,
+                              asked_for_model=model is not None or bool(model_options))
     tools = []
     for name in [n.strip() for n in tool_names.split(",") if n.strip()]:
         found = host.tools.get(name)

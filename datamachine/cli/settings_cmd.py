@@ -7,6 +7,7 @@ would refuse (a bad ``site_id``), is reported, never fatal, so ``settings set`` 
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import click
@@ -28,8 +29,26 @@ def _parse_value(raw: str) -> Any:
 
 
 def _cell(value: Any) -> str:
+    # On a terminal a long value is cut (`settings get KEY` prints it whole); piped, every cell
+    # is whole, as in every other table.
     text = compact_json(value)
-    return text if len(text) <= _CELL else text[:_CELL - 3] + "..."
+    if len(text) <= _CELL or not sys.stdout.isatty():
+        return text
+    return text[:_CELL - 3] + "..."
+
+
+def _clamp_note(state: State, key: str) -> str | None:
+    """For a budget's setting whose value is outside the budget's clamp: what runs use."""
+    budgets = state.host.budgets
+    for name in budgets.registered_names():
+        spec = budgets.get_spec(name)
+        if spec.setting != key:
+            continue
+        resolved = budgets.resolve(name)
+        if resolved.clamped and resolved.source == "setting":
+            return (f"{key} {resolved.requested} is outside the clamp [{spec.min}, {spec.max}] "
+                    f"of budget {name!r}: runs use {resolved.ceiling}.")
+    return None
 
 
 def _env_note(state: State, key: str) -> None:
@@ -118,6 +137,9 @@ def settings_show(state: State, key: str, as_json: bool, reveal: bool) -> None:
             ("secret", "yes (masked; --reveal shows it)" if entry.secret and not reveal
              else "yes" if entry.secret else "no"),
             ("description", entry.description or "-"), ("problem", entry.problem or "-")]
+    clamp = _clamp_note(state, key)
+    if clamp is not None:
+        rows.insert(4, ("clamped", clamp))
     for label, text in rows:
         click.echo(f"{label + ':':13}{text}")
 
@@ -144,6 +166,9 @@ def settings_set(state: State, key: str, value: str) -> None:
     shown = spec.masked(stored) if spec is not None else stored
     click.echo(f"{key} = {compact_json(shown)}")
     _env_note(state, key)
+    clamp = _clamp_note(state, key)
+    if clamp is not None:
+        click.echo(f"note: {clamp}", err=True)
 
 
 @settings.command("unset")

@@ -260,12 +260,15 @@ class ProviderTurnRunner:
         short = (self.host.first("text_result", request=request)
                  if self.has_text_result_hook else None)
         if short is None:
+            if self.host.settings.source("allow_model_requests") == "env":
+                how = "unset the environment variable DATAMACHINE_ALLOW_MODEL_REQUESTS"
+            else:
+                how = "`datamachine settings set allow_model_requests true`"
             raise ProviderError(
                 f"Model requests are off on this host (setting allow_model_requests is false), "
                 f"so provider {self.provider_name!r} was not called for turn {turn}. In tests, "
                 "answer with the scripted_model fixture or a text_result hook, or run on the "
-                "scripted provider; to allow real requests: `datamachine settings set "
-                "allow_model_requests true`.",
+                f"scripted provider; to allow real requests: {how}.",
                 code="model_requests_disabled", provider=self.provider_name)
         self._answer_trusted = False
         return self._from_hook(short, turn)
