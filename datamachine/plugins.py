@@ -103,7 +103,7 @@ def make_plugin_manager(
     except pluggy.PluginValidationError as exc:
         raise PluginLoadError(
             f"Plugin {exc.plugin!r} implements a hook that does not exist: {exc}. "
-            "Check the spelling against docs/hooks.md."
+            "Check the spelling against `datamachine docs hooks`."
         ) from None
 
     if _tracing(env):

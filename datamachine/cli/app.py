@@ -112,6 +112,7 @@ def _register_builtin_commands() -> None:
         chat_cmd,
         continue_cmd,
         demo,
+        docs_cmd,
         models_cmd,
         resume_cmd,
         run_cmd,
@@ -123,6 +124,7 @@ def _register_builtin_commands() -> None:
 
     server_cmds.register(cli)
     cli.add_command(demo.demo)
+    cli.add_command(docs_cmd.docs)
     cli.add_command(run_cmd.run)
     cli.add_command(chat_cmd.chat)
     cli.add_command(continue_cmd.continue_)

@@ -186,4 +186,4 @@ def models(state: State, remote: bool, as_json: bool) -> None:
             click.echo(f"{row.name} models: not listed ({row.error})")
     click.echo("* the default. Choose with --provider NAME -m MODEL, or set default_provider "
                "and default_model; add endpoints with the 'providers' setting "
-               "(docs/providers.md).")
+               "(`datamachine docs providers`).")

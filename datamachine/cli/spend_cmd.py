@@ -59,7 +59,8 @@ def spend(state: State, as_json: bool) -> None:
         emit_json(rows)
         return
     if not rows:
-        click.echo("No spend limits are set (setting spend_limits; see docs/budgets.md).")
+        click.echo("No spend limits are set (setting spend_limits; see "
+                   "`datamachine docs budgets`).")
         return
     table(["limit", "window", "scope", "used", "of", "left", "reserved", "resets in"],
           [[r["limit"], f"{r['window']} from {r['window_start']}",

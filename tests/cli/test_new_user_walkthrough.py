@@ -87,3 +87,17 @@ def test_a_refusal_caused_by_the_environment_says_to_unset_it(db: Path) -> None:
     assert result["error_code"] == "model_requests_disabled"
     assert "DATAMACHINE_ALLOW_MODEL_REQUESTS" in result["error"]
     assert "settings set" not in result["error"]
+
+
+def test_the_docs_ship_with_the_package(db: Path) -> None:
+    # A pip user had no clone and no URL: messages named docs/providers.md, a path they lacked.
+    listed = _cli(db, "docs")
+    assert listed.returncode == 0
+    pages = {line.split()[0] for line in listed.stdout.splitlines()}
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    assert pages == {page.stem for page in docs.glob("*.md")}
+    page = _cli(db, "docs", "sett")
+    assert page.stdout == (docs / "settings.md").read_text(encoding="utf-8")
+    missing = _cli(db, "docs", "zz")
+    assert missing.returncode == 2
+    assert "no page named 'zz'" in missing.stderr
