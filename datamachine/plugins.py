@@ -19,7 +19,7 @@ from typing import Any
 import pluggy
 
 from datamachine import hookspecs
-from datamachine.errors import PluginLoadError, PluginLoadWarning
+from datamachine.errors import DataMachineError, PluginLoadError, PluginLoadWarning
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -233,13 +233,27 @@ def first_result(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> Any
     return hook(**kwargs)
 
 
+def plugin_failed(plugin_name: str, where: str, exc: BaseException) -> PluginLoadError:
+    """One line for a plugin whose hook raised at boot: what it raised and how to boot without
+    it (the traceback stays with ``--debug``, chained)."""
+    why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    return PluginLoadError(
+        f"Plugin {plugin_name!r} failed in {where}: {why}. Fix or uninstall it, or leave it out "
+        f"with {LOAD_PLUGINS_ENV} (comma-separated distributions or plugins to load).")
+
+
 def collect(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
     """Call a registration hook impl by impl, tagging each returned item with its plugin name."""
     hook: pluggy.HookCaller = getattr(pm.hook, hook_name)
     collected: list[tuple[str, Any]] = []
     tracing = _tracing()
     for impl in _impls(hook):
-        items = impl.function(*[kwargs[name] for name in impl.argnames])
+        try:
+            items = impl.function(*[kwargs[name] for name in impl.argnames])
+        except DataMachineError:
+            raise
+        except Exception as exc:
+            raise plugin_failed(impl.plugin_name, f"{hook_name}()", exc) from exc
         if tracing:
             sys.stderr.write(f"{hook_name} [{impl.plugin_name}] -> {items!r}\n")
         if items is None:

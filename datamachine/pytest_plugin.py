@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from datamachine.testing import ScriptedModel, isolated_host
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported by the fixtures: a pytest run that uses none pays nothing
     from datamachine.host import Host
+    from datamachine.testing import ScriptedModel
 
 __all__ = ["dm_host", "scripted_model"]
 
@@ -47,6 +46,8 @@ def dm_host(tmp_path: Path) -> Iterator[Host]:
     """An isolated host on a temporary database: installed plugins loaded (your app's own,
     narrowed by ``DATAMACHINE_LOAD_PLUGINS``), ``allow_model_requests`` off, and the default
     host for the test. Closed after the test."""
+    from datamachine.testing import isolated_host
+
     with isolated_host(tmp_path / "datamachine.db") as host:
         yield host
 
@@ -56,6 +57,8 @@ def scripted_model(dm_host: Host) -> ScriptedModel:
     """The model of ``dm_host``: ``enqueue(response)`` what it answers next (text, a dict
     ``{"content", "tool_calls", "usage"}``, a ``ProviderResponse`` or an exception) and read
     ``requests``: every ``ProviderRequest`` it was given. It answers for any provider."""
+    from datamachine.testing import ScriptedModel
+
     model = ScriptedModel()
     dm_host.pm.register(model, name="scripted_model")
     return model

@@ -501,3 +501,25 @@ def test_ordinary_payload_keys_do_not_warn(host: Host) -> None:
             "job_id": None, "flow_step_id": "s1", "agent_slug": "a", "engine_data": {},
             "customer": "ACME", "output": "x", "model": "m", "persist": 1, "transcript": 2})
     assert result.status == "completed"
+
+
+def test_continuing_a_run_whose_mode_is_no_longer_declared_names_the_recorded_mode(
+        tmp_path: Any) -> None:
+    class Research:
+        @hookimpl
+        def register_modes(self) -> list[str]:
+            return ["research"]
+
+    db = tmp_path / "m.db"
+    with bootstrap.boot(db_path=db, plugins=[Research()], load_entrypoints=False) as host:
+        done = host.run_conversation(USER, mode="research", max_turns=1,
+                                     payload={"script": [{"tool_calls": [
+                                         {"name": "nope", "parameters": {}}]}]})
+    session = done.transcript_session_id
+    assert session is not None
+    with bootstrap.boot(db_path=db, load_entrypoints=False) as host:
+        with pytest.raises(UsageError, match="recorded in mode 'research'"):
+            host.continue_conversation(session, extend_by=1)
+        # Refused before anything ran, and the lock was given back.
+        assert host.transcripts.get_transcript(session).status == done.status
+        assert host.transcripts.summary(session).locked_until is None

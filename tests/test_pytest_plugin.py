@@ -165,3 +165,17 @@ def test_a_scripted_model_outside_pytest_is_a_plain_plugin() -> None:
         assert host.run_conversation(ASK).final_content == "One."
         assert host.run_conversation(ASK).final_content == "Two."
         assert model.remaining == 0
+
+
+@pytest.mark.parametrize("value", ["0", "no", "off", '"false"', "False", "nonsense"])
+def test_the_switch_fails_closed_on_any_value_but_true(
+        value: str, dm_host: Host, endpoint: _CountingServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # DATAMACHINE_ALLOW_MODEL_REQUESTS=0 (or no, off) let a real request out: only `false`
+    # refused.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("DATAMACHINE_ALLOW_MODEL_REQUESTS", value)
+    dm_host.settings.set("openai_base_url", endpoint.url)
+    result = dm_host.run_conversation(ASK, provider="openai", model="gpt-4o-mini")
+    assert result.error_code == "model_requests_disabled"
+    assert endpoint.hits == []

@@ -40,7 +40,8 @@ def budgets_list(state: State, as_json: bool) -> None:
         return
     table(["name", "default", "clamp", "setting", "ceiling", "from", "owner"],
            [[r["name"], r["default"], f"[{r['min']}, {r['max']}]", r["setting"] or "-",
-             r["ceiling"], r["source"], r["owner"]] for r in rows])
+             r["ceiling"], r["source"], r["owner"]] for r in rows],
+          whole=("name", "setting"))
 
 
 def _when(timestamp: float) -> str:
@@ -190,7 +191,8 @@ def plugins(state: State, as_json: bool) -> None:
         return
     table(["name", "source", "distribution", "version", "hooks"],
            [[r["name"], r["source"], r["distribution"] or "-", r["version"] or "-",
-             ", ".join(r["hooks"])] for r in rows])
+             ", ".join(r["hooks"])] for r in rows],
+          whole=("name", "distribution"))
 
 
 COMMANDS = [budgets, transcripts, jobs, sessions, plugins]

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from datamachine.errors import DataMachineError, UsageError
+from datamachine.errors import BootError, DataMachineError, UsageError
 
 __all__ = ["EXIT_CODES", "State", "cli", "exit_code_for", "handle_errors", "load_plugin_commands"]
 
@@ -66,7 +66,13 @@ def handle_errors(func: F) -> F:
         except DataMachineError as exc:
             if state is not None and state.debug:
                 raise
-            click.echo(f"Error: {exc}", err=True)
+            message = str(exc)
+            if isinstance(exc, BootError) and "DATAMACHINE_LOAD_PLUGINS" not in message:
+                # Two plugins claiming one name, a plugin's bad registration: the host cannot
+                # boot until one is left out.
+                message += (" (DATAMACHINE_LOAD_PLUGINS=dist-a,dist-b boots with only the "
+                            "plugins named.)")
+            click.echo(f"Error: {message}", err=True)
             sys.exit(2 if isinstance(exc, UsageError) else 1)
 
     return wrapper  # type: ignore[return-value]

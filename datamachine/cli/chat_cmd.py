@@ -97,7 +97,7 @@ def chat(state: State, session_id: str | None, system: str | None, max_turns: st
 
     limit = _limit(max_turns)
     if system is not None and not system.strip():
-        raise click.BadParameter("the system prompt is empty.", param_hint="'-s' / '--system'")
+        raise UsageError("-s/--system: the system prompt is empty.")
     stream = sys.stdout.isatty() and not no_stream
     host = state.host
     confirm = TerminalConfirm()

@@ -16,21 +16,21 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-import click
+from datamachine.errors import UsageError
 
 __all__ = ["read_prompt"]
 
 
 def read_prompt(prompt: str | None, stdin: TextIO | None = None) -> str:
     """The prompt from the ``PROMPT`` argument and ``stdin`` (see the module docstring);
-    ``click.UsageError`` (exit 2) when there is none."""
+    ``UsageError`` (one line, exit 2) when there is none."""
     stream = stdin if stdin is not None else sys.stdin
     piped = stream is not None and not stream.isatty()
     if prompt == "-":
         text = stream.read() if stream is not None else ""
     elif prompt is None:
         if not piped:
-            raise click.UsageError(
+            raise UsageError(
                 "Missing PROMPT: give it as an argument (datamachine run \"Hello\"), pipe it "
                 "(echo Hello | datamachine run) or use '-' to type it and end with Ctrl-D.")
         text = stream.read()
@@ -38,5 +38,5 @@ def read_prompt(prompt: str | None, stdin: TextIO | None = None) -> str:
         stdin_text = stream.read() if piped else ""
         text = f"{stdin_text} {prompt}" if stdin_text else prompt
     if not text.strip():
-        raise click.UsageError("The prompt is empty: give PROMPT or pipe some text.")
+        raise UsageError("The prompt is empty: give PROMPT or pipe some text.")
     return text

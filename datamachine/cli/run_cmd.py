@@ -90,7 +90,7 @@ def run(state: State, prompt: str | None, system: str | None, mode: str, provide
     """
     text = read_prompt(prompt)
     if system is not None and not system.strip():
-        raise click.BadParameter("the system prompt is empty.", param_hint="'-s' / '--system'")
+        raise UsageError("-s/--system: the system prompt is empty.")
     host = state.host
     provider = provider_for_script(provider, script)
     warn_if_scripted_fallback(host, provider, scripted_on_purpose=script is not None,

@@ -95,7 +95,8 @@ def tokens_list(state: State, as_json: bool) -> None:
     table(["name", "status", "tools", "site", "created (UTC)", "revoked (UTC)"],
           [[t.name, "active" if t.active else "revoked",
             "(chat_tools)" if t.tools is None else (",".join(t.tools) or "(none)"),
-            t.site or "-", _when(t.created_at), _when(t.revoked_at)] for t in items])
+            t.site or "-", _when(t.created_at), _when(t.revoked_at)] for t in items],
+          whole=("name",))
 
 
 @click.command()

@@ -116,6 +116,7 @@ def _rich_table(columns: Sequence[Column], cells: list[list[str]],
                 widths: list[int | None]) -> Any:
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     shown = Table(header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   collapse_padding=True)
@@ -126,5 +127,7 @@ def _rich_table(columns: Sequence[Column], cells: list[list[str]],
         shown.add_column(column.header, width=widths[i], no_wrap=column.kind != "wrap",
                          overflow="fold" if column.kind == "whole" else "ellipsis")
     for row in cells:
-        shown.add_row(*[row[i] for i in kept])
+        # Text, never markup: a value like "[/x]" or "[red]" (a setting, an MCP tool's
+        # description, a transcript id) is shown as it is, not parsed.
+        shown.add_row(*[Text(row[i]) for i in kept])
     return shown

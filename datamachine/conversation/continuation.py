@@ -8,6 +8,7 @@ count toward the session's limit, exactly as a chat's do.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from agents_api import LockLost
@@ -24,7 +25,7 @@ from datamachine.conversation.chat import (
 from datamachine.conversation.pausing import CONFIRMATION_SETTING
 from datamachine.conversation.result import ConversationResult
 from datamachine.conversation.run import ConversationRun
-from datamachine.errors import ChatSessionNotFound
+from datamachine.errors import ChatSessionNotFound, UsageError
 from datamachine.payload_keys import DEFAULT_LOCK_TTL
 from datamachine.registry import validate_budget_value
 from datamachine.services import Services
@@ -75,6 +76,7 @@ def continuation_steps(
                                     record.mode or "chat", None)
         if gate is not None and not gate.open(writer):
             return abort_before_run(services, gate.session, writer, None)
+        check_recorded_modes(record.mode, services.modes)
         run = ConversationRun.create(
             services, record.messages, tools,
             provider or record.provider or services.default_provider(None),
@@ -89,6 +91,18 @@ def continuation_steps(
                                  model, None)
     finally:
         writer.release()  # the run frees the lock itself; this covers the paths before it
+
+
+def check_recorded_modes(recorded: str | None, known: Mapping[str, str]) -> None:
+    """A transcript recorded in a mode no plugin declares now (its plugin was removed) cannot
+    go on as it was: say that it is the *recorded* mode, and what to do."""
+    missing = [mode for mode in (recorded or "").split(",") if mode and mode not in known]
+    if missing:
+        raise UsageError(
+            f"This transcript was recorded in mode {recorded!r}, and no loaded plugin declares "
+            f"{', '.join(map(repr, missing))} now (known modes: {', '.join(sorted(known))}). "
+            "Install the plugin that declares it (or check DATAMACHINE_LOAD_PLUGINS) to continue "
+            "the run.")
 
 
 def chat_gate(services: Services, session_id: str, *, pause: bool) -> ChatTurnGate | None:

@@ -85,9 +85,10 @@ class ProviderTurnRunner:
         self.provider_name = provider_name
         # Setting allow_model_requests off (tests): only a provider that never leaves the
         # process (scripted) or a text_result hook may answer.
+        # Fails closed: anything but true (false, 0, "no", a bad value) refuses.
         self._requests_refused = (
             not getattr(provider, "answers_offline", False)
-            and host.settings.get("allow_model_requests", True) is False)
+            and host.settings.get("allow_model_requests", True) is not True)
         self.model = model
         self.mode = mode
         self.tools = tools

@@ -39,6 +39,12 @@ def match_prefix(conn: sqlite3.Connection, table: Table, prefix: object) -> tupl
     text = check_session_id(prefix)
     if conn.execute(f"SELECT 1 FROM {table} WHERE id = ?", [text]).fetchone() is not None:
         return text, [text]
+    if text.strip() != text and text.strip():
+        # Pasted from a listing with a space around it: a stored id never has one, so the
+        # prefix is what is inside.
+        text = text.strip()
+        if conn.execute(f"SELECT 1 FROM {table} WHERE id = ?", [text]).fetchone() is not None:
+            return text, [text]
     found = conn.execute(f"SELECT id FROM {table} WHERE id GLOB ? ORDER BY id LIMIT ?",
                          [glob_prefix(text), MAX_LISTED + 1]).fetchall()
     return text, [str(row[0]) for row in found]

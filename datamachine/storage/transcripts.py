@@ -322,8 +322,10 @@ class TranscriptStore:
         if search is not None:
             # Every message's JSON is read: a scan of the listed sessions' messages, newest
             # session first, stopping once ``limit`` sessions matched.
+            # A damaged envelope (not JSON) matches nothing instead of failing the listing.
             where.append("EXISTS (SELECT 1 FROM transcript_messages m WHERE m.session_id = t.id "
-                         "AND json_extract(m.envelope, '$.content') LIKE ? ESCAPE '\\')")
+                         "AND CASE WHEN json_valid(m.envelope) "
+                         "THEN json_extract(m.envelope, '$.content') END LIKE ? ESCAPE '\\')")
             params.append(_like_anywhere(search))
         sql = f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN}"
         if where:

@@ -118,3 +118,31 @@ def test_the_python_api_skips_a_broken_plugin_with_a_plugin_load_warning(
         warnings.simplefilter("error", PluginLoadWarning)
         with pytest.raises(PluginLoadWarning, match="broken_import"):
             bootstrap.boot(db_path=":memory:")
+
+
+def test_a_plugin_whose_registration_raises_is_one_line_naming_the_way_out(
+        tmp_path: Path) -> None:
+    # A register_settings() (or register_tools, host_started) that raised printed a traceback
+    # for every command that boots a host.
+    folder = tmp_path / "site"
+    folder.mkdir()
+    for dist, hook, args in (("dm-raises-settings", "register_settings", ""),
+                             ("dm-raises-start", "host_started", "host")):
+        source = (f"from datamachine import hookimpl\n\n\n@hookimpl\ndef {hook}({args}):\n"
+                  f"    raise RuntimeError('{hook} is broken today')\n")
+        _install_fake(folder, dist, source, dist.replace("-", "_"))
+    for dist, hook in (("dm-raises-settings", "register_settings"),
+                       ("dm-raises-start", "host_started")):
+        done = _cli(folder, tmp_path / "d.db", "settings", "list",
+                    DATAMACHINE_LOAD_PLUGINS=dist)
+        assert done.returncode == 1
+        assert "Traceback" not in done.stderr
+        [line] = done.stderr.splitlines()
+        assert f"failed in {hook}()" in line
+        assert f"{hook} is broken today" in line
+        assert "DATAMACHINE_LOAD_PLUGINS" in line
+        assert _cli(folder, tmp_path / "d.db", "--help",
+                    DATAMACHINE_LOAD_PLUGINS=dist).returncode == 0
+    fine = _cli(folder, tmp_path / "d.db", "settings", "get", "max_turns",
+                DATAMACHINE_LOAD_PLUGINS="")
+    assert fine.stdout.strip() == "25"

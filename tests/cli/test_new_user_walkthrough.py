@@ -101,3 +101,24 @@ def test_the_docs_ship_with_the_package(db: Path) -> None:
     missing = _cli(db, "docs", "zz")
     assert missing.returncode == 2
     assert "no page named 'zz'" in missing.stderr
+
+
+def test_a_terminal_table_shows_markup_as_text(db: Path) -> None:
+    # `settings list` on a terminal died with rich's MarkupError on a value "[/x]", and
+    # "[red]..." came out red: values are text, whoever wrote them (MCP tool descriptions too).
+    import pexpect
+
+    assert _cli(db, "settings", "set", "x_closing", "[/x]").returncode == 0
+    assert _cli(db, "settings", "set", "x_styled", "[red]alarm[/red]").returncode == 0
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith("DATAMACHINE_")}
+    env.update({"DATAMACHINE_DB": str(db), "DATAMACHINE_LOAD_PLUGINS": "", "TERM": "xterm",
+                "COLUMNS": "160"})
+    child = pexpect.spawn(sys.executable, ["-m", "datamachine", "settings", "list"],
+                          encoding="utf-8", timeout=30, dimensions=(60, 160), env=env)
+    child.expect(pexpect.EOF)
+    child.close()
+    out = child.before or ""
+    assert child.exitstatus == 0, out
+    assert "[/x]" in out
+    assert "[red]alarm[/red]" in out

@@ -90,6 +90,24 @@ def test_list_searches_message_text_case_insensitively(host: Host) -> None:
         store.list(search="")
 
 
+def test_a_prefix_pasted_with_spaces_around_it_still_resolves(host: Host) -> None:
+    _run(host, "3f2a-one", "hi")
+    assert host.transcripts.resolve(" 3f2a ") == "3f2a-one"
+    assert host.transcripts.resolve("3f2a-one\n") == "3f2a-one"
+
+
+def test_a_damaged_message_costs_only_its_own_match(file_host: Host) -> None:
+    # One envelope that is not JSON failed every `transcripts list --search`.
+    _run(file_host, "s1", "Tell me about Pelicans")
+    _run(file_host, "s2", "and walruses")
+    with file_host.handle.conn:
+        file_host.handle.conn.execute(
+            "UPDATE transcript_messages SET envelope = '{broken' WHERE session_id = 's2' "
+            "AND rowid = (SELECT min(rowid) FROM transcript_messages WHERE session_id = 's2')")
+    assert [t.id for t in file_host.transcripts.list(search="pelican")] == ["s1"]
+    assert [t.id for t in file_host.transcripts.list(search="echo: and")] == ["s2"]
+
+
 class _Research:
     @hookimpl
     def register_modes(self) -> list[str]:
