@@ -189,8 +189,11 @@ class SettingSpec(BaseModel):
                         f"{brief_repr(value)}.")
             return None
         wanted = " or ".join(t if t == "null" else f"{_ARTICLE.get(t, 'a')} {t}" for t in types)
-        return (f"Setting {self.name!r} must be {wanted}, got {brief_repr(value)} "
-                f"({kind if kind != 'other' else type(value).__name__}). "
+        named = kind if kind != "other" else type(value).__name__
+        # The value of a secret setting is never repeated: it may be the secret.
+        got = (f"{_ARTICLE.get(named, 'a')} {named} (not shown: it may hold a secret)"
+               if self.is_secret else f"{brief_repr(value)} ({named})")
+        return (f"Setting {self.name!r} must be {wanted}, got {got}. "
                 f"`datamachine settings show {self.name}` describes it.")
 
     def parse_text(self, raw: str) -> Any:
@@ -217,18 +220,25 @@ class SettingSpec(BaseModel):
         return value
 
     # -- showing values ------------------------------------------------------------------
-    def masked(self, value: Any) -> Any:
+    def masked(self, value: Any, *, whole: bool = False) -> Any:
         """``value`` as listings show it: secrets replaced by ``****`` (with the last four
-        characters of a long secret string, so two can be told apart)."""
+        characters of a long secret string, so two can be told apart).
+
+        With ``secret_fields``, a value that is not of the declared type (text where an object
+        belongs, so the fields cannot be found in it) is masked whole, and so is any value when
+        ``whole`` (a value with a problem: a misspelt field may hold the secret)."""
         if self.secret:
             return _mask_all(value)
         if self.secret_fields:
+            if whole or self._type_problem(value) is not None:
+                return _mask_whole(value)
             return _mask_fields(value, frozenset(self.secret_fields))
         return value
 
     def secrets_in(self, value: Any) -> list[str]:
-        """The secret strings inside ``value`` (to scrub from an error message about it)."""
-        if self.secret:
+        """The secret strings inside ``value`` (to scrub from an error message about it): every
+        string of a secret setting, or of a value not of the declared type."""
+        if self.secret or (self.secret_fields and self._type_problem(value) is not None):
             return _leaves(value)
         found: list[str] = []
         if self.secret_fields:
@@ -248,6 +258,14 @@ def _mask_all(value: Any) -> Any:
     if value is None:
         return None
     return _mask_text(value) if isinstance(value, str) else MASK
+
+
+def _mask_whole(value: Any) -> Any:
+    # A value whose secrets cannot be told from the rest: every string, number and boolean in
+    # it masked, and text no tail of (it may end in a secret).
+    if isinstance(value, dict | list | tuple):
+        return _mask_all(value)
+    return None if value is None else MASK
 
 
 def _mask_fields(value: Any, fields: frozenset[str]) -> Any:

@@ -69,16 +69,17 @@ def _override_name(key: str) -> str | None:
 def _decode(encoded: str, key: str) -> Any:
     """A stored value from its JSON text; a dict or list is decoded afresh every time (the
     caller may change it), a scalar once. Text that is not JSON (written around ``set``) is
-    the site's fault: :class:`SiteMisconfigured` naming the key."""
+    the site's fault: :class:`SiteMisconfigured` naming the key and where the text goes wrong,
+    never the text itself (it may hold a secret)."""
     value = _scalars.get(encoded, _MISSING)
     if value is _MISSING:
         try:
             value = json.loads(encoded)
-        except ValueError:
+        except ValueError as exc:  # json's message names a position, never the text
             raise SiteMisconfigured(
-                f"The stored value of setting {key!r} is not JSON ({encoded[:40]!r}); store it "
-                f"again with `datamachine settings set {key} <value>` or delete it.",
-                setting=key) from None
+                f"The stored value of setting {key!r} is not JSON ({exc}); store it again with "
+                f"`datamachine settings set {key} <value>` or remove it with `datamachine "
+                f"settings unset {key}`.", setting=key) from None
         if type(value) in _SCALAR_TYPES and len(_scalars) < 1024:
             _scalars[encoded] = value
     return value
@@ -277,9 +278,6 @@ class Settings:
         try:
             value = self._from_env(key, env[key]) if key in env else _decode(rows[key], key)
         except SiteMisconfigured as exc:
-            if spec is not None and spec.is_secret:
-                return (f"The stored value of setting {key!r} is not JSON; store it again with "
-                        f"`datamachine settings set {key} <value>` or unset it.")
             return str(exc)
         try:
             self._check(key, value, writing=False)
@@ -409,7 +407,8 @@ class Settings:
             value = None  # the problem says so
         default = default_copy(spec)
         if spec is not None and spec.is_secret and not reveal:
-            value, default = spec.masked(value), spec.masked(default)
+            value = spec.masked(value, whole=problem is not None)
+            default = spec.masked(default)
         return SettingEntry(
             key=key, type=spec.type_text() if spec is not None else "any JSON",
             default=default, value=value, source=source, owner=self.owner(key),

@@ -112,6 +112,19 @@ def test_masked_hides_secrets_and_keeps_the_rest() -> None:
     assert SettingSpec(name="k").masked("visible") == "visible"
 
 
+
+def test_a_value_whose_secret_fields_cannot_be_found_is_masked_whole() -> None:
+    sites = SettingSpec(name="sites", type="object", secret_fields=("token",))
+    text = '{"a": {"token": "dm_0123456789abcdefXYZW"},}'  # not JSON: kept as text
+    assert sites.masked(text) == "****"
+    assert sites.secrets_in(text) == [text]
+    assert sites.masked([{"url": "http://a", "token": "t"}]) == [{"url": "****", "token": "****"}]
+    assert sites.masked({"a": {"url": "http://a"}}, whole=True) == {"a": {"url": "****"}}
+    with pytest.raises(InvalidSetting) as refused:
+        sites.check(text)
+    assert "XYZW" not in str(refused.value)
+    assert "got a string (not shown: it may hold a secret)" in str(refused.value)
+
 def test_declarations_check_the_default_and_name_their_owner() -> None:
     declarations = SettingDeclarations()
     with pytest.raises(InvalidSettingSpec, match=r"'confirmation' \(by 'me'\): its default"):

@@ -1,0 +1,92 @@
+"""``datamachine settings`` after a review: secrets in values of the wrong shape, masks that came
+back through ``set``, values too deep or too large for their checks, and output that must stay
+standard JSON. Real subprocesses with an explicit environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TOKEN = "dm_SECRETTOKEN_abcdef"
+API_KEY = "sk-live-0123456789abcdef"
+
+
+def _cli(db: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {key: value for key, value in os.environ.items()
+               if not key.startswith("DATAMACHINE_") and not key.endswith("_API_KEY")}
+    environ.update({"DATAMACHINE_DB": str(db), "DATAMACHINE_LOAD_PLUGINS": "", **env})
+    return subprocess.run([sys.executable, "-m", "datamachine", *args], capture_output=True,
+                          text=True, env=environ, timeout=60, check=False, input="")
+
+
+def _store_raw(db: Path, key: str, text: str) -> None:
+    """Write ``text`` as the stored value of ``key`` around ``settings set`` (by hand)."""
+    assert _cli(db, "settings", "get", "max_turns").returncode == 0  # the database exists
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT OR REPLACE INTO settings (key, value, updated_at) VALUES (?, ?, 0)",
+                     [key, text])
+    conn.close()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "d.db"
+
+
+# -- 1. secrets in a value of the wrong shape ----------------------------------------------------
+
+
+def test_a_secret_setting_read_as_text_is_masked_whole_everywhere(db: Path) -> None:
+    # A trailing comma: the environment's text is no JSON, so remote_sites held the text, and
+    # `settings get`, `show --json` and `list` printed the token in it.
+    env = {"DATAMACHINE_REMOTE_SITES":
+           '{"a":{"token":"' + TOKEN + '","url":"http://x"},}'}
+    for args in (["get", "remote_sites"], ["show", "remote_sites"],
+                 ["show", "remote_sites", "--json"], ["list"], ["list", "--json"]):
+        done = _cli(db, "settings", *args, **env)
+        assert done.returncode == 0, (args, done.stderr)
+        assert "SECRETTOKEN" not in done.stdout + done.stderr, args
+    assert json.loads(_cli(db, "settings", "get", "remote_sites", **env).stdout) == "****"
+    revealed = _cli(db, "settings", "get", "remote_sites", "--reveal", **env)
+    assert TOKEN in json.loads(revealed.stdout)
+
+
+def test_mcp_servers_stored_as_a_json_string_is_masked_whole(db: Path) -> None:
+    inner = json.dumps({"s": {"command": ["server"], "env": {"API_KEY": API_KEY}}})
+    _store_raw(db, "mcp_servers", json.dumps(inner))
+    for args in (["get", "mcp_servers"], ["show", "mcp_servers", "--json"], ["list"],
+                 ["list", "--json"]):
+        done = _cli(db, "settings", *args, DATAMACHINE_LOAD_PLUGINS="mcp")
+        assert done.returncode == 0, (args, done.stderr)
+        assert API_KEY not in done.stdout + done.stderr, args
+        assert "mcp_servers" in done.stdout + done.stderr, args  # the plugin is loaded
+
+
+def test_a_value_with_a_problem_is_masked_whole(db: Path) -> None:
+    # A misspelt field ("tokn") is no secret field, but it holds the token all the same.
+    sites = json.dumps({"a": {"url": "http://x", "tokn": TOKEN}})
+    done = _cli(db, "settings", "list", "--json", DATAMACHINE_REMOTE_SITES=sites)
+    assert done.returncode == 0, done.stderr
+    row = {row["key"]: row for row in json.loads(done.stdout)}["remote_sites"]
+    assert row["problem"]
+    assert row["value"] == {"a": {"url": "****", "tokn": "****cdef"}}
+    assert TOKEN not in done.stdout + done.stderr
+
+
+def test_a_corrupt_stored_value_is_named_without_echoing_its_text(db: Path) -> None:
+    _store_raw(db, "providers", '{"x":{"headers":{"A":"' + API_KEY + '"}}')  # one } short
+    ran = _cli(db, "run", "hi")
+    assert ran.returncode == 1
+    assert API_KEY[:8] not in ran.stdout + ran.stderr
+    assert "'providers' is not JSON" in ran.stderr
+    assert "datamachine settings unset providers" in ran.stderr
+    listed = _cli(db, "settings", "list")
+    assert listed.returncode == 0
+    assert API_KEY[:8] not in listed.stdout + listed.stderr
+    assert "'providers' is not JSON" in listed.stderr
