@@ -148,7 +148,8 @@ class SettingSpec(BaseModel):
     # -- checking values -----------------------------------------------------------------
     def check(self, value: Any) -> None:
         """Raise :class:`InvalidSetting` (``InvalidBudgetValue`` for a budget's setting) when
-        ``value`` cannot serve this setting: the wrong JSON type, or the validator refuses."""
+        ``value`` cannot serve this setting: the wrong JSON type, a secret that is a mask as
+        listings show it (``"****3456"``), or the validator refuses."""
         problem = self._type_problem(value)
         if problem is not None:
             # The validator's message is the richer one ("'ask' or 'pause'"); a validator that
@@ -161,6 +162,14 @@ class SettingSpec(BaseModel):
                 except Exception:  # a validator surprised by the type: the type error stands
                     pass
             raise InvalidSetting(problem)
+        mask = next((text for text in self.secrets_in(value) if _is_mask(text)), None)
+        if mask is not None:
+            # `settings get` (masked) piped into `settings set` would replace every real
+            # secret with its mask.
+            raise InvalidSetting(
+                f"Setting {self.name!r} holds {mask!r}, a secret as listings mask it, not the "
+                f"secret itself; `datamachine settings get {self.name} --reveal` prints the "
+                "value with its secrets to edit.")
         if self.validator is not None:
             self._validate(value)
 
@@ -248,6 +257,11 @@ class SettingSpec(BaseModel):
 
 def _mask_text(text: str) -> str:
     return MASK + text[-_SHOWN_TAIL:] if len(text) >= _TAIL_FROM_LENGTH else MASK
+
+
+def _is_mask(text: str) -> bool:
+    """Whether ``text`` is what :func:`_mask_text` makes of a secret."""
+    return text == MASK or (len(text) == len(MASK) + _SHOWN_TAIL and text.startswith(MASK))
 
 
 def _mask_all(value: Any) -> Any:

@@ -158,3 +158,13 @@ def test_a_budget_s_setting_is_declared_by_the_budget() -> None:
     dollars.check(0.25)
     assert declarations.owner("max_cost_usd") == "core"  # no owner given: the core's
     assert declarations.names() == ["max_cost_usd", "max_uploads"]
+
+
+@pytest.mark.parametrize("mask", ["****", "****WXYZ"])
+def test_a_masked_secret_is_refused_naming_reveal(mask: str) -> None:
+    sites = SettingSpec(name="sites", type="object", secret_fields=("token",))
+    with pytest.raises(InvalidSetting, match=r"settings get sites --reveal"):
+        sites.check({"a": {"url": "http://a", "token": mask}})
+    sites.check({"a": {"url": "****", "token": "dm_****WXYZ"}})  # only masks in secret fields
+    with pytest.raises(InvalidSetting, match="a secret as listings mask it"):
+        SettingSpec(name="key", type="string", secret=True).check(mask)

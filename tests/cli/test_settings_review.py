@@ -90,3 +90,21 @@ def test_a_corrupt_stored_value_is_named_without_echoing_its_text(db: Path) -> N
     assert listed.returncode == 0
     assert API_KEY[:8] not in listed.stdout + listed.stderr
     assert "'providers' is not JSON" in listed.stderr
+
+
+# -- 2. a mask is never stored -------------------------------------------------------------------
+
+
+def test_get_piped_into_set_is_refused_instead_of_storing_the_mask(db: Path) -> None:
+    sites = json.dumps({"a": {"url": "http://x", "token": TOKEN}})
+    assert _cli(db, "settings", "set", "remote_sites", sites).returncode == 0
+    shown = _cli(db, "settings", "get", "remote_sites")
+    assert json.loads(shown.stdout)["a"]["token"] == "****cdef"
+    again = _cli(db, "settings", "set", "remote_sites", shown.stdout)
+    assert again.returncode == 2
+    assert again.stderr.count("\n") == 1  # one line, no traceback
+    assert "'****cdef'" in again.stderr
+    assert "datamachine settings get remote_sites --reveal" in again.stderr
+    revealed = _cli(db, "settings", "get", "remote_sites", "--reveal")
+    assert json.loads(revealed.stdout)["a"]["token"] == TOKEN  # the real token stays
+    assert _cli(db, "settings", "set", "remote_sites", revealed.stdout).returncode == 0
