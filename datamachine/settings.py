@@ -20,7 +20,12 @@ from pydantic import BaseModel, ConfigDict
 from agents_api import clock
 from agents_api.errors import brief_repr
 from agents_api.jsontext import plain_json, unreadable
-from datamachine.errors import InvalidSetting, SiteMisconfigured, UsageError
+from datamachine.errors import (
+    DuplicateSettingError,
+    InvalidSetting,
+    SiteMisconfigured,
+    UsageError,
+)
 from datamachine.setting_spec import (
     FREE_FORM_PREFIX,
     MASK,
@@ -361,9 +366,17 @@ class Settings:
     # -- declarations ------------------------------------------------------------------------
     def declare(self, spec: SettingSpec, *, owner: str = "app") -> SettingSpec:
         """Declare a setting of your own application at run time (plugins use the
-        ``register_settings()`` hook instead); redeclaring a name replaces it."""
+        ``register_settings()`` hook instead); redeclaring a name of the same ``owner``
+        replaces it. A name the core, a plugin, a budget or another owner declared is refused
+        with :class:`DuplicateSettingError` naming both (as at boot), so a declaration cannot
+        loosen the checks of a setting someone else reads."""
         if self.declarations is None:
             self.declarations = SettingDeclarations()
+        current = self.declarations.owner(spec.name) if isinstance(spec, SettingSpec) else None
+        if current is not None and current != owner:
+            raise DuplicateSettingError(
+                f"Setting {spec.name!r} is declared by both {current!r} and {owner!r}; declare "
+                "yours under another name (setting names are global to a host).")
         declared = self.declarations.declare(spec, owner=owner)
         self._problems = None  # a stored value may not fit the new declaration
         return declared
