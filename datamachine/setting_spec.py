@@ -156,7 +156,7 @@ class SettingSpec(BaseModel):
             # only expected the right type may fail otherwise, and the type error stands.
             if self.validator is not None:
                 try:
-                    self._validate(value)
+                    self._validate(value, wrong_type=True)
                 except UsageError:
                     raise
                 except Exception:  # a validator surprised by the type: the type error stands
@@ -173,7 +173,7 @@ class SettingSpec(BaseModel):
         if self.validator is not None:
             self._validate(value)
 
-    def _validate(self, value: Any) -> None:
+    def _validate(self, value: Any, *, wrong_type: bool = False) -> None:
         assert self.validator is not None
         try:
             self.validator(self.name, value)
@@ -183,6 +183,16 @@ class SettingSpec(BaseModel):
             text = str(exc)
             raise InvalidSetting(text if self.name in text
                                  else f"Setting {self.name!r}: {text}") from None
+        except (ArithmeticError, TypeError, RecursionError) as exc:
+            # A check surprised by the value (a 400-digit integer where a float is meant, a
+            # value nested past Python's recursion limit) refuses it: one line, not a traceback.
+            # Of a value of the wrong type, the type error says more.
+            if wrong_type:
+                return
+            why = type(exc).__name__ if self.is_secret else f"{type(exc).__name__}: {exc}"
+            raise InvalidSetting(
+                f"Setting {self.name!r} cannot take this value: its check failed ({why}). "
+                f"`datamachine settings show {self.name}` describes what fits.") from None
 
     def _type_problem(self, value: Any) -> str | None:
         types = self.types

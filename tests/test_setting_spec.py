@@ -168,3 +168,15 @@ def test_a_masked_secret_is_refused_naming_reveal(mask: str) -> None:
     sites.check({"a": {"url": "****", "token": "dm_****WXYZ"}})  # only masks in secret fields
     with pytest.raises(InvalidSetting, match="a secret as listings mask it"):
         SettingSpec(name="key", type="string", secret=True).check(mask)
+
+
+@pytest.mark.parametrize("error", [OverflowError("int too large to convert to float"),
+                                   TypeError("'<' not supported"), RecursionError()])
+def test_a_check_surprised_by_the_value_refuses_it_as_an_invalid_setting(
+        error: Exception) -> None:
+    def surprised(key: str, value: Any) -> None:
+        raise error
+
+    with pytest.raises(InvalidSetting, match=r"'limit' cannot take this value: its check failed "
+                                             rf"\({type(error).__name__}"):
+        SettingSpec(name="limit", type="number", validator=surprised).check(10**400)

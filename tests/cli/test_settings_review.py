@@ -108,3 +108,23 @@ def test_get_piped_into_set_is_refused_instead_of_storing_the_mask(db: Path) -> 
     revealed = _cli(db, "settings", "get", "remote_sites", "--reveal")
     assert json.loads(revealed.stdout)["a"]["token"] == TOKEN  # the real token stays
     assert _cli(db, "settings", "set", "remote_sites", revealed.stdout).returncode == 0
+
+
+# -- 4. a value too large or too deep for its check ----------------------------------------------
+
+HUGE = "1" + "0" * 400
+
+
+@pytest.mark.parametrize(("key", "plugins", "says"), [
+    ("remote_agent_timeout", "", "finite positive number of seconds"),
+    ("mcp_call_timeout", "mcp", "at most 3,600"),
+    ("request_timeout", "", "finite non-negative number of seconds"),
+])
+def test_a_400_digit_number_is_refused_in_one_line(db: Path, key: str, plugins: str,
+                                                   says: str) -> None:
+    done = _cli(db, "settings", "set", key, HUGE, DATAMACHINE_LOAD_PLUGINS=plugins)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("Error: ")
+    assert done.stderr.count("\n") == 1
+    assert says in done.stderr
+    assert "an integer of about 401 digits" in done.stderr
