@@ -43,10 +43,13 @@ __all__ = [
     "CORE_OWNER",
     "FREE_FORM_PREFIX",
     "MASK",
+    "MAX_DEPTH",
     "SettingDeclarations",
     "SettingSpec",
     "SettingType",
     "default_copy",
+    "nests_too_deep",
+    "read_json",
     "unknown_setting",
 ]
 
@@ -61,6 +64,43 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # characters give little away.
 _SHOWN_TAIL, _TAIL_FROM_LENGTH = 4, 16
 _ARTICLE = {"integer": "an", "array": "an", "object": "an"}
+# The deepest a setting's value (or a `-o` model option's) may nest lists and objects. Real
+# values nest a few levels; past about 1,000, json.loads raises RecursionError, and past 255
+# pydantic-core cannot write a value back, so a deeper one could be read but not shown.
+MAX_DEPTH = 100
+
+
+def nests_too_deep(value: Any) -> bool:
+    """Whether the lists and objects of ``value`` nest more than :data:`MAX_DEPTH` levels (a
+    value that contains itself does). Level by level, without recursion: the value may be
+    nested past Python's recursion limit."""
+    level = [value] if isinstance(value, dict | list | tuple) else []
+    for _ in range(MAX_DEPTH):
+        level = [child for item in level
+                 for child in (item.values() if isinstance(item, dict) else item)
+                 if isinstance(child, dict | list | tuple)]
+        if not level:
+            return False
+    return True
+
+
+def _too_deep(what: str) -> UsageError:
+    return UsageError(f"{what} is JSON nested more than {MAX_DEPTH} levels deep, which no "
+                      "setting or option takes.")
+
+
+def read_json(text: str, what: str) -> Any:
+    """``text`` as JSON, for text typed by a person, from the environment or stored. Text that
+    is not JSON raises json's ``ValueError`` (its message names a position, never the text);
+    JSON nested more than :data:`MAX_DEPTH` levels raises :class:`UsageError` saying ``what``
+    nests too deep (a ``ValueError`` too: catch it first)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise _too_deep(what) from None
+    if nests_too_deep(value):
+        raise _too_deep(what)
+    return value
 
 
 def _json_type(value: object) -> str:
@@ -220,10 +260,13 @@ class SettingSpec(BaseModel):
         variable, read as this setting's type: JSON when it parses to an accepted type, else the
         text itself for a string setting (``site_id 1234`` is the string ``"1234"``), ``true``
         and ``false`` in any case for a boolean, else the JSON or the text (which :meth:`check`
-        then refuses with the reason)."""
+        then refuses with the reason). JSON nested more than :data:`MAX_DEPTH` levels is
+        refused (:class:`InvalidSetting`)."""
         types = self.types
         try:
-            value: Any = json.loads(raw)
+            value: Any = read_json(raw, f"Setting {self.name!r}")
+        except UsageError as exc:  # nested too deep
+            raise InvalidSetting(str(exc)) from None
         except ValueError:
             value, parsed = raw, False
         else:

@@ -8,7 +8,6 @@ against their declaration (budget settings must be positive integers <= 10,000) 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -29,9 +28,12 @@ from datamachine.errors import (
 from datamachine.setting_spec import (
     FREE_FORM_PREFIX,
     MASK,
+    MAX_DEPTH,
     SettingDeclarations,
     SettingSpec,
     default_copy,
+    nests_too_deep,
+    read_json,
     unknown_setting,
 )
 
@@ -78,24 +80,30 @@ def _decode(encoded: str, key: str) -> Any:
     never the text itself (it may hold a secret)."""
     value = _scalars.get(encoded, _MISSING)
     if value is _MISSING:
+        fix = (f"store it again with `datamachine settings set {key} <value>` or remove it with "
+               f"`datamachine settings unset {key}`.")
         try:
-            value = json.loads(encoded)
+            value = read_json(encoded, f"The stored value of setting {key!r}")
+        except UsageError as exc:  # nested too deep
+            raise SiteMisconfigured(f"{str(exc).removesuffix('.')}; {fix}",
+                                    setting=key) from None
         except ValueError as exc:  # json's message names a position, never the text
             raise SiteMisconfigured(
-                f"The stored value of setting {key!r} is not JSON ({exc}); store it again with "
-                f"`datamachine settings set {key} <value>` or remove it with `datamachine "
-                f"settings unset {key}`.", setting=key) from None
+                f"The stored value of setting {key!r} is not JSON ({exc}); {fix}",
+                setting=key) from None
         if type(value) in _SCALAR_TYPES and len(_scalars) < 1024:
             _scalars[encoded] = value
     return value
 
 
-def _parse_env(raw: str) -> Any:
+def _parse_env(raw: str, key: str) -> Any:
     # Env values are text; numbers, booleans and JSON objects are read as JSON so
     # DATAMACHINE_MAX_TURNS=30 means the integer 30, while plain words stay strings. A declared
     # setting reads its text by its type instead (SettingSpec.parse_text).
     try:
-        return json.loads(raw)
+        return read_json(raw, f"Setting {key!r}")
+    except UsageError:
+        raise
     except ValueError:
         return raw
 
@@ -188,8 +196,14 @@ class Settings:
         return default_copy(self.spec(key)) if value is _MISSING else value
 
     def _from_env(self, key: str, raw: str) -> Any:
+        """The value of ``key`` from its environment variable's text; text that cannot be
+        read (JSON nested too deep) is the site's fault: :class:`SiteMisconfigured`."""
         spec = self.declarations.get(key) if self.declarations is not None else None
-        return _parse_env(raw) if spec is None else spec.parse_text(raw)
+        try:
+            return _parse_env(raw, key) if spec is None else spec.parse_text(raw)
+        except UsageError as exc:
+            raise SiteMisconfigured(f"{exc} (from the environment variable {_env_name(key)}; "
+                                    "change or unset it)", setting=key) from None
 
     def _rows(self) -> dict[str, str]:
         """Every stored key and its JSON text, read again only when the database changed.
@@ -321,6 +335,10 @@ class Settings:
         ``InvalidBudgetValue`` for a budget setting) says what a good value looks like.
         """
         self.check_key(key)
+        if nests_too_deep(value):  # before any check walks it, past the recursion limit
+            raise InvalidSetting(f"Setting {key!r} nests lists and objects more than "
+                                 f"{MAX_DEPTH} levels deep (or contains itself), which no "
+                                 "setting takes.")
         self._check(key, value, writing=True)
         try:
             encoded = plain_json(value)

@@ -6,7 +6,6 @@ would refuse (a bad ``site_id``), is reported, never fatal, so ``settings set`` 
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -15,15 +14,20 @@ import click
 from agents_api.jsontext import compact_json
 from datamachine.cli.app import State, handle_errors
 from datamachine.cli.output import emit_json, table
+from datamachine.errors import InvalidSetting, UsageError
+from datamachine.setting_spec import read_json
 
 __all__ = ["settings"]
 
 _CELL = 60  # widest value shown in the table; `settings get KEY` prints all of it
 
 
-def _parse_value(raw: str) -> Any:
+def _parse_value(raw: str, key: str) -> Any:
+    # A key nobody declares (x_...): JSON when it is JSON, else the text itself.
     try:
-        return json.loads(raw)
+        return read_json(raw, f"Setting {key!r}")
+    except UsageError as exc:  # nested too deep
+        raise InvalidSetting(str(exc)) from None
     except ValueError:
         return raw
 
@@ -157,11 +161,9 @@ def settings_set(state: State, key: str, value: str) -> None:
     spec = host_settings.spec(key)
     if spec is not None and value.strip() == "null" and "null" not in spec.types:
         # Read as text it would store the word "null"; what was meant is "no value".
-        from datamachine.errors import InvalidSetting
-
         raise InvalidSetting(f"Setting {key!r} cannot be null; `datamachine settings unset "
                              f"{key}` removes the stored value (the default applies again).")
-    host_settings.set(key, spec.parse_text(value) if spec is not None else _parse_value(value))
+    host_settings.set(key, spec.parse_text(value) if spec is not None else _parse_value(value, key))
     stored = host_settings.stored(key)
     shown = spec.masked(stored) if spec is not None else stored
     click.echo(f"{key} = {compact_json(shown)}")

@@ -128,3 +128,52 @@ def test_a_400_digit_number_is_refused_in_one_line(db: Path, key: str, plugins: 
     assert done.stderr.count("\n") == 1
     assert says in done.stderr
     assert "an integer of about 401 digits" in done.stderr
+
+
+DEEP = "[" * 5000 + "]" * 5000
+
+
+def test_json_nested_too_deep_on_the_command_line_is_a_one_line_usage_error(db: Path) -> None:
+    for args in (["settings", "set", "max_turns", DEEP], ["settings", "set", "x_mine", DEEP],
+                 ["settings", "set", "model_options", '{"stop": ' + DEEP + "}"],
+                 ["run", "-o", "stop", DEEP, "hi"]):
+        done = _cli(db, *args)
+        assert done.returncode == 2, (args[:3], done.stderr[-300:])
+        assert "Traceback" not in done.stderr
+        assert "JSON nested more than 100 levels deep" in done.stderr, args[:3]
+    assert "-o stop" in _cli(db, "run", "-o", "stop", DEEP, "hi").stderr
+    assert _cli(db, "settings", "get", "x_mine").stdout == "null\n"  # nothing was stored
+
+
+def test_json_nested_too_deep_in_the_environment_is_a_listed_problem(db: Path) -> None:
+    env = {"DATAMACHINE_MODEL_OPTIONS": DEEP}
+    listed = _cli(db, "settings", "list", **env)
+    assert listed.returncode == 0, listed.stderr[-300:]
+    assert "model_options: Setting 'model_options' is JSON nested more than 100" in listed.stderr
+    assert "DATAMACHINE_MODEL_OPTIONS" in listed.stderr
+    ran = _cli(db, "run", "hi", **env)
+    assert ran.returncode == 1
+    assert ran.stderr.startswith("Error: Setting 'model_options' is JSON nested")
+    assert ran.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("depth", [5000, 500])  # json.loads fails; pydantic cannot write it
+def test_a_stored_value_nested_too_deep_is_listed_and_set_or_unset_repairs_it(
+        db: Path, depth: int) -> None:
+    deep = '{"stop": ' + "[" * depth + "]" * depth + "}"
+    _store_raw(db, "model_options", deep)
+    for args in (["settings", "list"], ["settings", "list", "--json"],
+                 ["settings", "show", "model_options"]):
+        done = _cli(db, *args)
+        assert done.returncode == 0, (args, done.stderr[-300:])
+        assert "The stored value of setting 'model_options' is JSON nested more than 100" in (
+            done.stdout + done.stderr)
+    ran = _cli(db, "run", "hi")
+    assert ran.returncode == 1
+    assert ran.stderr.startswith("Error: The stored value of setting 'model_options'")
+    assert "datamachine settings unset model_options" in ran.stderr
+    assert _cli(db, "settings", "set", "model_options", '{"temperature": 0.2}').returncode == 0
+    assert _cli(db, "run", "hi").returncode == 0
+    _store_raw(db, "model_options", deep)
+    assert "removed" in _cli(db, "settings", "unset", "model_options").stdout
+    assert _cli(db, "run", "hi").returncode == 0
