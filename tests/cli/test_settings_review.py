@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -177,3 +178,28 @@ def test_a_stored_value_nested_too_deep_is_listed_and_set_or_unset_repairs_it(
     _store_raw(db, "model_options", deep)
     assert "removed" in _cli(db, "settings", "unset", "model_options").stdout
     assert _cli(db, "run", "hi").returncode == 0
+
+
+# -- 5. --json is standard JSON ------------------------------------------------------------------
+
+
+def _strict(text: str) -> Any:
+    def refuse(constant: str) -> object:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity"])
+def test_json_output_writes_a_number_json_cannot_spell_as_null(db: Path, number: str) -> None:
+    env = {"DATAMACHINE_MAX_RUN_SECONDS": number}
+    listed = _cli(db, "settings", "list", "--json", **env)
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["key"]: row for row in _strict(listed.stdout)}
+    assert (rows["max_run_seconds"]["value"], rows["max_run_seconds"]["source"]) == (None, "env")
+    assert rows["max_run_seconds"]["problem"]
+    shown = _cli(db, "settings", "show", "max_run_seconds", "--json", **env)
+    assert _strict(shown.stdout)["value"] is None
+    got = _cli(db, "settings", "get", "max_run_seconds", **env)
+    assert (got.stdout, got.returncode) == ("null\n", 0)
+    assert "finite positive number" in got.stderr  # the problem, as a warning
