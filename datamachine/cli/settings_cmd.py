@@ -15,7 +15,8 @@ from agents_api.jsontext import compact_json
 from datamachine.cli.app import State, handle_errors
 from datamachine.cli.output import emit_json, table
 from datamachine.errors import InvalidSetting, UsageError
-from datamachine.setting_spec import read_json
+from datamachine.setting_spec import FREE_FORM_PREFIX, read_json, unknown_setting
+from datamachine.settings import SettingEntry
 
 __all__ = ["settings"]
 
@@ -63,6 +64,17 @@ def _env_note(state: State, key: str) -> None:
                    f"(in effect: {compact_json(effective.value)}).", err=True)
 
 
+def _known_entry(state: State, key: str, reveal: bool) -> SettingEntry:
+    """The row of ``key`` for ``get`` and ``show``. A key nobody declares and nothing sets (a
+    typo: ``max_trns``) is refused naming the closest declared key; a free-form ``x_`` key and
+    a stored or environment key nobody declares are shown."""
+    host_settings = state.host.settings
+    entry: SettingEntry = host_settings.entry(key, reveal=reveal)
+    if not entry.declared and entry.source == "default" and not key.startswith(FREE_FORM_PREFIX):
+        raise unknown_setting(key, [spec.name for spec in host_settings.declared()])
+    return entry
+
+
 reveal_option = click.option("--reveal", is_flag=True,
                              help="Show secret values (tokens, keys) instead of masking them.")
 
@@ -94,7 +106,7 @@ def settings_list(state: State, as_json: bool, reveal: bool) -> None:
         for entry in problems:
             click.echo(f"  {entry.key}: {entry.problem}", err=True)
     stale = [entry.key for entry in entries if not entry.declared and entry.source == "db"
-             and not entry.key.startswith("x_")]
+             and not entry.key.startswith(FREE_FORM_PREFIX)]
     if stale:
         click.echo(f"\nStored but declared by nobody here (a removed plugin?): {', '.join(stale)}"
                    f"; `datamachine settings unset KEY` removes one.", err=True)
@@ -108,12 +120,7 @@ def settings_list(state: State, as_json: bool, reveal: bool) -> None:
 def settings_get(state: State, key: str, reveal: bool) -> None:
     """Print the value in effect as JSON: the environment's, else the stored one, else the
     declared default. Secrets are masked unless --reveal."""
-    host_settings = state.host.settings
-    entry = host_settings.entry(key, reveal=reveal)
-    if not entry.declared and entry.source == "default" and not key.startswith("x_"):
-        from datamachine.setting_spec import unknown_setting
-
-        raise unknown_setting(key, [spec.name for spec in host_settings.declared()])
+    entry = _known_entry(state, key, reveal)
     if entry.problem is not None and entry.value is None and entry.source != "default":
         from datamachine.errors import SiteMisconfigured
 
@@ -131,7 +138,7 @@ def settings_get(state: State, key: str, reveal: bool) -> None:
 @handle_errors
 def settings_show(state: State, key: str, as_json: bool, reveal: bool) -> None:
     """Describe one setting: type, default, value, source, owner and what it does."""
-    entry = state.host.settings.entry(key, reveal=reveal)
+    entry = _known_entry(state, key, reveal)
     if as_json:
         emit_json(entry.model_dump())
         return

@@ -203,3 +203,23 @@ def test_json_output_writes_a_number_json_cannot_spell_as_null(db: Path, number:
     got = _cli(db, "settings", "get", "max_run_seconds", **env)
     assert (got.stdout, got.returncode) == ("null\n", 0)
     assert "finite positive number" in got.stderr  # the problem, as a warning
+
+
+# -- 6. show refuses a typo as get does ----------------------------------------------------------
+
+
+def test_show_refuses_an_unknown_key_naming_the_closest_as_get_does(db: Path) -> None:
+    for command in ("show", "get"):
+        done = _cli(db, "settings", command, "max_trns")
+        assert done.returncode == 2, command
+        assert "Unknown setting 'max_trns'; did you mean 'max_turns'?" in done.stderr, command
+        assert done.stdout == ""
+    assert _cli(db, "settings", "show", "max_trns", "--json").returncode == 2
+    free = _cli(db, "settings", "show", "x_theme")  # free-form: shown, set or not
+    assert (free.returncode, "(undeclared)" in free.stdout) == (0, True)
+    _store_raw(db, "left_behind", '"by a removed plugin"')
+    stored = _cli(db, "settings", "show", "left_behind", "--json")
+    assert stored.returncode == 0
+    assert json.loads(stored.stdout)["value"] == "by a removed plugin"
+    from_env = _cli(db, "settings", "show", "from_env", DATAMACHINE_FROM_ENV="1")
+    assert from_env.returncode == 0
