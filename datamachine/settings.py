@@ -360,8 +360,11 @@ class Settings:
 
     def delete(self, key: str) -> bool:
         """Remove the stored value of any key, declared or not, whatever it holds; True if
-        there was one (environment overrides stay)."""
-        self.check_key(key)
+        there was one (environment overrides stay). A stored key that :meth:`check_key` would
+        refuse for writing (``"Bad Key"``, stored by hand) is removed too: ``settings list``
+        names it, so ``settings unset`` must take it."""
+        if not isinstance(key, str) or key not in self._rows():
+            self.check_key(key)
         with self._write_lock:
             self._cache = None
             with self._write(f"delete the setting {key!r}") as conn:

@@ -58,7 +58,11 @@ def _clamp_note(state: State, key: str) -> str | None:
 
 def _env_note(state: State, key: str) -> None:
     """Say so when the environment overrides the value just stored or removed."""
-    if state.host.settings.source(key) == "env":
+    try:
+        overridden = state.host.settings.source(key) == "env"
+    except InvalidSetting:  # a hand-stored key ("Bad Key") that no variable can name
+        return
+    if overridden:
         effective = state.host.settings.entry(key)
         click.echo(f"note: DATAMACHINE_{key.upper()} is set and overrides the stored value "
                    f"(in effect: {compact_json(effective.value)}).", err=True)

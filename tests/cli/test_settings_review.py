@@ -223,3 +223,18 @@ def test_show_refuses_an_unknown_key_naming_the_closest_as_get_does(db: Path) ->
     assert json.loads(stored.stdout)["value"] == "by a removed plugin"
     from_env = _cli(db, "settings", "show", "from_env", DATAMACHINE_FROM_ENV="1")
     assert from_env.returncode == 0
+
+
+# -- 7. unset removes every stored key list names ------------------------------------------------
+
+
+def test_unset_removes_a_hand_stored_key_that_set_would_refuse(db: Path) -> None:
+    _store_raw(db, "Bad Key", "1")
+    listed = _cli(db, "settings", "list")
+    assert "declared by nobody here (a removed plugin?): Bad Key;" in listed.stderr
+    removed = _cli(db, "settings", "unset", "Bad Key")
+    assert (removed.returncode, removed.stdout, removed.stderr) == (0, "Bad Key removed\n", "")
+    assert "Bad Key" not in _cli(db, "settings", "list").stderr
+    again = _cli(db, "settings", "unset", "Bad Key")  # not stored: refused as a key again
+    assert again.returncode == 2
+    assert "must be a string of lowercase letters" in again.stderr
