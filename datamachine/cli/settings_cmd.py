@@ -101,9 +101,10 @@ def settings_list(state: State, as_json: bool, reveal: bool) -> None:
     if as_json:
         emit_json([entry.model_dump() for entry in entries])
     else:
+        # The key is what the next command takes (`settings get KEY`): never cut.
         table(["key", "value", "default", "source", "owner"],
               [[e.key, _cell(e.value), _cell(e.default), e.source,
-                e.owner if e.declared else "(undeclared)"] for e in entries])
+                e.owner if e.declared else "(undeclared)"] for e in entries], whole=("key",))
     problems = [entry for entry in entries if entry.problem]
     if problems:
         click.echo("\nProblems (a run or `datamachine serve` would refuse these):", err=True)

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pexpect
 import pytest
 
 TOKEN = "dm_SECRETTOKEN_abcdef"
@@ -238,3 +240,27 @@ def test_unset_removes_a_hand_stored_key_that_set_would_refuse(db: Path) -> None
     again = _cli(db, "settings", "unset", "Bad Key")  # not stored: refused as a key again
     assert again.returncode == 2
     assert "must be a string of lowercase letters" in again.stderr
+
+
+# -- 8. keys whole on a terminal -----------------------------------------------------------------
+
+
+def test_settings_list_on_an_80_column_terminal_prints_every_key_whole(db: Path) -> None:
+    keys = [row["key"] for row in json.loads(_cli(db, "settings", "list", "--json").stdout)]
+    assert "allow_model_requests" in keys
+    environ = {key: value for key, value in os.environ.items()
+               if not key.startswith("DATAMACHINE_") and not key.endswith("_API_KEY")}
+    environ.update({"DATAMACHINE_DB": str(db), "DATAMACHINE_LOAD_PLUGINS": "", "TERM": "xterm",
+                    "COLUMNS": "80"})
+    child = pexpect.spawn(sys.executable, ["-m", "datamachine", "settings", "list"],
+                          encoding="utf-8", timeout=60, dimensions=(60, 80), env=environ)
+    child.expect(pexpect.EOF)
+    child.close()
+    out = re.sub(r"\x1b\[[0-9;]*m", "", child.before or "")
+    assert child.exitstatus == 0, out
+    lines = out.splitlines()
+    assert "───" in out  # drawn by rich, as on a terminal
+    assert all(len(line) <= 80 for line in lines), out
+    firsts = {line.split()[0] for line in lines[2:] if line.strip()}
+    assert set(keys) <= firsts, sorted(set(keys) - firsts)
+    assert "…" in out  # what gave way was another column (the remote_agent plugin's owner)
