@@ -286,16 +286,17 @@ class SettingSpec(BaseModel):
         """``value`` as listings show it: secrets replaced by ``****`` (with the last four
         characters of a long secret string, so two can be told apart).
 
-        With ``secret_fields``, a value that is not of the declared type (text where an object
-        belongs, so the fields cannot be found in it) is masked whole, and so is any value when
-        ``whole`` (a value with a problem: a misspelt field may hold the secret)."""
+        A value that is not of the declared type (text where an object belongs: the fields
+        cannot be found in it, and a secret may end it) is masked whole, without the last four
+        characters, and so is any value when ``whole`` (a value with a problem: a misspelt
+        field may hold the secret)."""
+        if not self.is_secret:
+            return value
+        if whole or self._type_problem(value) is not None:
+            return _mask_whole(value)
         if self.secret:
             return _mask_all(value)
-        if self.secret_fields:
-            if whole or self._type_problem(value) is not None:
-                return _mask_whole(value)
-            return _mask_fields(value, frozenset(self.secret_fields))
-        return value
+        return _mask_fields(value, frozenset(self.secret_fields))
 
     def secrets_in(self, value: Any) -> list[str]:
         """The secret strings inside ``value`` (to scrub from an error message about it): every

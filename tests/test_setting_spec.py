@@ -120,6 +120,9 @@ def test_a_value_whose_secret_fields_cannot_be_found_is_masked_whole() -> None:
     assert sites.secrets_in(text) == [text]
     assert sites.masked([{"url": "http://a", "token": "t"}]) == [{"url": "****", "token": "****"}]
     assert sites.masked({"a": {"url": "http://a"}}, whole=True) == {"a": {"url": "****"}}
+    key = SettingSpec(name="key", type="object", secret=True)
+    assert key.masked('{"k": "sk-0123456789abcdef"') == "****"  # no tail of text
+    assert key.masked({"k": "sk-0123456789abcdef"}) == {"k": "****cdef"}
     with pytest.raises(InvalidSetting) as refused:
         sites.check(text)
     assert "XYZW" not in str(refused.value)
