@@ -9,8 +9,9 @@ Values JSON cannot hold are written the way pydantic writes them in JSON mode: d
 dates and times in ISO 8601, enums as their value, sets and tuples as lists, dataclasses and
 models as objects, anything else as its ``str()``. Bytes are written as UTF-8 text (as URL-safe
 base64 when they are not UTF-8); NaN and infinities as ``NaN`` and ``Infinity`` (as
-``json.dumps`` writes them); a lone surrogate (text no UTF-8 can hold) as U+FFFD. A value that
-contains itself raises ``ValueError``.
+``json.dumps`` writes them; :func:`pretty_json`, the command line's, as ``null``); a lone
+surrogate (text no UTF-8 can hold) as U+FFFD. A value that contains itself raises
+``ValueError``.
 """
 
 from __future__ import annotations
@@ -148,5 +149,7 @@ def unreadable(value: Any, where: str = "") -> tuple[str, str] | None:
 
 
 def pretty_json(value: Any) -> str:
-    """JSON indented by two spaces, for people (the command line)."""
-    return to_json(value, indent=2, fallback=str).decode()
+    """JSON indented by two spaces, for people and scripts (the command line's ``--json``):
+    standard JSON, so NaN and infinities are written as ``null`` (as JavaScript's
+    ``JSON.stringify`` writes them), never as ``NaN``, which other readers refuse."""
+    return to_json(value, indent=2, fallback=str, inf_nan_mode="null").decode()

@@ -94,7 +94,8 @@ class DuplicateBudgetError(BootError):
 
 class DuplicateSettingError(BootError):
     """Two plugins (or a plugin and the core, or a declaration and a budget's setting) declared
-    the same setting name; the message names both."""
+    the same setting name; the message names both. ``host.settings.declare`` raises it too, for
+    a name another owner declared."""
 
 
 class PluginLoadError(BootError):

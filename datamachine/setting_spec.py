@@ -43,10 +43,13 @@ __all__ = [
     "CORE_OWNER",
     "FREE_FORM_PREFIX",
     "MASK",
+    "MAX_DEPTH",
     "SettingDeclarations",
     "SettingSpec",
     "SettingType",
     "default_copy",
+    "nests_too_deep",
+    "read_json",
     "unknown_setting",
 ]
 
@@ -61,6 +64,43 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # characters give little away.
 _SHOWN_TAIL, _TAIL_FROM_LENGTH = 4, 16
 _ARTICLE = {"integer": "an", "array": "an", "object": "an"}
+# The deepest a setting's value (or a `-o` model option's) may nest lists and objects. Real
+# values nest a few levels; past about 1,000, json.loads raises RecursionError, and past 255
+# pydantic-core cannot write a value back, so a deeper one could be read but not shown.
+MAX_DEPTH = 100
+
+
+def nests_too_deep(value: Any) -> bool:
+    """Whether the lists and objects of ``value`` nest more than :data:`MAX_DEPTH` levels (a
+    value that contains itself does). Level by level, without recursion: the value may be
+    nested past Python's recursion limit."""
+    level = [value] if isinstance(value, dict | list | tuple) else []
+    for _ in range(MAX_DEPTH):
+        level = [child for item in level
+                 for child in (item.values() if isinstance(item, dict) else item)
+                 if isinstance(child, dict | list | tuple)]
+        if not level:
+            return False
+    return True
+
+
+def _too_deep(what: str) -> UsageError:
+    return UsageError(f"{what} is JSON nested more than {MAX_DEPTH} levels deep, which no "
+                      "setting or option takes.")
+
+
+def read_json(text: str, what: str) -> Any:
+    """``text`` as JSON, for text typed by a person, from the environment or stored. Text that
+    is not JSON raises json's ``ValueError`` (its message names a position, never the text);
+    JSON nested more than :data:`MAX_DEPTH` levels raises :class:`UsageError` saying ``what``
+    nests too deep (a ``ValueError`` too: catch it first)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise _too_deep(what) from None
+    if nests_too_deep(value):
+        raise _too_deep(what)
+    return value
 
 
 def _json_type(value: object) -> str:
@@ -148,23 +188,32 @@ class SettingSpec(BaseModel):
     # -- checking values -----------------------------------------------------------------
     def check(self, value: Any) -> None:
         """Raise :class:`InvalidSetting` (``InvalidBudgetValue`` for a budget's setting) when
-        ``value`` cannot serve this setting: the wrong JSON type, or the validator refuses."""
+        ``value`` cannot serve this setting: the wrong JSON type, a secret that is a mask as
+        listings show it (``"****3456"``), or the validator refuses."""
         problem = self._type_problem(value)
         if problem is not None:
             # The validator's message is the richer one ("'ask' or 'pause'"); a validator that
             # only expected the right type may fail otherwise, and the type error stands.
             if self.validator is not None:
                 try:
-                    self._validate(value)
+                    self._validate(value, wrong_type=True)
                 except UsageError:
                     raise
                 except Exception:  # a validator surprised by the type: the type error stands
                     pass
             raise InvalidSetting(problem)
+        mask = next((text for text in self.secrets_in(value) if _is_mask(text)), None)
+        if mask is not None:
+            # `settings get` (masked) piped into `settings set` would replace every real
+            # secret with its mask.
+            raise InvalidSetting(
+                f"Setting {self.name!r} holds {mask!r}, a secret as listings mask it, not the "
+                f"secret itself; `datamachine settings get {self.name} --reveal` prints the "
+                "value with its secrets to edit.")
         if self.validator is not None:
             self._validate(value)
 
-    def _validate(self, value: Any) -> None:
+    def _validate(self, value: Any, *, wrong_type: bool = False) -> None:
         assert self.validator is not None
         try:
             self.validator(self.name, value)
@@ -174,6 +223,16 @@ class SettingSpec(BaseModel):
             text = str(exc)
             raise InvalidSetting(text if self.name in text
                                  else f"Setting {self.name!r}: {text}") from None
+        except (ArithmeticError, TypeError, RecursionError) as exc:
+            # A check surprised by the value (a 400-digit integer where a float is meant, a
+            # value nested past Python's recursion limit) refuses it: one line, not a traceback.
+            # Of a value of the wrong type, the type error says more.
+            if wrong_type:
+                return
+            why = type(exc).__name__ if self.is_secret else f"{type(exc).__name__}: {exc}"
+            raise InvalidSetting(
+                f"Setting {self.name!r} cannot take this value: its check failed ({why}). "
+                f"`datamachine settings show {self.name}` describes what fits.") from None
 
     def _type_problem(self, value: Any) -> str | None:
         types = self.types
@@ -189,8 +248,11 @@ class SettingSpec(BaseModel):
                         f"{brief_repr(value)}.")
             return None
         wanted = " or ".join(t if t == "null" else f"{_ARTICLE.get(t, 'a')} {t}" for t in types)
-        return (f"Setting {self.name!r} must be {wanted}, got {brief_repr(value)} "
-                f"({kind if kind != 'other' else type(value).__name__}). "
+        named = kind if kind != "other" else type(value).__name__
+        # The value of a secret setting is never repeated: it may be the secret.
+        got = (f"{_ARTICLE.get(named, 'a')} {named} (not shown: it may hold a secret)"
+               if self.is_secret else f"{brief_repr(value)} ({named})")
+        return (f"Setting {self.name!r} must be {wanted}, got {got}. "
                 f"`datamachine settings show {self.name}` describes it.")
 
     def parse_text(self, raw: str) -> Any:
@@ -198,10 +260,13 @@ class SettingSpec(BaseModel):
         variable, read as this setting's type: JSON when it parses to an accepted type, else the
         text itself for a string setting (``site_id 1234`` is the string ``"1234"``), ``true``
         and ``false`` in any case for a boolean, else the JSON or the text (which :meth:`check`
-        then refuses with the reason)."""
+        then refuses with the reason). JSON nested more than :data:`MAX_DEPTH` levels is
+        refused (:class:`InvalidSetting`)."""
         types = self.types
         try:
-            value: Any = json.loads(raw)
+            value: Any = read_json(raw, f"Setting {self.name!r}")
+        except UsageError as exc:  # nested too deep
+            raise InvalidSetting(str(exc)) from None
         except ValueError:
             value, parsed = raw, False
         else:
@@ -217,18 +282,26 @@ class SettingSpec(BaseModel):
         return value
 
     # -- showing values ------------------------------------------------------------------
-    def masked(self, value: Any) -> Any:
+    def masked(self, value: Any, *, whole: bool = False) -> Any:
         """``value`` as listings show it: secrets replaced by ``****`` (with the last four
-        characters of a long secret string, so two can be told apart)."""
+        characters of a long secret string, so two can be told apart).
+
+        A value that is not of the declared type (text where an object belongs: the fields
+        cannot be found in it, and a secret may end it) is masked whole, without the last four
+        characters, and so is any value when ``whole`` (a value with a problem: a misspelt
+        field may hold the secret)."""
+        if not self.is_secret:
+            return value
+        if whole or self._type_problem(value) is not None:
+            return _mask_whole(value)
         if self.secret:
             return _mask_all(value)
-        if self.secret_fields:
-            return _mask_fields(value, frozenset(self.secret_fields))
-        return value
+        return _mask_fields(value, frozenset(self.secret_fields))
 
     def secrets_in(self, value: Any) -> list[str]:
-        """The secret strings inside ``value`` (to scrub from an error message about it)."""
-        if self.secret:
+        """The secret strings inside ``value`` (to scrub from an error message about it): every
+        string of a secret setting, or of a value not of the declared type."""
+        if self.secret or (self.secret_fields and self._type_problem(value) is not None):
             return _leaves(value)
         found: list[str] = []
         if self.secret_fields:
@@ -240,6 +313,11 @@ def _mask_text(text: str) -> str:
     return MASK + text[-_SHOWN_TAIL:] if len(text) >= _TAIL_FROM_LENGTH else MASK
 
 
+def _is_mask(text: str) -> bool:
+    """Whether ``text`` is what :func:`_mask_text` makes of a secret."""
+    return text == MASK or (len(text) == len(MASK) + _SHOWN_TAIL and text.startswith(MASK))
+
+
 def _mask_all(value: Any) -> Any:
     if isinstance(value, dict):
         return {key: _mask_all(item) for key, item in value.items()}
@@ -248,6 +326,14 @@ def _mask_all(value: Any) -> Any:
     if value is None:
         return None
     return _mask_text(value) if isinstance(value, str) else MASK
+
+
+def _mask_whole(value: Any) -> Any:
+    # A value whose secrets cannot be told from the rest: every string, number and boolean in
+    # it masked, and text no tail of (it may end in a secret).
+    if isinstance(value, dict | list | tuple):
+        return _mask_all(value)
+    return None if value is None else MASK
 
 
 def _mask_fields(value: Any, fields: frozenset[str]) -> Any:

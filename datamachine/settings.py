@@ -8,7 +8,6 @@ against their declaration (budget settings must be positive integers <= 10,000) 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -20,13 +19,21 @@ from pydantic import BaseModel, ConfigDict
 from agents_api import clock
 from agents_api.errors import brief_repr
 from agents_api.jsontext import plain_json, unreadable
-from datamachine.errors import InvalidSetting, SiteMisconfigured, UsageError
+from datamachine.errors import (
+    DuplicateSettingError,
+    InvalidSetting,
+    SiteMisconfigured,
+    UsageError,
+)
 from datamachine.setting_spec import (
     FREE_FORM_PREFIX,
     MASK,
+    MAX_DEPTH,
     SettingDeclarations,
     SettingSpec,
     default_copy,
+    nests_too_deep,
+    read_json,
     unknown_setting,
 )
 
@@ -69,27 +76,34 @@ def _override_name(key: str) -> str | None:
 def _decode(encoded: str, key: str) -> Any:
     """A stored value from its JSON text; a dict or list is decoded afresh every time (the
     caller may change it), a scalar once. Text that is not JSON (written around ``set``) is
-    the site's fault: :class:`SiteMisconfigured` naming the key."""
+    the site's fault: :class:`SiteMisconfigured` naming the key and where the text goes wrong,
+    never the text itself (it may hold a secret)."""
     value = _scalars.get(encoded, _MISSING)
     if value is _MISSING:
+        fix = (f"store it again with `datamachine settings set {key} <value>` or remove it with "
+               f"`datamachine settings unset {key}`.")
         try:
-            value = json.loads(encoded)
-        except ValueError:
+            value = read_json(encoded, f"The stored value of setting {key!r}")
+        except UsageError as exc:  # nested too deep
+            raise SiteMisconfigured(f"{str(exc).removesuffix('.')}; {fix}",
+                                    setting=key) from None
+        except ValueError as exc:  # json's message names a position, never the text
             raise SiteMisconfigured(
-                f"The stored value of setting {key!r} is not JSON ({encoded[:40]!r}); store it "
-                f"again with `datamachine settings set {key} <value>` or delete it.",
+                f"The stored value of setting {key!r} is not JSON ({exc}); {fix}",
                 setting=key) from None
         if type(value) in _SCALAR_TYPES and len(_scalars) < 1024:
             _scalars[encoded] = value
     return value
 
 
-def _parse_env(raw: str) -> Any:
+def _parse_env(raw: str, key: str) -> Any:
     # Env values are text; numbers, booleans and JSON objects are read as JSON so
     # DATAMACHINE_MAX_TURNS=30 means the integer 30, while plain words stay strings. A declared
     # setting reads its text by its type instead (SettingSpec.parse_text).
     try:
-        return json.loads(raw)
+        return read_json(raw, f"Setting {key!r}")
+    except UsageError:
+        raise
     except ValueError:
         return raw
 
@@ -182,8 +196,14 @@ class Settings:
         return default_copy(self.spec(key)) if value is _MISSING else value
 
     def _from_env(self, key: str, raw: str) -> Any:
+        """The value of ``key`` from its environment variable's text; text that cannot be
+        read (JSON nested too deep) is the site's fault: :class:`SiteMisconfigured`."""
         spec = self.declarations.get(key) if self.declarations is not None else None
-        return _parse_env(raw) if spec is None else spec.parse_text(raw)
+        try:
+            return _parse_env(raw, key) if spec is None else spec.parse_text(raw)
+        except UsageError as exc:
+            raise SiteMisconfigured(f"{exc} (from the environment variable {_env_name(key)}; "
+                                    "change or unset it)", setting=key) from None
 
     def _rows(self) -> dict[str, str]:
         """Every stored key and its JSON text, read again only when the database changed.
@@ -277,9 +297,6 @@ class Settings:
         try:
             value = self._from_env(key, env[key]) if key in env else _decode(rows[key], key)
         except SiteMisconfigured as exc:
-            if spec is not None and spec.is_secret:
-                return (f"The stored value of setting {key!r} is not JSON; store it again with "
-                        f"`datamachine settings set {key} <value>` or unset it.")
             return str(exc)
         try:
             self._check(key, value, writing=False)
@@ -318,6 +335,10 @@ class Settings:
         ``InvalidBudgetValue`` for a budget setting) says what a good value looks like.
         """
         self.check_key(key)
+        if nests_too_deep(value):  # before any check walks it, past the recursion limit
+            raise InvalidSetting(f"Setting {key!r} nests lists and objects more than "
+                                 f"{MAX_DEPTH} levels deep (or contains itself), which no "
+                                 "setting takes.")
         self._check(key, value, writing=True)
         try:
             encoded = plain_json(value)
@@ -339,8 +360,11 @@ class Settings:
 
     def delete(self, key: str) -> bool:
         """Remove the stored value of any key, declared or not, whatever it holds; True if
-        there was one (environment overrides stay)."""
-        self.check_key(key)
+        there was one (environment overrides stay). A stored key that :meth:`check_key` would
+        refuse for writing (``"Bad Key"``, stored by hand) is removed too: ``settings list``
+        names it, so ``settings unset`` must take it."""
+        if not isinstance(key, str) or key not in self._rows():
+            self.check_key(key)
         with self._write_lock:
             self._cache = None
             with self._write(f"delete the setting {key!r}") as conn:
@@ -363,9 +387,17 @@ class Settings:
     # -- declarations ------------------------------------------------------------------------
     def declare(self, spec: SettingSpec, *, owner: str = "app") -> SettingSpec:
         """Declare a setting of your own application at run time (plugins use the
-        ``register_settings()`` hook instead); redeclaring a name replaces it."""
+        ``register_settings()`` hook instead); redeclaring a name of the same ``owner``
+        replaces it. A name the core, a plugin, a budget or another owner declared is refused
+        with :class:`DuplicateSettingError` naming both (as at boot), so a declaration cannot
+        loosen the checks of a setting someone else reads."""
         if self.declarations is None:
             self.declarations = SettingDeclarations()
+        current = self.declarations.owner(spec.name) if isinstance(spec, SettingSpec) else None
+        if current is not None and current != owner:
+            raise DuplicateSettingError(
+                f"Setting {spec.name!r} is declared by both {current!r} and {owner!r}; declare "
+                "yours under another name (setting names are global to a host).")
         declared = self.declarations.declare(spec, owner=owner)
         self._problems = None  # a stored value may not fit the new declaration
         return declared
@@ -409,7 +441,8 @@ class Settings:
             value = None  # the problem says so
         default = default_copy(spec)
         if spec is not None and spec.is_secret and not reveal:
-            value, default = spec.masked(value), spec.masked(default)
+            value = spec.masked(value, whole=problem is not None)
+            default = spec.masked(default)
         return SettingEntry(
             key=key, type=spec.type_text() if spec is not None else "any JSON",
             default=default, value=value, source=source, owner=self.owner(key),

@@ -4,6 +4,7 @@ unknown keys are refused, and a bad stored value never stops a boot."""
 from __future__ import annotations
 
 import ast
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 
 import bootstrap
 from datamachine import BudgetSpec, InvalidSetting, SettingSpec, hookimpl
-from datamachine.errors import DuplicateSettingError
+from datamachine.errors import DuplicateSettingError, UsageError
 from datamachine.host import Host
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,6 +176,26 @@ def test_free_form_keys_and_runtime_declarations_are_the_application_s_own(host:
     # Declared again, stricter: the stored value is now a problem, named at once.
     host.settings.declare(SettingSpec(name="myapp_limit", type="string"))
     assert [key for key, _ in host.settings.problems()] == ["myapp_limit"]
+
+
+@pytest.mark.parametrize(("key", "owner"), [
+    ("max_turns", "core"),  # a budget's setting
+    ("request_timeout", "core"),
+    ("remote_agent_timeout", "datamachine.default_plugins.remote_agent"),
+])
+def test_a_runtime_declaration_of_another_owner_s_setting_is_refused_naming_both(
+        host: Host, key: str, owner: str) -> None:
+    # Declared again with type "any", max_turns took 99999999, past its budget's check.
+    with pytest.raises(DuplicateSettingError, match=rf"'{key}' is declared by both "
+                                                    rf"'{re.escape(owner)}' and 'app'"):
+        host.settings.declare(SettingSpec(name=key, type="any"))
+    with pytest.raises(UsageError):  # InvalidBudgetValue for max_turns
+        host.settings.set(key, 99999999 if key == "max_turns" else "soon")
+    assert host.settings.owner(key) == owner
+    host.settings.declare(SettingSpec(name="myapp_mode", type="string"), owner="myapp")
+    host.settings.declare(SettingSpec(name="myapp_mode", type="integer"), owner="myapp")
+    with pytest.raises(DuplicateSettingError, match="'myapp' and 'other'"):
+        host.settings.declare(SettingSpec(name="myapp_mode"), owner="other")
 
 
 @pytest.mark.parametrize(("key", "value"), [

@@ -112,6 +112,22 @@ def test_masked_hides_secrets_and_keeps_the_rest() -> None:
     assert SettingSpec(name="k").masked("visible") == "visible"
 
 
+
+def test_a_value_whose_secret_fields_cannot_be_found_is_masked_whole() -> None:
+    sites = SettingSpec(name="sites", type="object", secret_fields=("token",))
+    text = '{"a": {"token": "dm_0123456789abcdefXYZW"},}'  # not JSON: kept as text
+    assert sites.masked(text) == "****"
+    assert sites.secrets_in(text) == [text]
+    assert sites.masked([{"url": "http://a", "token": "t"}]) == [{"url": "****", "token": "****"}]
+    assert sites.masked({"a": {"url": "http://a"}}, whole=True) == {"a": {"url": "****"}}
+    key = SettingSpec(name="key", type="object", secret=True)
+    assert key.masked('{"k": "sk-0123456789abcdef"') == "****"  # no tail of text
+    assert key.masked({"k": "sk-0123456789abcdef"}) == {"k": "****cdef"}
+    with pytest.raises(InvalidSetting) as refused:
+        sites.check(text)
+    assert "XYZW" not in str(refused.value)
+    assert "got a string (not shown: it may hold a secret)" in str(refused.value)
+
 def test_declarations_check_the_default_and_name_their_owner() -> None:
     declarations = SettingDeclarations()
     with pytest.raises(InvalidSettingSpec, match=r"'confirmation' \(by 'me'\): its default"):
@@ -145,3 +161,25 @@ def test_a_budget_s_setting_is_declared_by_the_budget() -> None:
     dollars.check(0.25)
     assert declarations.owner("max_cost_usd") == "core"  # no owner given: the core's
     assert declarations.names() == ["max_cost_usd", "max_uploads"]
+
+
+@pytest.mark.parametrize("mask", ["****", "****WXYZ"])
+def test_a_masked_secret_is_refused_naming_reveal(mask: str) -> None:
+    sites = SettingSpec(name="sites", type="object", secret_fields=("token",))
+    with pytest.raises(InvalidSetting, match=r"settings get sites --reveal"):
+        sites.check({"a": {"url": "http://a", "token": mask}})
+    sites.check({"a": {"url": "****", "token": "dm_****WXYZ"}})  # only masks in secret fields
+    with pytest.raises(InvalidSetting, match="a secret as listings mask it"):
+        SettingSpec(name="key", type="string", secret=True).check(mask)
+
+
+@pytest.mark.parametrize("error", [OverflowError("int too large to convert to float"),
+                                   TypeError("'<' not supported"), RecursionError()])
+def test_a_check_surprised_by_the_value_refuses_it_as_an_invalid_setting(
+        error: Exception) -> None:
+    def surprised(key: str, value: Any) -> None:
+        raise error
+
+    with pytest.raises(InvalidSetting, match=r"'limit' cannot take this value: its check failed "
+                                             rf"\({type(error).__name__}"):
+        SettingSpec(name="limit", type="number", validator=surprised).check(10**400)

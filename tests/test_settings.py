@@ -161,3 +161,26 @@ def test_chat_tools_must_name_registered_tools(host: Host) -> None:
     with pytest.raises(InvalidSetting, match="no_such_tool"):
         host.settings.set("chat_tools", ["call_remote_agent", "no_such_tool"])
     assert host.settings.get("chat_tools") == ["call_remote_agent"]
+
+
+
+def _nested(depth: int) -> list[object]:
+    """A list nested ``depth`` levels deep (``[]`` is one level)."""
+    value: list[object] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def test_a_value_nested_past_the_depth_limit_is_refused_and_never_stored(host: Host) -> None:
+    from datamachine.setting_spec import MAX_DEPTH
+
+    host.settings.set("x_deep", _nested(MAX_DEPTH))  # taken, and read back
+    assert host.settings.get("x_deep") == _nested(MAX_DEPTH)
+    itself: list[object] = []
+    itself.append(itself)
+    # 5,000 levels: a check walking it would hit Python's recursion limit.
+    for value in (_nested(MAX_DEPTH + 1), _nested(5000), itself):
+        with pytest.raises(InvalidSetting, match=f"more than {MAX_DEPTH} levels deep"):
+            host.settings.set("model_options", value)
+    assert host.settings.stored("model_options") is None

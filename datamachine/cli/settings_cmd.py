@@ -6,7 +6,6 @@ would refuse (a bad ``site_id``), is reported, never fatal, so ``settings set`` 
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -15,15 +14,21 @@ import click
 from agents_api.jsontext import compact_json
 from datamachine.cli.app import State, handle_errors
 from datamachine.cli.output import emit_json, table
+from datamachine.errors import InvalidSetting, UsageError
+from datamachine.setting_spec import FREE_FORM_PREFIX, read_json, unknown_setting
+from datamachine.settings import SettingEntry
 
 __all__ = ["settings"]
 
 _CELL = 60  # widest value shown in the table; `settings get KEY` prints all of it
 
 
-def _parse_value(raw: str) -> Any:
+def _parse_value(raw: str, key: str) -> Any:
+    # A key nobody declares (x_...): JSON when it is JSON, else the text itself.
     try:
-        return json.loads(raw)
+        return read_json(raw, f"Setting {key!r}")
+    except UsageError as exc:  # nested too deep
+        raise InvalidSetting(str(exc)) from None
     except ValueError:
         return raw
 
@@ -53,10 +58,25 @@ def _clamp_note(state: State, key: str) -> str | None:
 
 def _env_note(state: State, key: str) -> None:
     """Say so when the environment overrides the value just stored or removed."""
-    if state.host.settings.source(key) == "env":
+    try:
+        overridden = state.host.settings.source(key) == "env"
+    except InvalidSetting:  # a hand-stored key ("Bad Key") that no variable can name
+        return
+    if overridden:
         effective = state.host.settings.entry(key)
         click.echo(f"note: DATAMACHINE_{key.upper()} is set and overrides the stored value "
                    f"(in effect: {compact_json(effective.value)}).", err=True)
+
+
+def _known_entry(state: State, key: str, reveal: bool) -> SettingEntry:
+    """The row of ``key`` for ``get`` and ``show``. A key nobody declares and nothing sets (a
+    typo: ``max_trns``) is refused naming the closest declared key; a free-form ``x_`` key and
+    a stored or environment key nobody declares are shown."""
+    host_settings = state.host.settings
+    entry: SettingEntry = host_settings.entry(key, reveal=reveal)
+    if not entry.declared and entry.source == "default" and not key.startswith(FREE_FORM_PREFIX):
+        raise unknown_setting(key, [spec.name for spec in host_settings.declared()])
+    return entry
 
 
 reveal_option = click.option("--reveal", is_flag=True,
@@ -81,16 +101,17 @@ def settings_list(state: State, as_json: bool, reveal: bool) -> None:
     if as_json:
         emit_json([entry.model_dump() for entry in entries])
     else:
+        # The key is what the next command takes (`settings get KEY`): never cut.
         table(["key", "value", "default", "source", "owner"],
               [[e.key, _cell(e.value), _cell(e.default), e.source,
-                e.owner if e.declared else "(undeclared)"] for e in entries])
+                e.owner if e.declared else "(undeclared)"] for e in entries], whole=("key",))
     problems = [entry for entry in entries if entry.problem]
     if problems:
         click.echo("\nProblems (a run or `datamachine serve` would refuse these):", err=True)
         for entry in problems:
             click.echo(f"  {entry.key}: {entry.problem}", err=True)
     stale = [entry.key for entry in entries if not entry.declared and entry.source == "db"
-             and not entry.key.startswith("x_")]
+             and not entry.key.startswith(FREE_FORM_PREFIX)]
     if stale:
         click.echo(f"\nStored but declared by nobody here (a removed plugin?): {', '.join(stale)}"
                    f"; `datamachine settings unset KEY` removes one.", err=True)
@@ -104,12 +125,7 @@ def settings_list(state: State, as_json: bool, reveal: bool) -> None:
 def settings_get(state: State, key: str, reveal: bool) -> None:
     """Print the value in effect as JSON: the environment's, else the stored one, else the
     declared default. Secrets are masked unless --reveal."""
-    host_settings = state.host.settings
-    entry = host_settings.entry(key, reveal=reveal)
-    if not entry.declared and entry.source == "default" and not key.startswith("x_"):
-        from datamachine.setting_spec import unknown_setting
-
-        raise unknown_setting(key, [spec.name for spec in host_settings.declared()])
+    entry = _known_entry(state, key, reveal)
     if entry.problem is not None and entry.value is None and entry.source != "default":
         from datamachine.errors import SiteMisconfigured
 
@@ -127,7 +143,7 @@ def settings_get(state: State, key: str, reveal: bool) -> None:
 @handle_errors
 def settings_show(state: State, key: str, as_json: bool, reveal: bool) -> None:
     """Describe one setting: type, default, value, source, owner and what it does."""
-    entry = state.host.settings.entry(key, reveal=reveal)
+    entry = _known_entry(state, key, reveal)
     if as_json:
         emit_json(entry.model_dump())
         return
@@ -157,11 +173,9 @@ def settings_set(state: State, key: str, value: str) -> None:
     spec = host_settings.spec(key)
     if spec is not None and value.strip() == "null" and "null" not in spec.types:
         # Read as text it would store the word "null"; what was meant is "no value".
-        from datamachine.errors import InvalidSetting
-
         raise InvalidSetting(f"Setting {key!r} cannot be null; `datamachine settings unset "
                              f"{key}` removes the stored value (the default applies again).")
-    host_settings.set(key, spec.parse_text(value) if spec is not None else _parse_value(value))
+    host_settings.set(key, spec.parse_text(value) if spec is not None else _parse_value(value, key))
     stored = host_settings.stored(key)
     shown = spec.masked(stored) if spec is not None else stored
     click.echo(f"{key} = {compact_json(shown)}")

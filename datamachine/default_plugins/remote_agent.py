@@ -15,11 +15,12 @@ succeed and only multiplies load on every site in the chain.
 from __future__ import annotations
 
 import json
-import math
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agents_api import clock
+from agents_api.errors import brief_repr
 from datamachine.errors import InvalidSetting, UsageError
 from datamachine.hookspecs import hookimpl
 from datamachine.server.site import current_host, ensure_site_id
@@ -97,11 +98,11 @@ def _timeout(host: Host) -> float:
 
 
 def _check_timeout(value: object) -> float:
-    if (isinstance(value, bool) or not isinstance(value, int | float)
-            or not math.isfinite(value) or value <= 0):
-        raise InvalidSetting(
-            f"setting {TIMEOUT_SETTING!r} must be a positive number of seconds, got {value!r}.")
-    return float(value)
+    seconds = clock.duration(value)  # None for 10**400 too (no float holds it)
+    if seconds is None:
+        raise InvalidSetting(f"setting {TIMEOUT_SETTING!r} must be a finite positive number of "
+                             f"seconds, got {brief_repr(value)}.")
+    return seconds
 
 
 def _resolve_host(context: ToolContext) -> Host:

@@ -15,8 +15,8 @@ event loop per host (the SDK is async, and a session must be used on the loop th
 
 Nothing a server does can crash a run or a boot: a server that fails to start is logged and its
 tools are absent; a call that the server answers with an error, a server that died, and a call
-that does not answer within the setting ``mcp_call_timeout`` (seconds, default 60) are failed
-tool results naming the server, which the model reads.
+that does not answer within the setting ``mcp_call_timeout`` (seconds, default 60, at most
+3,600) are failed tool results naming the server, which the model reads.
 """
 
 from __future__ import annotations
@@ -24,14 +24,19 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from agents_api import clock
+from agents_api.errors import brief_repr
 from datamachine import SettingSpec, hookimpl
 
-__all__ = ["DEFAULT_CALL_TIMEOUT", "SEPARATOR", "host_closing", "host_started",
-           "register_settings"]
+__all__ = ["DEFAULT_CALL_TIMEOUT", "MAX_CALL_TIMEOUT", "SEPARATOR", "host_closing",
+           "host_started", "register_settings"]
 
 logger = logging.getLogger("datamachine.mcp")
 
 DEFAULT_CALL_TIMEOUT = 60.0
+# An hour: a call that may take longer is a job, not a tool call. The bound keeps every value
+# a timer can hold (a timer of 10**400 seconds fails every call).
+MAX_CALL_TIMEOUT = 3600.0
 SEPARATOR = "__"
 
 # Per host: its running servers (host id -> McpServers).
@@ -67,8 +72,10 @@ def _servers_rule(key: str, value: Any) -> None:
 
 
 def _timeout_rule(key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ValueError(f"Setting {key!r} must be a positive number of seconds, got {value!r}.")
+    seconds = clock.duration(value)  # None for NaN, infinities and 10**400 (no float holds it)
+    if seconds is None or seconds > MAX_CALL_TIMEOUT:
+        raise ValueError(f"Setting {key!r} must be a positive number of seconds, at most "
+                         f"{MAX_CALL_TIMEOUT:,g}, got {brief_repr(value)}.")
 
 
 @hookimpl
@@ -83,7 +90,8 @@ def register_settings() -> list[SettingSpec]:
                                 '{...}}}; env and header values are masked in listings.'),
         SettingSpec(name="mcp_call_timeout", type="number", default=DEFAULT_CALL_TIMEOUT,
                     validator=_timeout_rule,
-                    description="Seconds one MCP tool call may take before it fails."),
+                    description="Seconds one MCP tool call may take before it fails (at "
+                                f"most {MAX_CALL_TIMEOUT:,g})."),
     ]
 
 

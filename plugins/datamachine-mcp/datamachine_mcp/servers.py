@@ -22,8 +22,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from agents_api import clock
 from datamachine.errors import UsageError, first_field_error
 from datamachine.tools import Tool
+from datamachine_mcp import MAX_CALL_TIMEOUT
 
 __all__ = ["McpServers", "ServerConfig", "parse_servers"]
 
@@ -199,12 +201,15 @@ class McpServers:
 
     # -- tools -------------------------------------------------------------------------------
     def call_timeout(self) -> float:
-        """Seconds one call may take (setting ``mcp_call_timeout``, default 60)."""
+        """Seconds one call may take (setting ``mcp_call_timeout``, default 60, at most
+        3,600: a larger value from the environment is cut to it)."""
         value = (self._settings_lookup(CALL_TIMEOUT_SETTING)
                  if self._settings_lookup is not None else None)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-            return float(value)
-        return DEFAULT_CALL_TIMEOUT
+        if isinstance(value, int | float) and not isinstance(value, bool) and (
+                value > MAX_CALL_TIMEOUT):  # exact for 10**400, which no float holds
+            return MAX_CALL_TIMEOUT
+        seconds = clock.duration(value)
+        return DEFAULT_CALL_TIMEOUT if seconds is None else seconds
 
     def _tool(self, server: _Server, spec: Any) -> Tool:
         remote = str(spec.name)

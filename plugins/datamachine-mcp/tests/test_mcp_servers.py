@@ -211,6 +211,28 @@ def test_bad_server_entries_are_refused_when_written(value: Any, message: str) -
         host.close()
 
 
+@pytest.mark.parametrize("value", [10**400, 3601, 0, float("inf")])
+def test_a_call_timeout_no_timer_can_hold_is_refused_when_written(value: Any) -> None:
+    # 10**400 was accepted, and then every MCP call failed on it.
+    host = bootstrap.boot(":memory:", plugins=[datamachine_mcp], load_entrypoints=False)
+    try:
+        with pytest.raises(InvalidSetting, match="positive number of seconds, at most 3,600"):
+            host.settings.set("mcp_call_timeout", value)
+    finally:
+        host.close()
+
+
+@pytest.mark.parametrize(("value", "seconds"), [
+    (10**400, 3600.0), (1e300, 3600.0), (90, 90.0), ("soon", 60.0), (None, 60.0),
+])
+def test_the_call_timeout_in_use_is_a_finite_number_of_at_most_an_hour(
+        value: Any, seconds: float) -> None:
+    # From the environment a value skips the check; the calls must still get a usable timer.
+    from datamachine_mcp.servers import McpServers
+
+    assert McpServers({}, settings_lookup=lambda key: value).call_timeout() == seconds
+
+
 # -- streamable HTTP: the SDK's own server on loopback -----------------------------------------
 
 @pytest.fixture
