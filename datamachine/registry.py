@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from agents_api import IterationBudget
 from agents_api.errors import brief_repr
-from datamachine.errors import InvalidBudgetSpec, InvalidBudgetValue
+from datamachine.errors import InvalidBudgetSpec, InvalidBudgetValue, first_field_error
 
 __all__ = [
     "MAX_BUDGET_VALUE",
@@ -113,10 +113,8 @@ class BudgetSpec(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            error = exc.errors()[0]
-            field = ".".join(str(p) for p in error["loc"])
+            field, reason, _ = first_field_error(exc)
             label = data.get("name", "?")
-            reason = str(error["msg"]).removeprefix("Value error, ")
             where = f"invalid {field}: " if field else ""
             raise InvalidBudgetSpec(f"Budget {label!r}: {where}{reason}.") from None
 

@@ -34,6 +34,7 @@ from datamachine.errors import (
     InvalidSetting,
     InvalidSettingSpec,
     UsageError,
+    first_field_error,
 )
 
 if TYPE_CHECKING:
@@ -149,9 +150,7 @@ class SettingSpec(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            error = exc.errors()[0]
-            field = ".".join(str(p) for p in error["loc"])
-            reason = str(error["msg"]).removeprefix("Value error, ")
+            field, reason, _ = first_field_error(exc)
             where = f"invalid {field}: " if field else ""
             raise InvalidSettingSpec(
                 f"Setting declaration {data.get('name', '?')!r}: {where}{reason}.") from None
