@@ -6,6 +6,7 @@ would refuse (a bad ``site_id``), is reported, never fatal, so ``settings set`` 
 
 from __future__ import annotations
 
+import difflib
 import sys
 from typing import Any
 
@@ -115,6 +116,15 @@ def settings_list(state: State, as_json: bool, reveal: bool) -> None:
     if stale:
         click.echo(f"\nStored but declared by nobody here (a removed plugin?): {', '.join(stale)}"
                    f"; `datamachine settings unset KEY` removes one.", err=True)
+    declared = [entry.key for entry in entries if entry.declared]
+    for entry in entries:
+        if not entry.declared and entry.source == "env" \
+                and not entry.key.startswith(FREE_FORM_PREFIX):
+            # A misspelt variable (DATAMACHINE_MAX_TRUNS) is read by nobody: runs ignore it.
+            close = difflib.get_close_matches(entry.key, declared, n=1, cutoff=0.6)
+            hint = f" (did you mean DATAMACHINE_{close[0].upper()}?)" if close else ""
+            click.echo(f"\nDATAMACHINE_{entry.key.upper()} is set, but no setting "
+                       f"{entry.key!r} is declared, so nothing reads it{hint}.", err=True)
 
 
 @settings.command("get")

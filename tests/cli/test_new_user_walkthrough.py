@@ -122,3 +122,12 @@ def test_a_terminal_table_shows_markup_as_text(db: Path) -> None:
     assert child.exitstatus == 0, out
     assert "[/x]" in out
     assert "[red]alarm[/red]" in out
+
+
+def test_settings_list_names_a_misspelt_environment_variable(db: Path) -> None:
+    # DATAMACHINE_MAX_TRUNS=5 was read by nobody and said nothing.
+    listed = _cli(db, "settings", "list", DATAMACHINE_MAX_TRUNS="5", DATAMACHINE_X_MINE="1")
+    assert listed.returncode == 0
+    assert "DATAMACHINE_MAX_TRUNS is set, but no setting 'max_truns'" in listed.stderr
+    assert "did you mean DATAMACHINE_MAX_TURNS?" in listed.stderr
+    assert "DATAMACHINE_X_MINE" not in listed.stderr  # x_ keys are the application's own
