@@ -308,6 +308,36 @@ class SettingSpec(BaseModel):
         return found
 
 
+def hide_url_password(text: str) -> str:
+    """``text`` with the password of a URL in it replaced by the mask
+    (``http://user:****@host/v1``): a base URL may carry credentials, and a listing must not
+    show them."""
+    if "@" not in text or "://" not in text:
+        return text
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return text
+    if not parts.password:
+        return text
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[1]
+    return parts._replace(netloc=f"{user}:{MASK}@{host}").geturl()
+
+
+def hide_url_passwords(value: Any) -> Any:
+    """Every string inside ``value`` through :func:`hide_url_password`."""
+    if isinstance(value, str):
+        return hide_url_password(value)
+    if isinstance(value, dict):
+        return {key: hide_url_passwords(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [hide_url_passwords(item) for item in value]
+    return value
+
+
 def _mask_text(text: str) -> str:
     return MASK + text[-_SHOWN_TAIL:] if len(text) >= _TAIL_FROM_LENGTH else MASK
 

@@ -32,6 +32,7 @@ from datamachine.setting_spec import (
     SettingDeclarations,
     SettingSpec,
     default_copy,
+    hide_url_passwords,
     nests_too_deep,
     read_json,
     unknown_setting,
@@ -443,6 +444,8 @@ class Settings:
         if spec is not None and spec.is_secret and not reveal:
             value = spec.masked(value, whole=problem is not None)
             default = spec.masked(default)
+        elif not reveal:  # a URL's password, in any setting
+            value = hide_url_passwords(value)
         return SettingEntry(
             key=key, type=spec.type_text() if spec is not None else "any JSON",
             default=default, value=value, source=source, owner=self.owner(key),

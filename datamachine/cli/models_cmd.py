@@ -20,6 +20,7 @@ from datamachine.cli.output import emit_json
 from datamachine.cli.tables import table
 from datamachine.errors import DataMachineError
 from datamachine.providers.endpoints import PROVIDERS_SETTING, parse_endpoints
+from datamachine.setting_spec import hide_url_password, hide_url_passwords
 
 __all__ = ["ProviderListing", "models"]
 
@@ -142,7 +143,8 @@ def _describe(row: ProviderListing) -> list[str]:
     else:
         key = f"{row.api_key_env} ({'set' if row.api_key_set else 'not set'})"
     usable = "yes" if row.available is True else f"no: {row.available}"
-    return [row.name + (" *" if row.default else ""), origin, row.base_url or "-", key, usable]
+    shown_url = hide_url_password(row.base_url) if row.base_url else "-"
+    return [row.name + (" *" if row.default else ""), origin, shown_url, key, usable]
 
 
 @click.command()
@@ -171,7 +173,7 @@ def models(state: State, remote: bool, as_json: bool) -> None:
         if row.api_key_env is not None:
             listing.keys[row.api_key_env] = bool(row.api_key_set)
     if as_json:
-        emit_json(asdict(listing))
+        emit_json(hide_url_passwords(asdict(listing)))
         return
     click.echo(f"default provider: {listing.default_provider} "
                f"({listing.default_provider_from}); default model: "

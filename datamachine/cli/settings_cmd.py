@@ -16,7 +16,12 @@ from agents_api.jsontext import compact_json
 from datamachine.cli.app import State, handle_errors
 from datamachine.cli.output import emit_json, table
 from datamachine.errors import InvalidSetting, UsageError
-from datamachine.setting_spec import FREE_FORM_PREFIX, read_json, unknown_setting
+from datamachine.setting_spec import (
+    FREE_FORM_PREFIX,
+    hide_url_passwords,
+    read_json,
+    unknown_setting,
+)
 from datamachine.settings import SettingEntry
 
 __all__ = ["settings"]
@@ -187,7 +192,7 @@ def settings_set(state: State, key: str, value: str) -> None:
                              f"{key}` removes the stored value (the default applies again).")
     host_settings.set(key, spec.parse_text(value) if spec is not None else _parse_value(value, key))
     stored = host_settings.stored(key)
-    shown = spec.masked(stored) if spec is not None else stored
+    shown = hide_url_passwords(spec.masked(stored) if spec is not None else stored)
     click.echo(f"{key} = {compact_json(shown)}")
     _env_note(state, key)
     clamp = _clamp_note(state, key)

@@ -131,3 +131,19 @@ def test_settings_list_names_a_misspelt_environment_variable(db: Path) -> None:
     assert "DATAMACHINE_MAX_TRUNS is set, but no setting 'max_truns'" in listed.stderr
     assert "did you mean DATAMACHINE_MAX_TURNS?" in listed.stderr
     assert "DATAMACHINE_X_MINE" not in listed.stderr  # x_ keys are the application's own
+
+
+def test_a_password_in_a_base_url_is_never_listed(db: Path) -> None:
+    url = "http://admin:hunter2-secret@127.0.0.1:9/v1"
+    stored = _cli(db, "settings", "set", "openai_base_url", url)
+    assert stored.returncode == 0
+    assert "hunter2" not in stored.stdout
+    for args in (("settings", "list"), ("settings", "list", "--json"),
+                 ("settings", "get", "openai_base_url"), ("settings", "show", "openai_base_url"),
+                 ("models",), ("models", "--json")):
+        shown = _cli(db, *args)
+        assert shown.returncode == 0, (args, shown.stderr)
+        assert "hunter2" not in shown.stdout + shown.stderr, args
+        assert "admin:****@127.0.0.1:9" in shown.stdout, args
+    revealed = _cli(db, "settings", "get", "openai_base_url", "--reveal")
+    assert "hunter2-secret" in revealed.stdout
