@@ -11,6 +11,7 @@ summary call is one): :data:`Steps`, :func:`awaitable`, :func:`resume_async`.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Generator
@@ -162,6 +163,9 @@ async def call_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
 
+    # The caller's context variables (a tracing span, a bound host) go with the call.
+    context = contextvars.copy_context()
+
     def deliver(value: Any, error: BaseException | None) -> None:
         if future.done():
             logger.warning("agents_api: discarded the late result of %r", fn)
@@ -172,7 +176,7 @@ async def call_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
 
     def target() -> None:
         try:
-            value, error = fn(*args), None
+            value, error = context.run(fn, *args), None
         except BaseException as exc:  # handed to the waiting run
             value, error = None, exc
         try:
@@ -221,13 +225,14 @@ class ThreadCall:
         if self.seconds <= 0:
             raise DeadlineReached
         fn, args = self.fn, self.args
+        context = contextvars.copy_context()  # as in call_in_thread
         done = threading.Event()
         outcome: list[Any] = []
         lock = threading.Lock()
 
         def target() -> None:
             try:
-                value, error = fn(*args), None
+                value, error = context.run(fn, *args), None
             except BaseException as exc:  # handed to the waiting run
                 value, error = None, exc
             with lock:

@@ -75,6 +75,7 @@ if TYPE_CHECKING:
         UsageError,
     )
     from datamachine.hookspecs import hookimpl
+    from datamachine.observe import RunInfo, RunObserver
     from datamachine.providers.base import ProviderRequest, ProviderResponse
     from datamachine.registry import BudgetSpec, IterationBudgetRegistry, validate_budget_value
     from datamachine.setting_spec import SettingSpec
@@ -141,6 +142,8 @@ _EXPORTS: dict[str, str] = {
     "tool": "datamachine.tools",
     "Decision": "agents_api",
     "hookimpl": "datamachine.hookspecs",
+    "RunInfo": "datamachine.observe",
+    "RunObserver": "datamachine.observe",
     "BudgetSpec": "datamachine.registry",
     "SettingSpec": "datamachine.setting_spec",
     "IterationBudgetRegistry": "datamachine.registry",
@@ -196,6 +199,8 @@ __all__ = [
     "ProviderResponse",
     "RecordNotFound",
     "RequestTooLarge",
+    "RunInfo",
+    "RunObserver",
     "ScriptExhausted",
     "SessionAborted",
     "SessionAwaitingConfirmation",

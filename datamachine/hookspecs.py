@@ -12,6 +12,7 @@ from typing import Any
 import pluggy
 
 from agents_api import IterationBudget
+from datamachine.observe import RunInfo, RunObserver
 from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.registry import BudgetSpec
 from datamachine.setting_spec import SettingSpec
@@ -81,6 +82,13 @@ def confirm_continuation(budget: IterationBudget, context: dict[str, Any]) -> bo
 @hookspec
 def on_loop_event(event: str, payload: dict[str, Any]) -> None:
     """Observe every loop event of every run; the return value is ignored."""
+
+
+@hookspec
+def run_observer(run: RunInfo, host: Any) -> RunObserver | None:
+    """Called once per run as it is set up (``host``: the run's host, for its settings): return
+    an object whose ``event(name, payload)`` receives that run's events, or None to leave the
+    run unobserved (then it costs nothing)."""
 
 
 @hookspec

@@ -9,6 +9,7 @@ the same. Each host gets its own manager: nothing here is global.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 import warnings
@@ -36,9 +37,13 @@ LOAD_PLUGINS_ENV = "DATAMACHINE_LOAD_PLUGINS"
 TRACE_HOOKS_ENV = "DATAMACHINE_TRACE_HOOKS"
 
 # Modules registered in every host before entry points; later issues add providers and tools.
+# The tracing plugin only when OpenTelemetry's API is installed (the ``otel`` extra): found,
+# not imported, so booting stays light.
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "datamachine.default_plugins.providers",
     "datamachine.default_plugins.remote_agent",
+    *(("datamachine.default_plugins.otel",)
+      if importlib.util.find_spec("opentelemetry") is not None else ()),
 )
 
 

@@ -32,7 +32,9 @@ def render() -> tuple[str, str]:
     with bootstrap.boot(":memory:") as host:
         specs = host.settings.declared()
         owners = {spec.name: host.settings.owner(spec.name) for spec in specs}
-    core_owners = (CORE_OWNER, "datamachine.default_plugins.remote_agent")
+    # The tracing plugin is a default plugin where the otel extra is installed (as in dev).
+    core_owners = (CORE_OWNER, "datamachine.default_plugins.remote_agent",
+                   "datamachine.default_plugins.otel")
     core = ["| setting | type | default | meaning |", "|---|---|---|---|"] + [
         _row(spec) for spec in specs if owners[spec.name] in core_owners]
     plugins = ["| setting | plugin | type | default | meaning |", "|---|---|---|---|---|"] + [

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,9 +86,12 @@ class FinalSummary:
     """
 
     def __init__(self, summarize: Summarize, emit: Emit, *, enabled: bool = True,
-                 grace_seconds: float = SUMMARY_GRACE_SECONDS) -> None:
+                 grace_seconds: float = SUMMARY_GRACE_SECONDS,
+                 usage: Mapping[str, Any] | None = None) -> None:
         self.summarize = summarize
         self.emit = emit
+        # The summary calls' usage as the turn runner adds it up (read when the event is sent).
+        self.usage = usage
         self.enabled = enabled
         self.grace_seconds = grace_seconds
 
@@ -131,5 +134,7 @@ class FinalSummary:
                                    "source": summary.source, "attempts": attempts}
         if error:
             payload["error"] = error
+        if self.usage:
+            payload["usage"] = dict(self.usage)
         self.emit("final_summary", payload)
         return summary

@@ -59,6 +59,7 @@ from datamachine.conversation.timeouts import resolve_timeouts
 from datamachine.conversation.turns import ProviderTurnRunner, TurnGate
 from datamachine.conversation.verdict import ProductVerdict, decide
 from datamachine.errors import UsageError
+from datamachine.observe import RunInfo, RunObserver
 from datamachine.providers.options import (
     MODEL_OPTIONS_KEY,
     merge_model_options,
@@ -86,8 +87,10 @@ class RunEmitter(Protocol):
         """Deliver one event (with the run's base log context) to every listener."""
 
 
-def run_emitter(services: Services, sink: Any, base: dict[str, Any]) -> RunEmitter:
-    """The :class:`RunEmitter` of one run (``sink``: the payload's ``event_sink``).
+def run_emitter(services: Services, sink: Any, base: dict[str, Any],
+                observers: tuple[RunObserver, ...] = ()) -> RunEmitter:
+    """The :class:`RunEmitter` of one run (``sink``: the payload's ``event_sink``;
+    ``observers``: what the ``run_observer`` hook returned for the run).
 
     A closure rather than an object with ``__call__``: calling an instance looks ``__call__``
     up and binds it on every call, and a run emits several events per turn.
@@ -96,11 +99,18 @@ def run_emitter(services: Services, sink: Any, base: dict[str, Any]) -> RunEmitt
         sink = sink.emit
     caller = services.pm.hook.on_loop_event
     hook = caller if caller.get_hookimpls() else None
+    active = sink is not None or hook is not None or bool(observers)
 
     def emit(event: str, payload: dict[str, Any]) -> None:
-        if sink is None and hook is None:
+        if not active:
             return
         data = {**base, **payload}
+        for observer in observers:
+            try:
+                observer.event(event, data)
+            except Exception:
+                logger.warning("datamachine: run observer %r failed on %r", observer, event,
+                               exc_info=True)
         if sink is not None:
             try:
                 sink(event, data)
@@ -113,7 +123,7 @@ def run_emitter(services: Services, sink: Any, base: dict[str, Any]) -> RunEmitt
                 logger.warning("datamachine: on_loop_event hook failed on %r", event,
                                exc_info=True)
 
-    emit.active = sink is not None or hook is not None  # type: ignore[attr-defined]
+    emit.active = active  # type: ignore[attr-defined]
     emit.never_raises = True  # type: ignore[attr-defined]  # the loop calls it unguarded
     return cast(RunEmitter, emit)
 
@@ -149,8 +159,9 @@ class ConversationRun:
         self.warnings: list[str] = []
         runtime = spec.runtime
         self.confirmation = Confirmation(services, runtime)
-        self.emit = run_emitter(services, runtime.event_sink,
-                                base_log_context(spec.mode, spec.payload))
+        self.persister, self.lock, self.session_id = self._transcript()
+        base = base_log_context(spec.mode, spec.payload)
+        self.emit = run_emitter(services, runtime.event_sink, base, self._observers(base))
         found = spec.payload.get("engine_data")
         self.engine_data: dict[str, Any] = found if isinstance(found, dict) else {}
         self.completion = CompletionRun.prepare(
@@ -170,7 +181,6 @@ class ConversationRun:
         self.ceilings = {b.name(): b.ceiling() for b in (self.turn_budget, *self.budgets)}
         if resumption is not None:
             self._resume_budgets(resumption)
-        self.persister, self.lock, self.session_id = self._transcript()
         self.meter = self._meter()
         self.executor = self._executor()
         self.runner = self._turn_runner()
@@ -179,7 +189,8 @@ class ConversationRun:
             self.runner.meter = self.meter
             self.meter.request_bytes = self.runner.request_bytes
         self.summary = FinalSummary(self.runner.summarize, self.emit,
-                                    enabled=runtime.final_summary)
+                                    enabled=runtime.final_summary,
+                                    usage=self.runner.summary_usage)
         # Decided once, by the stop handler (or after the loop for a run that never ran).
         self.verdict: ProductVerdict | None = None
 
@@ -194,6 +205,29 @@ class ConversationRun:
             return cls(services, spec, **options)
 
     # -- set-up -----------------------------------------------------------------------------
+    def _observers(self, base: dict[str, Any]) -> tuple[RunObserver, ...]:
+        """What the ``run_observer`` hook returns for this run (nothing without impls)."""
+        caller = self.services.pm.hook.run_observer
+        if not caller.get_hookimpls():
+            return ()
+        spec, slug = self.spec, base.get("agent_slug")
+        info = RunInfo(provider=spec.provider, model=spec.model, mode=spec.mode,
+                       session_id=self.session_id,
+                       agent_slug=slug if isinstance(slug, str) else None,
+                       continuation=self.cumulative_base > 0 or self.resumption is not None)
+        observers: list[RunObserver] = []
+        arguments = {"run": info, "host": self.services}
+        # Impl by impl, so one plugin that raises leaves the others observing.
+        for impl in reversed(caller.get_hookimpls()):
+            try:
+                observer = impl.function(*[arguments[name] for name in impl.argnames])
+            except Exception:
+                logger.warning("datamachine: run_observer of %r failed", impl.plugin_name,
+                               exc_info=True)
+                continue
+            if observer is not None:
+                observers.append(cast(RunObserver, observer))
+        return tuple(observers)
     def _provider(self) -> Any:
         spec = self.spec
         provider: Any = self.services.providers.get(spec.provider)

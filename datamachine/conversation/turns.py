@@ -341,7 +341,7 @@ class ProviderTurnRunner:
         # An answer without calls that the output token limit cut off (see verdict.decide).
         self.answer_truncated = (response.finish_reason == "length"
                                  and not response.tool_calls)
-        self._report(turn, success=True)
+        self._report(turn, success=True, usage=response.usage)
         if self.pressure is not None:
             self.pressure.observe(response.content, response.tool_calls)
         calls, complete, continuation = response.tool_calls, self.single_turn, []
@@ -421,7 +421,8 @@ class ProviderTurnRunner:
             "Logged once per run.", self.provider_name,
             ", ".join(f"{key}={brief_repr(value, 40)}" for key, value in ignored.items()))
 
-    def _report(self, turn: int, *, success: bool, error: BaseException | None = None) -> None:
+    def _report(self, turn: int, *, success: bool, error: BaseException | None = None,
+                usage: dict[str, Any] | None = None) -> None:
         if not success and self.meter is not None:
             # It may have reached the provider (a timeout, a cut stream): charged its estimate.
             self.meter.charge_failed()
@@ -430,6 +431,8 @@ class ProviderTurnRunner:
         payload: dict[str, Any] = {"turn": turn, "provider": self.provider_name,
                                    "model": self.model, "success": success,
                                    "request_metadata": self.last_request_metadata}
+        if usage is not None:
+            payload["usage"] = usage
         if isinstance(error, asyncio.CancelledError):
             payload["error"] = "cancelled at the run's wall-clock limit"
         elif error is not None:

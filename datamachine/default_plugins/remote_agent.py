@@ -172,6 +172,7 @@ def call_remote_agent(site: str, message: str, context: ToolContext) -> dict[str
         "Authorization": f"Bearer {target.token}",
         **caller.outbound_headers(site_id, agent if isinstance(agent, str) else None),
     }
+    _inject_trace_context(headers)
     import httpx
 
     url = target.url.rstrip("/") + "/chat"
@@ -198,6 +199,17 @@ def call_remote_agent(site: str, message: str, context: ToolContext) -> dict[str
         "session_id": body.get("transcript_session_id"),
         "chain_id": caller.chain_id,
     }}
+
+
+def _inject_trace_context(headers: dict[str, str]) -> None:
+    """Add the W3C ``traceparent`` (and ``tracestate``) of the current span, this call's
+    ``execute_tool`` span, so the remote run continues the trace (docs/observability.md).
+    Nothing without OpenTelemetry, or when no span is being recorded."""
+    try:
+        from opentelemetry import propagate
+    except ImportError:
+        return
+    propagate.inject(headers)
 
 
 def _sites_rule(key: str, value: Any) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
@@ -191,6 +191,7 @@ class _ChatEndpoint:
         headers: dict[str, str] = {}
         slot: Slot | None = None
         body = b""
+        trace_token = continue_trace(request.headers)
         try:
             admitted = await anyio.to_thread.run_sync(
                 self._preflight, request.headers.get("authorization"),
@@ -237,7 +238,32 @@ class _ChatEndpoint:
         finally:
             if slot is not None:
                 slot.release()
+            if trace_token is not None:
+                end_trace(trace_token)
         return self.redact.result_response(result, headers, _caller_text(request, body))
+
+
+def continue_trace(headers: Mapping[str, str]) -> object | None:
+    """Make the caller's W3C trace context (``traceparent``) current for this request, so its
+    run's spans continue the caller's trace; the token to give :func:`end_trace`, or None
+    (no header, or OpenTelemetry not installed: then this costs one lookup).
+
+    Attached here, on the request's task: the worker thread that runs the turn (and a stream's
+    run) starts with a copy of this context."""
+    if "traceparent" not in headers:
+        return None
+    try:
+        from opentelemetry import context, propagate
+    except ImportError:
+        return None
+    return context.attach(propagate.extract(headers))
+
+
+def end_trace(token: object) -> None:
+    """Undo :func:`continue_trace`, on the same task."""
+    from opentelemetry import context
+
+    context.detach(token)  # type: ignore[arg-type]
 
 
 def _caller_text(request: Request, body: bytes) -> str:

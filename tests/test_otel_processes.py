@@ -1,0 +1,174 @@
+"""Two real server processes calling each other export one trace over OTLP/HTTP.
+
+Site A's model calls ``call_remote_agent`` on site B; both processes export their spans with the
+SDK's OTLP/HTTP exporter to a loopback receiver started here, which decodes the protobuf
+requests with ``opentelemetry-proto``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+import bootstrap
+from datamachine.host import Host
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 30.0
+
+
+class Receiver(ThreadingHTTPServer):
+    """An OTLP/HTTP trace receiver on loopback: ``spans`` by the ``service.name`` sending them."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.spans: list[tuple[str, Span]] = []
+        self.lock = threading.Lock()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def named(self, name: str) -> list[tuple[str, Span]]:
+        with self.lock:
+            return [(service, span) for service, span in self.spans if span.name == name]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Receiver
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        assert self.path == "/v1/traces"
+        request = ExportTraceServiceRequest.FromString(body)
+        with self.server.lock:
+            for resource in request.resource_spans:
+                service = next(a.value.string_value for a in resource.resource.attributes
+                               if a.key == "service.name")
+                self.server.spans.extend((service, span) for scope in resource.scope_spans
+                                         for span in scope.spans)
+        answer = ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@dataclass
+class Process:
+    name: str
+    url: str
+    host: Host
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+def start(name: str, folder: Path, endpoint: str) -> Process:
+    """Boot the site's database here, then serve it from its own process on a socket bound
+    here (the port is known before the process starts)."""
+    db = folder / f"{name}.db"
+    host = bootstrap.boot(db_path=db, load_entrypoints=False)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    log = folder / f"{name}.log"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DATAMACHINE_LOAD_PLUGINS": "",
+           "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tests.otel_server_main", str(db), str(listener.fileno()),
+             name], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            pass_fds=[listener.fileno()])
+    listener.close()
+    started = Process(name, f"http://127.0.0.1:{port}", host, process, log)
+    try:
+        response = httpx.get(f"{started.url}/health", timeout=TIMEOUT)
+        assert response.status_code == 200, log.read_text()
+    except BaseException:
+        stop(started)
+        raise
+    return started
+
+
+def stop(process: Process) -> None:
+    process.process.terminate()
+    try:
+        process.process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.process.kill()
+        process.process.wait()
+    process.host.close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_two_server_processes_calling_each_other_export_one_trace(
+        receiver: Receiver, tmp_path: Path) -> None:
+    a = start("site-a", tmp_path, receiver.endpoint)
+    try:
+        b = start("site-b", tmp_path, receiver.endpoint)
+        try:
+            a_site = a.host.settings.get("site_id")
+            a.host.settings.set("remote_sites", {"b": {
+                "url": b.url, "token": b.host.tokens.create("site-a", site=a_site)}})
+            token = a.host.tokens.create("caller")
+            call = {"site": "b", "message": "hello from a"}
+            response = httpx.post(f"{a.url}/chat", timeout=TIMEOUT,
+                                  headers={"Authorization": f"Bearer {token}"},
+                                  json={"message": f"call call_remote_agent {json.dumps(call)}"})
+        finally:
+            stop(b)
+    finally:
+        stop(a)
+    assert response.status_code == 200, (response.text, a.log.read_text())
+    body = response.json()
+    assert body["status"] == "completed", body
+    assert "hello from a" in body["final_content"]  # b's echo, relayed
+
+    runs = dict(receiver.named("invoke_agent"))
+    assert set(runs) == {"site-a", "site-b"}, receiver.spans
+    ((service, tool),) = receiver.named("execute_tool call_remote_agent")
+    assert service == "site-a"
+    assert runs["site-a"].trace_id == runs["site-b"].trace_id == tool.trace_id
+    assert runs["site-a"].parent_span_id == b""  # a's run is the root
+    assert runs["site-b"].parent_span_id == tool.span_id  # b continues a's tool call
+    assert tool.parent_span_id == runs["site-a"].span_id
+    chats = [(s, span) for s, span in receiver.spans if span.name.startswith("chat ")]
+    assert {service for service, _ in chats} == {"site-a", "site-b"}
+    assert len({span.trace_id for _, span in receiver.spans}) == 1
