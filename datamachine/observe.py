@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["RunInfo", "RunObserver"]
+__all__ = ["RunInfo", "RunObserver", "wants_content"]
 
 
 @dataclass(frozen=True)
@@ -46,3 +46,10 @@ class RunObserver(Protocol):
 
     def event(self, name: str, payload: dict[str, Any]) -> None:
         """Observe one event of the run."""
+
+
+def wants_content(observer: object) -> bool:
+    """Whether ``observer`` asked for message content: an observer with ``wants_content =
+    True`` makes the run add ``messages`` (the request's, in chat shape) and ``content`` (the
+    answer's text) to its ``request_built`` events, which otherwise carry neither."""
+    return getattr(observer, "wants_content", False) is True

@@ -213,6 +213,30 @@ def test_content_is_in_tool_spans_only_with_the_setting_on(telemetry: Telemetry)
     assert json.loads(str(span.attributes["gen_ai.tool.call.arguments"])) == {
         "query": "secret words"}
     assert "the index is down" in str(span.attributes["gen_ai.tool.call.result"])
+    # ...and each provider request's messages and answer on its chat span.
+    first = min(telemetry.named("chat demo"), key=lambda s: s.start_time or 0)
+    assert first.attributes is not None
+    sent = json.loads(str(first.attributes["gen_ai.input.messages"]))
+    # What was sent: the user's message, then the pressure notice (never stored, sent).
+    assert sent[0] == {"role": "user", "content": "Find things."}
+    assert sent[-1]["content"].startswith("[BUDGET WARNING")
+    [answer] = json.loads(str(first.attributes["gen_ai.output.messages"]))
+    assert answer["role"] == "assistant"
+    assert [call["name"] for call in answer["tool_calls"]] == ["search", "broken"]
+
+
+def test_no_content_anywhere_with_the_setting_off(telemetry: Telemetry) -> None:
+    seen: list[dict[str, Any]] = []
+    with boot(Model()) as host:
+        host.run_conversation(
+            [{"role": "user", "content": "Find things."}], [search, broken], "scripted",
+            "demo", max_turns=2,
+            payload={"event_sink": lambda event, payload: seen.append(payload)})
+    for span in telemetry.spans():
+        text = json.dumps(dict(span.attributes or {}))
+        assert "Find things" not in text
+        assert "secret words" not in text
+    assert all("messages" not in payload for payload in seen)  # nobody asked for content
 
 
 def test_a_failed_provider_call_fails_its_chat_span_and_the_run_span(

@@ -59,7 +59,7 @@ from datamachine.conversation.timeouts import resolve_timeouts
 from datamachine.conversation.turns import ProviderTurnRunner, TurnGate
 from datamachine.conversation.verdict import ProductVerdict, decide
 from datamachine.errors import UsageError
-from datamachine.observe import RunInfo, RunObserver
+from datamachine.observe import RunInfo, RunObserver, wants_content
 from datamachine.providers.options import (
     MODEL_OPTIONS_KEY,
     merge_model_options,
@@ -161,7 +161,8 @@ class ConversationRun:
         self.confirmation = Confirmation(services, runtime)
         self.persister, self.lock, self.session_id = self._transcript()
         base = base_log_context(spec.mode, spec.payload)
-        self.emit = run_emitter(services, runtime.event_sink, base, self._observers(base))
+        self.observers = self._observers(base)
+        self.emit = run_emitter(services, runtime.event_sink, base, self.observers)
         found = spec.payload.get("engine_data")
         self.engine_data: dict[str, Any] = found if isinstance(found, dict) else {}
         self.completion = CompletionRun.prepare(
@@ -184,6 +185,7 @@ class ConversationRun:
         self.meter = self._meter()
         self.executor = self._executor()
         self.runner = self._turn_runner()
+        self.runner.report_content = any(wants_content(o) for o in self.observers)
         self.runner.closed_tools = self.executor.closed_tools  # one set: hidden = refused
         if self.meter is not None:
             self.runner.meter = self.meter
@@ -228,6 +230,7 @@ class ConversationRun:
             if observer is not None:
                 observers.append(cast(RunObserver, observer))
         return tuple(observers)
+
     def _provider(self) -> Any:
         spec = self.spec
         provider: Any = self.services.providers.get(spec.provider)

@@ -142,6 +142,10 @@ class ProviderTurnRunner:
         self.meter: RunMeter | None = None
         # Whether this run already warned about usage that cannot be true.
         self._usage_warned = False
+        # A run observer asked for message content (otel_capture_content): request_built
+        # events then carry the request's messages and the answer's text.
+        self.report_content = False
+        self._sent: list[dict[str, Any]] = []
 
     def request_bytes(self, messages: list[Message]) -> int:
         """The JSON size of the request ``messages`` make: messages and tool definitions, as
@@ -226,6 +230,8 @@ class ProviderTurnRunner:
             # Under the run's time rail: a provider whose call cannot be cancelled (a
             # synchronous HTTP request) gives up when the run's time does.
             request = request.model_copy(update={"request_timeout": max(left, 0.001)})
+        if self.report_content:
+            self._sent = request.messages
         try:
             answer = self._dispatch(request, turn)
         except Exception as exc:
@@ -341,7 +347,8 @@ class ProviderTurnRunner:
         # An answer without calls that the output token limit cut off (see verdict.decide).
         self.answer_truncated = (response.finish_reason == "length"
                                  and not response.tool_calls)
-        self._report(turn, success=True, usage=response.usage)
+        self._report(turn, success=True, usage=response.usage,
+                     content=response if self.report_content else None)
         if self.pressure is not None:
             self.pressure.observe(response.content, response.tool_calls)
         calls, complete, continuation = response.tool_calls, self.single_turn, []
@@ -422,7 +429,8 @@ class ProviderTurnRunner:
             ", ".join(f"{key}={brief_repr(value, 40)}" for key, value in ignored.items()))
 
     def _report(self, turn: int, *, success: bool, error: BaseException | None = None,
-                usage: dict[str, Any] | None = None) -> None:
+                usage: dict[str, Any] | None = None,
+                content: ProviderResponse | None = None) -> None:
         if not success and self.meter is not None:
             # It may have reached the provider (a timeout, a cut stream): charged its estimate.
             self.meter.charge_failed()
@@ -433,6 +441,11 @@ class ProviderTurnRunner:
                                    "request_metadata": self.last_request_metadata}
         if usage is not None:
             payload["usage"] = usage
+        if self.report_content:
+            payload["messages"] = self._sent
+            if content is not None:
+                payload["content"] = content.content
+                payload["tool_calls"] = content.tool_calls
         if isinstance(error, asyncio.CancelledError):
             payload["error"] = "cancelled at the run's wall-clock limit"
         elif error is not None:

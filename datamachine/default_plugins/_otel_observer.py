@@ -64,6 +64,8 @@ class SpanObserver:
         self.instruments = instruments
         self.run = run
         self.capture = capture
+        # With capture on, the run sends each request's messages and answer (observe.py).
+        self.wants_content = capture
         self.common = {"gen_ai.provider.name": run.provider, "gen_ai.system": run.provider,
                        "gen_ai.request.model": run.model}
         attributes: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent", **self.common,
@@ -130,6 +132,13 @@ class SpanObserver:
         if finish:
             span.set_attribute("gen_ai.response.finish_reasons", [str(finish)])
         self._usage(span, payload.get("usage"))
+        if self.capture and "messages" in payload:
+            span.set_attribute("gen_ai.input.messages", _json(payload["messages"]))
+            if "content" in payload:
+                answer: dict[str, Any] = {"role": "assistant", "content": payload["content"]}
+                if payload.get("tool_calls"):
+                    answer["tool_calls"] = payload["tool_calls"]
+                span.set_attribute("gen_ai.output.messages", _json([answer]))
         if not payload.get("success", True):
             span.set_attribute("error.type", "provider_error")
             span.set_status(Status(StatusCode.ERROR, str(payload.get("error", ""))))
