@@ -12,10 +12,11 @@ Kept out of ``datamachine.conversation`` so the hookspecs can name these types a
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["RunInfo", "RunObserver", "wants_content"]
+__all__ = ["RunInfo", "RunObserver", "close_observers", "wants_content"]
 
 
 @dataclass(frozen=True)
@@ -53,3 +54,18 @@ def wants_content(observer: object) -> bool:
     True`` makes the run add ``messages`` (the request's, in chat shape) and ``content`` (the
     answer's text) to its ``request_built`` events, which otherwise carry neither."""
     return getattr(observer, "wants_content", False) is True
+
+
+def close_observers(observers: tuple[Any, ...] | list[Any], error: BaseException | None) -> None:
+    """Tell each observer with a ``close(error)`` method that its run is over: after the
+    terminal event (a no-op then), or instead of it when the run ended by an exception, was
+    cancelled or its step generator was closed. ``error`` is that exception, else None. An
+    observer that raises here is ignored: the run's own outcome wins."""
+    for observer in observers:
+        close = getattr(observer, "close", None)
+        if callable(close):
+            try:
+                close(error)
+            except Exception:  # never hide the run's own exception
+                logging.getLogger("datamachine.conversation").warning(
+                    "datamachine: run observer %r failed to close", observer, exc_info=True)

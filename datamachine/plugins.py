@@ -37,13 +37,21 @@ LOAD_PLUGINS_ENV = "DATAMACHINE_LOAD_PLUGINS"
 TRACE_HOOKS_ENV = "DATAMACHINE_TRACE_HOOKS"
 
 # Modules registered in every host before entry points; later issues add providers and tools.
+def _has_otel_api() -> bool:
+    """Whether OpenTelemetry's API (not only its namespace: opentelemetry-proto alone brings
+    that) is installed."""
+    try:
+        return importlib.util.find_spec("opentelemetry.trace") is not None
+    except (ImportError, ValueError):  # the namespace is there, its API is not
+        return False
+
+
 # The tracing plugin only when OpenTelemetry's API is installed (the ``otel`` extra): found,
 # not imported, so booting stays light.
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "datamachine.default_plugins.providers",
     "datamachine.default_plugins.remote_agent",
-    *(("datamachine.default_plugins.otel",)
-      if importlib.util.find_spec("opentelemetry") is not None else ()),
+    *(("datamachine.default_plugins.otel",) if _has_otel_api() else ()),
 )
 
 

@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 import bootstrap
+import datamachine
 from datamachine import ProviderRequest, hookimpl, tool
 from datamachine.host import Host
 
@@ -248,7 +249,8 @@ def test_a_failed_provider_call_fails_its_chat_span_and_the_run_span(
     (run,) = telemetry.named("invoke_agent")
     (chat,) = telemetry.named("chat demo")
     assert chat.status.status_code is StatusCode.ERROR
-    assert chat.status.description == "the model server is down"
+    # An error's text may quote the request: only with content capture on.
+    assert not chat.status.description
     assert chat.attributes is not None
     assert chat.attributes["error.type"] == "provider_error"
     assert run.status.status_code is StatusCode.ERROR
@@ -256,6 +258,81 @@ def test_a_failed_provider_call_fails_its_chat_span_and_the_run_span(
     assert run.attributes["datamachine.status"] == "error"
     assert chat.parent is not None
     assert chat.parent.span_id == run.context.span_id
+
+
+def test_error_text_is_in_spans_only_with_the_setting_on(telemetry: Telemetry) -> None:
+    with boot(Model(fail=True)) as host:
+        host.settings.set("otel_capture_content", True)
+        host.run_conversation([{"role": "user", "content": "Hello?"}], provider="scripted",
+                              model="demo")
+    (chat,) = telemetry.named("chat demo")
+    assert chat.status.description == "the model server is down"
+
+
+@tool
+def interrupted(query: str) -> str:
+    """Stops the process (Ctrl-C) in the middle of a tool.
+
+    Args:
+        query: Ignored.
+    """
+    raise KeyboardInterrupt
+
+
+def test_a_run_ended_by_an_exception_mid_tool_ends_its_spans_and_leaks_no_context(
+        telemetry: Telemetry) -> None:
+    # The tool span's context stayed current in the caller, and no span of the run ended.
+    tracer = telemetry.tracer_provider.get_tracer("app")
+    script = [{"tool_calls": [{"id": "i1", "name": "interrupted",
+                               "parameters": {"query": "x"}}]}]
+    with boot() as host, tracer.start_as_current_span("request") as outer:
+        with pytest.raises(KeyboardInterrupt):
+            host.run_conversation([{"role": "user", "content": "go"}], [interrupted],
+                                  "scripted", "demo", payload={"script": script})
+        assert trace.get_current_span() is outer
+    (tool_span,) = telemetry.named("execute_tool interrupted")
+    (run,) = telemetry.named("invoke_agent")
+    assert tool_span.status.status_code is StatusCode.ERROR
+    assert run.status.status_code is StatusCode.ERROR
+    assert run.attributes is not None
+    assert run.attributes["error.type"] == "KeyboardInterrupt"
+
+
+def test_a_run_refused_during_set_up_ends_its_span(telemetry: Telemetry) -> None:
+    with boot() as host, pytest.raises(datamachine.UsageError):
+        host.run_conversation([{"role": "user", "content": "go"}],
+                              payload={"budget_ceilings": {"cost": 5}})
+    (run,) = telemetry.named("invoke_agent")
+    assert run.status.status_code is StatusCode.ERROR
+
+
+def test_a_sync_stream_continues_the_callers_trace(telemetry: Telemetry) -> None:
+    tracer = telemetry.tracer_provider.get_tracer("app")
+    with boot() as host, tracer.start_as_current_span("request") as outer:
+        events = list(host.stream_conversation([{"role": "user", "content": "hi"}]))
+    assert events[-1].type == "result"
+    (run,) = telemetry.named("invoke_agent")
+    assert run.parent is not None
+    assert run.parent.span_id == outer.get_span_context().span_id
+
+
+def test_marked_events_carry_no_text_without_the_setting(telemetry: Telemetry) -> None:
+    from datamachine.default_plugins._otel_observer import SpanObserver
+    from datamachine.observe import RunInfo
+
+    observer = SpanObserver.start(telemetry.tracer_provider,
+                                  RunInfo(provider="p", model="m", mode="chat"), capture=False)
+    observer.event("completion_nudge_added", {
+        "completion_nudge": "Original request: my password is hunter2",
+        "completion_nudge_count": 1})
+    observer.event("blocker_reported", {"reason": "the user's secret plan", "turn": 2})
+    observer.event("completed", {"status": "incomplete"})
+    (run,) = telemetry.spans()
+    text = json.dumps([dict(e.attributes or {}) for e in run.events])
+    assert "hunter2" not in text
+    assert "secret plan" not in text
+    assert [dict(e.attributes or {}) for e in run.events] == [
+        {"completion_nudge_count": 1}, {"turn": 2}]
 
 
 def test_a_run_is_a_child_of_the_span_current_where_it_starts(telemetry: Telemetry) -> None:

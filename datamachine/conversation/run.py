@@ -59,7 +59,7 @@ from datamachine.conversation.timeouts import resolve_timeouts
 from datamachine.conversation.turns import ProviderTurnRunner, TurnGate
 from datamachine.conversation.verdict import ProductVerdict, decide
 from datamachine.errors import UsageError
-from datamachine.observe import RunInfo, RunObserver, wants_content
+from datamachine.observe import RunInfo, RunObserver, close_observers, wants_content
 from datamachine.providers.options import (
     MODEL_OPTIONS_KEY,
     merge_model_options,
@@ -204,7 +204,15 @@ class ConversationRun:
         with services.settings.batch():  # one consistent read of the settings set-up uses
             spec = RunSpec.build(messages, tools, provider, model, mode, payload, max_turns,
                                  single_turn, known_modes=services.modes)
-            return cls(services, spec, **options)
+            run = cls.__new__(cls)
+            try:
+                run.__init__(services, spec, **options)  # type: ignore[misc]
+            except BaseException as exc:
+                # Refused during set-up (a budget ceiling, a bad option): observers that
+                # started a span for the run end it, failed.
+                close_observers(getattr(run, "observers", ()), exc)
+                raise
+            return run
 
     # -- set-up -----------------------------------------------------------------------------
     def _observers(self, base: dict[str, Any]) -> tuple[RunObserver, ...]:
@@ -417,12 +425,18 @@ class ConversationRun:
     def steps(self) -> Steps[ConversationResult]:
         """The run as a step generator: what :meth:`run` and :meth:`arun` drive, and what a
         larger sequence (a chat turn holding its session's lock) runs inside its own steps."""
-        refused = self._preflight()
-        if refused is not None:
-            return refused
-        outcome = yield from loop_steps(self.spec.messages, self.runner,
-                                        **self._loop_arguments())
-        return self._result(outcome)
+        try:
+            refused = self._preflight()
+            if refused is not None:
+                return refused
+            outcome = yield from loop_steps(self.spec.messages, self.runner,
+                                            **self._loop_arguments())
+            return self._result(outcome)
+        except BaseException as exc:  # cancelled, interrupted, closed mid-run
+            close_observers(self.observers, exc)
+            raise
+        finally:
+            close_observers(self.observers, None)  # a no-op after the terminal event
 
     def _preflight(self) -> ConversationResult | None:
         """A run whose required tools are missing is refused before any provider call."""

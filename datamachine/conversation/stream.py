@@ -15,6 +15,7 @@ event loop and hands the events over a queue.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import queue
 import threading
 from collections.abc import AsyncGenerator, Callable, Iterator
@@ -158,7 +159,9 @@ def stream_on(services: Services, *args: Any, **kwargs: Any) -> Iterator[StreamE
             await stream.aclose()
             handoff.put(_DONE)
 
-    worker = threading.Thread(target=lambda: asyncio.run(pump()),
+    # The caller's context goes with the run (its current trace span, a bound host).
+    caller_context = contextvars.copy_context()
+    worker = threading.Thread(target=lambda: caller_context.run(asyncio.run, pump()),
                               name="datamachine-stream", daemon=True)
     worker.start()
     try:

@@ -23,7 +23,16 @@ TERMINAL_EVENTS = frozenset({"completed", "failed"})
 # Other run events worth a mark on the run's span (their scalar payload values as attributes).
 MARKED_EVENTS = frozenset({"blocker_reported", "completion_nudge_added", "turn_interrupted",
                            "transcript_lock_contention", "completion_assertions_unavailable"})
+# What of their payloads a span event may carry without otel_capture_content: counts and ids,
+# never text a person or a model wrote (a nudge quotes the user's request, a blocker's reason
+# is the model's words).
+MARKED_KEYS = frozenset({"turn", "tool_call_id", "completion_nudge_count",
+                         "completion_nudge_turn", "message_count", "reason", "budget",
+                         "session_id"})
+_TEXT_KEYS = frozenset({"reason"})  # carried only with capture on
 _SCALARS = (str, bool, int, float)
+# The GenAI conventions' advice for gen_ai.client.token.usage: powers of 4 up to 4**13.
+TOKEN_BUCKETS = [float(4 ** n) for n in range(14)]
 
 
 @dataclass(frozen=True)
@@ -49,7 +58,8 @@ def _instruments(tracer_provider: Any) -> _Instruments:
     made = _Instruments(
         tracer_provider, meter_provider, tracer_provider.get_tracer(SCOPE, __version__),
         meter.create_histogram("gen_ai.client.token.usage", unit="{token}",
-                               description="Tokens used by each provider request."),
+                               description="Tokens used by each provider request.",
+                               explicit_bucket_boundaries_advisory=TOKEN_BUCKETS),
         meter.create_counter("datamachine.budget.exhaustions", unit="{run}",
                              description="Runs stopped by a budget, by budget name."))
     _cached[:] = [made]
@@ -84,6 +94,7 @@ class SpanObserver:
         self.tools: dict[str, tuple[Span, object]] = {}
         self.summary_start: int | None = None
         self.tokens = {"input": 0, "output": 0}
+        self.closed = False
 
     @classmethod
     def start(cls, tracer_provider: Any, run: RunInfo, *, capture: bool) -> SpanObserver:
@@ -108,7 +119,9 @@ class SpanObserver:
             self._finish(name, payload)
         elif name in MARKED_EVENTS:
             self.span.add_event(f"datamachine.{name}", {
-                key: value for key, value in payload.items() if isinstance(value, _SCALARS)})
+                key: value for key, value in payload.items()
+                if isinstance(value, _SCALARS) and (self.capture or (
+                    key in MARKED_KEYS and key not in _TEXT_KEYS))})
 
     # -- provider requests ------------------------------------------------------------------
     def _chat_span(self, start_time: int | None = None) -> Span:
@@ -141,7 +154,7 @@ class SpanObserver:
                 span.set_attribute("gen_ai.output.messages", _json([answer]))
         if not payload.get("success", True):
             span.set_attribute("error.type", "provider_error")
-            span.set_status(Status(StatusCode.ERROR, str(payload.get("error", ""))))
+            span.set_status(Status(StatusCode.ERROR, self._said(payload.get("error"))))
         span.end()
 
     def _usage(self, span: Span, usage: Any) -> None:
@@ -184,7 +197,7 @@ class SpanObserver:
             error = result.get("error_type") if isinstance(result, dict) else None
             message = result.get("error") if isinstance(result, dict) else None
             span.set_attribute("error.type", str(error or "tool_error"))
-            span.set_status(Status(StatusCode.ERROR, str(message or "")))
+            span.set_status(Status(StatusCode.ERROR, self._said(message)))
         span.end()
 
     # -- budgets and the final summary ------------------------------------------------------
@@ -214,7 +227,7 @@ class SpanObserver:
         self._usage(span, payload.get("usage"))
         if payload.get("error"):
             span.set_attribute("error.type", "provider_error")
-            span.set_status(Status(StatusCode.ERROR, str(payload["error"])))
+            span.set_status(Status(StatusCode.ERROR, self._said(payload["error"])))
         span.end()
 
     # -- the end ----------------------------------------------------------------------------
@@ -225,6 +238,8 @@ class SpanObserver:
         # Tools still open (cannot happen after a terminal event; never leak a context).
         for span, token in reversed(list(self.tools.values())):
             context.detach(token)  # type: ignore[arg-type]
+            span.set_status(Status(StatusCode.ERROR, ""))
+            span.set_attribute("error.type", "run_ended")
             span.end()
         self.tools.clear()
         span = self.span
@@ -240,8 +255,25 @@ class SpanObserver:
                 span.set_attribute(f"gen_ai.usage.{kind}_tokens", total)
         if failed:
             span.set_attribute("error.type", str(payload.get("error_code") or "run_failed"))
-            span.set_status(Status(StatusCode.ERROR, str(payload.get("error") or "")))
+            span.set_status(Status(StatusCode.ERROR, self._said(payload.get("error"))))
         span.end()
+        self.closed = True
+
+    def _said(self, text: Any) -> str:
+        """An error's text for a span status: only with content capture on (a tool's error
+        often quotes its arguments, a provider's the request); else an empty description, the
+        ``error.type`` attribute saying what kind of failure it was."""
+        return str(text or "") if self.capture else ""
+
+    def close(self, error: BaseException | None) -> None:
+        """The run is over. After its terminal event nothing is left; a run that ended by an
+        exception, a cancellation or a closed step generator has no terminal event: its open
+        spans end here, failed, and an attached tool context is detached."""
+        if self.closed:
+            return
+        kind = type(error).__name__ if error is not None else "run_ended_without_result"
+        self._finish("failed", {"status": "error", "error_code": kind,
+                                "error": str(error) if error is not None else ""})
 
 
 def _json(value: Any) -> str:

@@ -206,10 +206,14 @@ def _inject_trace_context(headers: dict[str, str]) -> None:
     ``execute_tool`` span, so the remote run continues the trace (docs/observability.md).
     Nothing without OpenTelemetry, or when no span is being recorded."""
     try:
-        from opentelemetry import propagate
+        from opentelemetry import trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
     except ImportError:
         return
-    propagate.inject(headers)
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return  # no tracing here: nothing to continue, nothing passed on
+    # The W3C trace context only: baggage from upstream is not handed to other sites.
+    TraceContextTextMapPropagator().inject(headers)
 
 
 def _sites_rule(key: str, value: Any) -> None:

@@ -253,10 +253,14 @@ def continue_trace(headers: Mapping[str, str]) -> object | None:
     if "traceparent" not in headers:
         return None
     try:
-        from opentelemetry import context, propagate
+        from opentelemetry import context, trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
     except ImportError:
         return None
-    return context.attach(propagate.extract(headers))
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return None  # no tracing on this site: nothing read, nothing passed on
+    # The W3C trace context only (no baggage: a caller's baggage is not this site's to keep).
+    return context.attach(TraceContextTextMapPropagator().extract(headers))
 
 
 def end_trace(token: object) -> None:

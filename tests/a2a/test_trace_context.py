@@ -77,3 +77,36 @@ def test_without_a_tracer_provider_no_traceparent_is_sent(make_site: MakeSite) -
     assert result.status == "completed", result.final_content
     (hit,) = b.server.app.chat_hits()
     assert "traceparent" not in hit.headers
+
+
+def test_only_the_w3c_trace_context_crosses_and_only_where_tracing_is_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Upstream baggage (user.email=...) was passed on to every remote site, and a site with
+    # no tracer provider still read and re-sent the caller's context.
+    from opentelemetry import baggage, context
+
+    from datamachine.default_plugins.remote_agent import _inject_trace_context
+    from datamachine.server.app import continue_trace
+
+    incoming = {"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01",
+                "baggage": "user.email=alice%40example.com"}
+    unset = trace.ProxyTracerProvider()  # what the API answers while nobody configured one
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: unset)
+    assert continue_trace(incoming) is None  # no provider configured: nothing read
+    sent: dict[str, str] = {}
+    _inject_trace_context(sent)
+    assert sent == {}
+
+    provider = TracerProvider()
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    token = continue_trace(incoming)
+    assert token is not None
+    try:
+        assert baggage.get_all() == {}  # the caller's baggage is not this site's
+        sent = {}
+        _inject_trace_context(sent)
+        assert set(sent) == {"traceparent"}
+        assert sent["traceparent"].split("-")[1] == "ab" * 16
+    finally:
+        context.detach(token)  # type: ignore[arg-type]
+        provider.shutdown()
