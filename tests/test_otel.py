@@ -27,7 +27,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import bootstrap
 import datamachine
-from datamachine import ProviderRequest, hookimpl, tool
+from datamachine import ProviderRequest, Tool, hookimpl, tool
 from datamachine.host import Host
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -365,3 +365,24 @@ def test_without_a_tracer_provider_runs_are_not_observed(tmp_path: Path) -> None
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, check=True, timeout=60, env=dict(os.environ)).stdout
     assert out.strip() == "[False]"
+
+
+def test_a_call_paused_for_approval_is_not_traced_as_run_or_failed(
+        telemetry: Telemetry) -> None:
+    # Its execute_tool span stayed open as if successful until the run ended.
+    guarded = Tool(name="delete_all", description="Deletes everything.",
+                   parameters={"type": "object", "properties": {}},
+                   function=lambda: "deleted", runtime={"requires_approval": True})
+    script = [{"tool_calls": [{"id": "d1", "name": "delete_all", "parameters": {}}]}]
+    with boot() as host:
+        result = host.run_conversation([{"role": "user", "content": "clean up"}], [guarded],
+                                       "scripted", "demo",
+                                       payload={"script": script, "confirmation": "pause"})
+    assert result.status == "awaiting_confirmation"
+    spans = telemetry.named("execute_tool delete_all")
+    assert len(spans) == 1
+    assert all(span.attributes is not None and span.attributes["datamachine.tool.paused"]
+               for span in spans)
+    assert all(span.status.status_code is not StatusCode.ERROR for span in spans)
+    (run,) = telemetry.named("invoke_agent")
+    assert run.status.status_code is not StatusCode.ERROR

@@ -98,11 +98,11 @@ def start(name: str, folder: Path, endpoint: str) -> Process:
     port = listener.getsockname()[1]
     log = folder / f"{name}.log"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DATAMACHINE_LOAD_PLUGINS": "",
-           "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+           "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": name}
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "tests.otel_server_main", str(db), str(listener.fileno()),
-             name], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "tests.otel_server_main", str(db), str(listener.fileno())],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
             pass_fds=[listener.fileno()])
     listener.close()
     started = Process(name, f"http://127.0.0.1:{port}", host, process, log)
@@ -172,3 +172,51 @@ def test_two_server_processes_calling_each_other_export_one_trace(
     chats = [(s, span) for s, span in receiver.spans if span.name.startswith("chat ")]
     assert {service for service, _ in chats} == {"site-a", "site-b"}
     assert len({span.trace_id for _, span in receiver.spans}) == 1
+
+
+def test_datamachine_serve_exports_where_the_otel_environment_says(
+        receiver: Receiver, tmp_path: Path) -> None:
+    # The command itself, not a launcher: it reads OTEL_EXPORTER_OTLP_ENDPOINT and
+    # OTEL_SERVICE_NAME as every OpenTelemetry SDK does, and flushes its spans when stopped.
+    db = tmp_path / "cli.db"
+    with bootstrap.boot(db_path=db, load_entrypoints=False) as host:
+        token = host.tokens.create("caller")
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    env = {**os.environ, "DATAMACHINE_LOAD_PLUGINS": "", "OTEL_SERVICE_NAME": "cli-site",
+           "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "datamachine", "--db", str(db), "serve", "--port", str(port),
+             "--log-level", "warning"], cwd=tmp_path, env=env, stdout=out,
+            stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(200):
+            try:
+                if httpx.get(f"{url}/health", timeout=TIMEOUT).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert process.poll() is None, log.read_text()
+                threading.Event().wait(0.05)
+        response = httpx.post(f"{url}/chat", json={"message": "hello"}, timeout=TIMEOUT,
+                              headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 200, log.read_text()
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+    assert "OpenTelemetry: exporting over OTLP/HTTP" in log.read_text()
+    ((service, run),) = receiver.named("invoke_agent")
+    assert service == "cli-site"
+    chats = [span for name, span in receiver.spans if span.name.startswith("chat")]
+    assert chats
+    assert all(span.trace_id == run.trace_id for span in chats)
+
+
+def test_no_export_without_an_endpoint_and_a_set_up_provider_is_left_alone() -> None:
+    from datamachine.server.telemetry import export_from_environment
+
+    assert export_from_environment({}) == (None, None)

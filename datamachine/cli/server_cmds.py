@@ -115,9 +115,15 @@ def serve(state: State, bind: str, port: int, log_level: str) -> None:
     host = state.host
     site_id = ensure_site_id(host)
     check_site(host)  # a misconfigured site says so before claiming to serve
+    from datamachine.server.telemetry import export_from_environment
+
+    shutdown, notice = export_from_environment()
+    if notice is not None:
+        click.echo(notice, err=True)
     click.echo(f"datamachine site {site_id}: POST /chat on http://{bind}:{port} "
                "(Ctrl+C to stop)")
-    run_server(host, bind=bind, port=port, log_level=log_level)
+    # At the server's shutdown, the spans still batched are sent.
+    run_server(host, bind=bind, port=port, log_level=log_level, on_stop=shutdown)
 
 
 COMMANDS = [tokens, serve]

@@ -236,10 +236,14 @@ class SpanObserver:
         if self.chat is not None:
             self._end_chat({"success": not failed, "error": payload.get("error")})
         # Tools still open (cannot happen after a terminal event; never leak a context).
+        paused = payload.get("status") == "awaiting_confirmation"
         for span, token in reversed(list(self.tools.values())):
             context.detach(token)  # type: ignore[arg-type]
-            span.set_status(Status(StatusCode.ERROR, ""))
-            span.set_attribute("error.type", "run_ended")
+            if paused:  # waits for a person's answer: not run, not failed
+                span.set_attribute("datamachine.tool.paused", True)
+            else:
+                span.set_status(Status(StatusCode.ERROR, ""))
+                span.set_attribute("error.type", "run_ended")
             span.end()
         self.tools.clear()
         span = self.span

@@ -22,8 +22,9 @@ non-2xx run answer is the usual ``{code, message, data}`` with the whole result 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
@@ -395,12 +396,27 @@ def create_app(host: Host) -> Starlette:
 
 
 def serve(host: Host, *, bind: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
-          **uvicorn_options: Any) -> None:
+          on_stop: Callable[[], None] | None = None, **uvicorn_options: Any) -> None:
     """Run the app under uvicorn until interrupted (``datamachine serve``).
 
     One process, one host: runs share the host's database connection, so the app is not meant
     for uvicorn's multi-worker mode; run several hosts (each with its own database) instead.
+    ``on_stop`` runs at the server's shutdown (sending the spans still batched): uvicorn
+    raises a stopping signal again once it has shut down, so code after this call may never
+    run.
     """
     import uvicorn
 
-    uvicorn.run(create_app(host), host=bind, port=port, log_level=log_level, **uvicorn_options)
+    app = create_app(host)
+    if on_stop is not None:
+        stop = on_stop
+
+        @contextlib.asynccontextmanager
+        async def lifespan(_: Any) -> AsyncIterator[None]:
+            try:
+                yield
+            finally:
+                stop()
+
+        app.router.lifespan_context = lifespan
+    uvicorn.run(app, host=bind, port=port, log_level=log_level, **uvicorn_options)
