@@ -15,10 +15,9 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -29,7 +28,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 import bootstrap
-from datamachine.host import Host
+from tests.hostile.conftest import Served, serving, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 30.0
@@ -78,64 +77,17 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-@dataclass
-class Process:
-    name: str
-    url: str
-    host: Host
-    process: subprocess.Popen[bytes]
-    log: Path
-
-
-def start(name: str, folder: Path, endpoint: str) -> Process:
-    """Boot the site's database here, then serve it from its own process on a socket bound
-    here (the port is known before the process starts)."""
-    db = folder / f"{name}.db"
-    host = bootstrap.boot(db_path=db, load_entrypoints=False)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    port = listener.getsockname()[1]
-    log = folder / f"{name}.log"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DATAMACHINE_LOAD_PLUGINS": "",
-           "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": name}
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tests.otel_server_main", str(db), str(listener.fileno())],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-            pass_fds=[listener.fileno()])
-    listener.close()
-    started = Process(name, f"http://127.0.0.1:{port}", host, process, log)
-    try:
-        response = httpx.get(f"{started.url}/health", timeout=TIMEOUT)
-        assert response.status_code == 200, log.read_text()
-    except BaseException:
-        stop(started)
-        raise
-    return started
-
-
-def stop(process: Process) -> None:
-    process.process.terminate()
-    try:
-        process.process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.process.kill()
-        process.process.wait()
-    process.host.close()
+def start(name: str, folder: Path, endpoint: str) -> Served:
+    """Site ``name``'s server process, exporting to ``endpoint`` as ``name``."""
+    return start_server(folder / name, {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+                                        "OTEL_SERVICE_NAME": name},
+                        main="tests.otel_server_main", load_plugins="")
 
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serving(Receiver()) as server:
+        yield cast(Receiver, server)
 
 
 def test_two_server_processes_calling_each_other_export_one_trace(
@@ -153,10 +105,10 @@ def test_two_server_processes_calling_each_other_export_one_trace(
                                   headers={"Authorization": f"Bearer {token}"},
                                   json={"message": f"call call_remote_agent {json.dumps(call)}"})
         finally:
-            stop(b)
+            stop_server(b)
     finally:
-        stop(a)
-    assert response.status_code == 200, (response.text, a.log.read_text())
+        stop_server(a)
+    assert response.status_code == 200, (response.text, a.log_text())
     body = response.json()
     assert body["status"] == "completed", body
     assert "hello from a" in body["final_content"]  # b's echo, relayed

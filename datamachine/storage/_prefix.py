@@ -14,12 +14,13 @@ wildcards are escaped as one-character sets, so an id holding ``*``, ``?`` or ``
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Literal
 
 from datamachine.errors import AmbiguousIdPrefix
 from datamachine.storage.locks import check_session_id
 
-__all__ = ["MAX_LISTED", "ambiguous", "glob_prefix", "match_prefix"]
+__all__ = ["MAX_LISTED", "ambiguous", "glob_prefix", "match_prefix", "resolve_prefix"]
 
 # How many candidate ids an ambiguous prefix names in its error.
 MAX_LISTED = 5
@@ -56,3 +57,16 @@ def ambiguous(prefix: str, matches: list[str], noun: str) -> AmbiguousIdPrefix:
     return AmbiguousIdPrefix(
         f"Ambiguous {noun} id prefix {prefix!r}: it starts {listed}; give more characters.",
         prefix=prefix, matches=matches[:MAX_LISTED])
+
+
+def resolve_prefix(conn: sqlite3.Connection, table: Table, prefix: object, noun: str,
+                   not_found: Callable[[str], Exception]) -> str:
+    """The one stored id ``prefix`` names; ``not_found(prefix)`` when none starts with it,
+    :class:`AmbiguousIdPrefix` naming the candidates when several do. Call it holding the
+    connection's lock."""
+    text, found = match_prefix(conn, table, prefix)
+    if not found:
+        raise not_found(text)
+    if len(found) > 1:
+        raise ambiguous(text, found, noun)
+    return found[0]

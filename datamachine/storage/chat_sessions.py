@@ -27,7 +27,7 @@ from datamachine.errors import (
     UsageError,
 )
 from datamachine.registry import MAX_BUDGET_VALUE, validate_budget_value
-from datamachine.storage._prefix import ambiguous, match_prefix
+from datamachine.storage._prefix import resolve_prefix
 from datamachine.storage._tx import (
     Connected,
     connection_lock,
@@ -186,14 +186,11 @@ class ChatSessionStore:
         exactly one (any length). :class:`ChatSessionNotFound` if no id starts with it;
         :class:`AmbiguousIdPrefix` (a ``UsageError``) naming the candidates if several do."""
         with self._lock:
-            text, found = match_prefix(self._db.conn, "chat_sessions", prefix)
-        if not found:
-            raise ChatSessionNotFound(
-                f"No chat session id starts with {text!r} in {self._label}; list them with "
-                "host.chat_sessions.list() or `datamachine sessions list`.")
-        if len(found) > 1:
-            raise ambiguous(text, found, "chat session")
-        return found[0]
+            return resolve_prefix(
+                self._db.conn, "chat_sessions", prefix, "chat session",
+                lambda text: ChatSessionNotFound(
+                    f"No chat session id starts with {text!r} in {self._label}; list them "
+                    "with host.chat_sessions.list() or `datamachine sessions list`."))
 
     def list(self, limit: int = 50) -> builtins.list[ChatSession]:
         """Sessions, most recently updated first."""

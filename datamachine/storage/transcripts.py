@@ -35,7 +35,7 @@ from agents_api import InvalidMessage, Message, clock, normalize_messages
 from agents_api.errors import brief_repr
 from datamachine.errors import DatabaseError, TranscriptNotFound, UsageError, first_field_error
 from datamachine.storage import transcript_rows as rows
-from datamachine.storage._prefix import ambiguous, match_prefix
+from datamachine.storage._prefix import resolve_prefix
 from datamachine.storage._tx import (
     Connected,
     connection_lock,
@@ -235,14 +235,11 @@ class TranscriptStore:
         cannot be a session id.
         """
         with self._lock:
-            text, found = match_prefix(self._db.conn, "transcripts", prefix)
-        if not found:
-            raise TranscriptNotFound(
-                f"No transcript id starts with {text!r} in {self._label}; list them with "
-                "host.transcripts.list() or `datamachine transcripts list`.")
-        if len(found) > 1:
-            raise ambiguous(text, found, "transcript")
-        return found[0]
+            return resolve_prefix(
+                self._db.conn, "transcripts", prefix, "transcript",
+                lambda text: TranscriptNotFound(
+                    f"No transcript id starts with {text!r} in {self._label}; list them with "
+                    "host.transcripts.list() or `datamachine transcripts list`."))
 
     def get(self, session_id: str) -> list[dict[str, Any]]:
         """The stored messages (envelope dicts), in order; TranscriptNotFound if unknown."""

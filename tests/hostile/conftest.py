@@ -3,12 +3,15 @@ to make tokens, change settings and read what the server stored."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +63,14 @@ class Served:
         raise AssertionError("no VmRSS line")
 
 
-def start_server(folder: Path, env: dict[str, str] | None = None) -> Served:
-    """Boot the database, then start the server process on a socket bound here."""
+def start_server(folder: Path, env: dict[str, str] | None = None, *,
+                 main: str = "tests.hostile.server_main",
+                 load_plugins: str = "datamachine-fetch") -> Served:
+    """Boot the database, then start the server process (``python -m MAIN DB FD``) on a
+    socket bound here, so its port is known before it starts."""
     folder.mkdir(parents=True, exist_ok=True)
     db = folder / "site.db"
-    host = bootstrap.boot(db_path=db)
+    host = bootstrap.boot(db_path=db, load_entrypoints=bool(load_plugins))
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # uvicorn takes a passed socket for a Unix one, so asyncio does not set TCP_NODELAY on
@@ -76,11 +82,10 @@ def start_server(folder: Path, env: dict[str, str] | None = None) -> Served:
     port = listener.getsockname()[1]
     log = folder / "server.log"
     environment = {**os.environ, "PYTHONPATH": str(ROOT),
-                   "DATAMACHINE_LOAD_PLUGINS": "datamachine-fetch", **(env or {})}
+                   "DATAMACHINE_LOAD_PLUGINS": load_plugins, **(env or {})}
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "tests.hostile.server_main", str(db),
-             str(listener.fileno())],
+            [sys.executable, "-m", main, str(db), str(listener.fileno())],
             cwd=ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT,
             pass_fds=[listener.fileno()])
     listener.close()
@@ -129,3 +134,16 @@ def assert_no_paths(served: Served, response: httpx.Response) -> None:
     text = response.text
     for path in (str(served.folder), str(ROOT), sys.prefix, str(Path.home())):
         assert path not in text, (path, text)
+
+
+@contextlib.contextmanager
+def serving(server: ThreadingHTTPServer) -> Iterator[ThreadingHTTPServer]:
+    """``server`` answering on its own thread for the block, then shut down and closed."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

@@ -12,11 +12,10 @@ import json
 import sqlite3
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -26,7 +25,7 @@ from datamachine.server.chain import (
     HEADER_CALLER_SITE,
     HEADER_CHAIN_SITES,
 )
-from tests.hostile.conftest import ROOT, Served, assert_no_paths
+from tests.hostile.conftest import ROOT, Served, assert_no_paths, serving
 
 
 def error(served: Served, response: httpx.Response, status: int, code: str) -> dict[str, Any]:
@@ -211,15 +210,8 @@ class _Recorder(BaseHTTPRequestHandler):
 @contextlib.contextmanager
 def http_server(address: str, redirect_to: str | None = None
                 ) -> Iterator[RecordingServer]:
-    server = RecordingServer(address, redirect_to)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serving(RecordingServer(address, redirect_to)) as server:
+        yield cast(RecordingServer, server)
 
 
 def fetch_result(served: Served, token: str, url: str) -> str:
