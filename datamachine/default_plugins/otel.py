@@ -26,11 +26,21 @@ def register_settings() -> list[SettingSpec]:
                     "OpenTelemetry spans; off by default, for privacy.")]
 
 
+_modules: list[Any] = []  # opentelemetry.trace, once imported (a run's set-up asks every time)
+
+
+def _trace() -> Any:
+    if not _modules:
+        from opentelemetry import trace
+
+        _modules.append(trace)
+    return _modules[0]
+
+
 @hookimpl
 def run_observer(run: RunInfo, host: Any) -> RunObserver | None:
     """A tracing observer for the run, or None when no tracer provider is configured."""
-    from opentelemetry import trace
-
+    trace = _trace()
     provider = trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider):
         return None  # nobody configured tracing: the run is not observed and costs nothing
