@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from datamachine.budgets_builtin import BUILTIN_BUDGETS, BUILTIN_OWNER
-from datamachine.db import default_db_path, open_handle
+from datamachine.db import default_db_target, is_postgres_url, open_handle
 from datamachine.errors import (
     DataMachineError,
     DuplicateBudgetError,
@@ -53,14 +53,15 @@ def boot(
 ) -> Host:
     """Build an isolated host.
 
-    ``db_path``: a file path, ``":memory:"``, or None for ``$DATAMACHINE_DB`` / the user data
-    directory. ``plugins``: extra plugin modules or objects registered after the installed ones.
-    ``load_entrypoints=False`` skips installed plugins (``DATAMACHINE_LOAD_PLUGINS`` narrows them).
+    ``db_path``: a file path, ``":memory:"``, a ``postgresql://`` URL (DESIGN.md 18), or None
+    for ``$DATAMACHINE_DB`` / the user data directory. ``plugins``: extra plugin modules or
+    objects registered after the installed ones. ``load_entrypoints=False`` skips installed
+    plugins (``DATAMACHINE_LOAD_PLUGINS`` narrows them).
     """
     pm, infos = make_plugin_manager(plugins, load_entrypoints=load_entrypoints)
-    resolved_path = None if db_path is not None and str(db_path) == ":memory:" else (
-        Path(db_path).expanduser() if db_path is not None else default_db_path()
-    )
+    target = default_db_target() if db_path is None else db_path
+    resolved_path = None if str(target) == ":memory:" or is_postgres_url(target) \
+        else Path(target).expanduser()
     handle = open_handle(db_path)
     registry = IterationBudgetRegistry()
     tools: list[ToolRegistry] = []  # filled below: the validator outlives this function

@@ -12,7 +12,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from datamachine.errors import DatabaseError
 from datamachine.storage._tx import connection_lock, share_lock
@@ -20,12 +20,16 @@ from datamachine.storage._tx import connection_lock, share_lock
 if TYPE_CHECKING:
     from sqlite_utils import Database
 
-__all__ = ["BUSY_TIMEOUT_MS", "DatabaseHandle", "default_db_path", "open_database", "open_handle"]
+__all__ = ["BUSY_TIMEOUT_MS", "DatabaseHandle", "default_db_path", "default_db_target",
+           "is_postgres_url", "open_database", "open_handle", "open_postgres"]
 
 T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 30_000
 DB_ENV = "DATAMACHINE_DB"
+# Connections a PostgreSQL host keeps open at most (one per thread writing at once).
+POOL_SIZE_ENV = "DATAMACHINE_DB_POOL_SIZE"
+DEFAULT_POOL_SIZE = 10
 # The schema's migrations (datamachine.migrations) as sqlite-utils records them: read here
 # without importing sqlite-utils, so a boot on a current database does not load it at all.
 # tests/storage/test_database.py checks they match the migrations themselves.
@@ -74,13 +78,55 @@ class DatabaseHandle:
 
 
 def default_db_path() -> Path:
-    """``$DATAMACHINE_DB``, else ``datamachine.db`` in the user data directory."""
+    """``$DATAMACHINE_DB``, else ``datamachine.db`` in the user data directory (a PostgreSQL
+    URL there is :func:`default_db_target`'s business)."""
     configured = os.environ.get(DB_ENV)
-    if configured:
+    if configured and not is_postgres_url(configured):
         return Path(configured).expanduser()
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("datamachine", appauthor=False)) / "datamachine.db"
+
+
+def default_db_target() -> Path | str:
+    """``$DATAMACHINE_DB`` as a PostgreSQL URL when it is one, else :func:`default_db_path`."""
+    configured = os.environ.get(DB_ENV, "")
+    return configured if is_postgres_url(configured) else default_db_path()
+
+
+def is_postgres_url(target: object) -> bool:
+    """Whether ``target`` names a PostgreSQL database (``postgresql://`` or ``postgres://``)."""
+    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
+
+
+def open_postgres(url: str) -> Any:
+    """A :class:`~datamachine.storage._pg.PgHandle` on ``url``, migrated (psycopg is imported
+    only here: a SQLite host never loads it)."""
+    try:
+        from datamachine.storage._pg import PgHandle
+    except ImportError as exc:
+        raise DatabaseError(
+            f"DATAMACHINE_DB names a PostgreSQL database, but psycopg is not installed ({exc}). "
+            "Install the extra: pip install 'datamachine-agents[postgres]'.") from None
+    from datamachine.pg_migrations import migrate
+
+    handle = PgHandle(url, max_size=_pool_size())
+    try:
+        migrate(handle)
+    except BaseException:
+        handle.conn.close()
+        raise
+    return handle
+
+
+def _pool_size() -> int:
+    raw = os.environ.get(POOL_SIZE_ENV, "")
+    if not raw:
+        return DEFAULT_POOL_SIZE
+    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+        raise DatabaseError(f"{POOL_SIZE_ENV} must be a whole number from 1 to 1000, got "
+                            f"{raw!r}.")
+    return int(raw)
 
 
 def _connect(path: Path | str) -> sqlite3.Connection:
@@ -115,10 +161,17 @@ def open_database(path: str | Path | None = None, *, create_parent: bool | None 
 def open_handle(path: str | Path | None = None, *,
                 create_parent: bool | None = None) -> DatabaseHandle:
     """Like :func:`open_database`, as a :class:`DatabaseHandle`: sqlite-utils is imported only
-    if a migration is pending (a new file) or the ``Database`` is asked for."""
+    if a migration is pending (a new file) or the ``Database`` is asked for.
+
+    A ``postgresql://`` URL (given, or in ``$DATAMACHINE_DB``) opens PostgreSQL instead: a
+    ``PgHandle`` with the same ``conn`` the stores use (DESIGN.md 18)."""
     if path is None:
-        target: Path | str = default_db_path()
+        target: Path | str = default_db_target()
+        if isinstance(target, str):
+            return open_postgres(target)  # type: ignore[no-any-return]
         create_parent = True if create_parent is None else create_parent
+    elif is_postgres_url(path):
+        return open_postgres(str(path))  # type: ignore[no-any-return]
     else:
         target = path if str(path) == ":memory:" else Path(path).expanduser()
     if target == ":memory:" or str(target) == ":memory:":

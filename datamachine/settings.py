@@ -216,8 +216,14 @@ class Settings:
         with self._write_lock:
             if self._trusted and self._cache is not None:
                 return self._cache  # inside batch(): checked once already
-            version = self._db.conn.execute("PRAGMA data_version").fetchone()[0]
-            if self._cache is None or version != self._version:
+            from datamachine.storage._tx import dialect
+
+            conn = self._db.conn
+            # PostgreSQL has no counterpart of data_version: the table (a few rows) is read
+            # each time, still one query for a run's whole batch() of settings.
+            version = (conn.execute("PRAGMA data_version").fetchone()[0]
+                       if dialect(conn) == "sqlite" else None)
+            if self._cache is None or version is None or version != self._version:
                 self._cache = dict(
                     self._db.conn.execute("SELECT key, value FROM settings").fetchall()
                 )

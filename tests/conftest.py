@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 import bootstrap
 from datamachine.host import Host
+from tests.postgres_server import PostgresServer
 
 
 @pytest.fixture(autouse=True)
 def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No test reads the developer's settings, database or plugin selection, or a real API key."""
-    import os
-
     for name in list(os.environ):
         if name.startswith("DATAMACHINE_"):
             monkeypatch.delenv(name)
@@ -42,3 +44,38 @@ def file_host(tmp_path: Path) -> Iterator[Host]:
         yield h
     finally:
         h.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this test session (tests/postgres_server.py), with a migrated
+    template database every test's own database is copied from."""
+    from datamachine.db import open_handle
+    from tests.postgres_server import REQUIRE_ENV, find_bin_dir, start_postgres
+
+    if find_bin_dir() is None:
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail(f"{REQUIRE_ENV} is set but PostgreSQL is not installed.")
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql; .ci/run does).")
+    server = start_postgres()
+    try:
+        with psycopg.connect(server.url, autocommit=True) as admin:
+            admin.execute("CREATE DATABASE dm_template")
+        open_handle(server.url_for("dm_template")).conn.close()  # migrated once
+        yield server
+    finally:
+        server.stop()
+
+
+_DATABASES = itertools.count(1)
+
+
+@pytest.fixture
+def pg_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """A new, migrated PostgreSQL database of this test alone, dropped after it."""
+    name = f"dm_test_{next(_DATABASES)}"
+    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name} TEMPLATE dm_template STRATEGY FILE_COPY")
+    yield postgres_server.url_for(name)
+    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")

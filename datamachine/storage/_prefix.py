@@ -9,18 +9,21 @@ Why ``GLOB`` and not ``LIKE``: ``GLOB`` is case-sensitive like the ids themselve
 turns a ``GLOB 'literal*'`` on a primary key into a range search of its index (``LIKE`` scans
 the table unless ``case_sensitive_like`` is on). The three characters ``GLOB`` treats as
 wildcards are escaped as one-character sets, so an id holding ``*``, ``?`` or ``[`` is a literal.
+PostgreSQL has no ``GLOB``; its ids are ``COLLATE "C"``, where ``LIKE`` is case-sensitive and a
+literal prefix is a range search too.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import Literal
 
 from datamachine.errors import AmbiguousIdPrefix
+from datamachine.storage._tx import Conn, dialect
 from datamachine.storage.locks import check_session_id
 
-__all__ = ["MAX_LISTED", "ambiguous", "glob_prefix", "match_prefix", "resolve_prefix"]
+__all__ = ["MAX_LISTED", "ambiguous", "glob_prefix", "like_prefix", "match_prefix",
+           "resolve_prefix"]
 
 # How many candidate ids an ambiguous prefix names in its error.
 MAX_LISTED = 5
@@ -33,7 +36,12 @@ def glob_prefix(text: str) -> str:
     return "".join(f"[{ch}]" if ch in "*?[" else ch for ch in text) + "*"
 
 
-def match_prefix(conn: sqlite3.Connection, table: Table, prefix: object) -> tuple[str, list[str]]:
+def like_prefix(text: str) -> str:
+    """The ``LIKE`` pattern (escape ``\\``) of every string starting with ``text`` literally."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def match_prefix(conn: Conn, table: Table, prefix: object) -> tuple[str, list[str]]:
     """``prefix`` checked as an id (``UsageError`` if it cannot be one), and the stored ids it
     names: ``[prefix]`` when it is a whole stored id, else up to ``MAX_LISTED + 1`` ids starting
     with it, sorted (empty: none). Call it holding the connection's lock."""
@@ -46,8 +54,13 @@ def match_prefix(conn: sqlite3.Connection, table: Table, prefix: object) -> tupl
         text = text.strip()
         if conn.execute(f"SELECT 1 FROM {table} WHERE id = ?", [text]).fetchone() is not None:
             return text, [text]
-    found = conn.execute(f"SELECT id FROM {table} WHERE id GLOB ? ORDER BY id LIMIT ?",
-                         [glob_prefix(text), MAX_LISTED + 1]).fetchall()
+    if dialect(conn) == "postgresql":
+        # The ids are COLLATE "C" there: LIKE 'literal%' is a range search of the key's index.
+        found = conn.execute(f"SELECT id FROM {table} WHERE id LIKE ? ESCAPE '\\' ORDER BY id "
+                             "LIMIT ?", [like_prefix(text), MAX_LISTED + 1]).fetchall()
+    else:
+        found = conn.execute(f"SELECT id FROM {table} WHERE id GLOB ? ORDER BY id LIMIT ?",
+                             [glob_prefix(text), MAX_LISTED + 1]).fetchall()
     return text, [str(row[0]) for row in found]
 
 
@@ -59,7 +72,7 @@ def ambiguous(prefix: str, matches: list[str], noun: str) -> AmbiguousIdPrefix:
         prefix=prefix, matches=matches[:MAX_LISTED])
 
 
-def resolve_prefix(conn: sqlite3.Connection, table: Table, prefix: object, noun: str,
+def resolve_prefix(conn: Conn, table: Table, prefix: object, noun: str,
                    not_found: Callable[[str], Exception]) -> str:
     """The one stored id ``prefix`` names; ``not_found(prefix)`` when none starts with it,
     :class:`AmbiguousIdPrefix` naming the candidates when several do. Call it holding the

@@ -1,5 +1,8 @@
 """Write transactions shared by every store: one lock per connection, ``BEGIN IMMEDIATE``.
 
+On PostgreSQL (``datamachine.storage._pg``) the same calls borrow a connection per thread and
+take advisory locks instead; see that module for why.
+
 Why ``BEGIN IMMEDIATE``: a deferred transaction that reads and then writes can fail at once with
 ``database is locked`` when another process wrote in between (SQLite cannot wait there without
 risking a deadlock). Taking the write lock up front makes SQLite's busy timeout apply instead, so
@@ -18,28 +21,117 @@ import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Protocol
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol
 
 from datamachine.errors import DatabaseError, UsageError
 
-__all__ = ["Connected", "connection_lock", "db_label", "immediate", "is_utf8", "query",
-           "query_one", "share_lock", "snapshot", "sqlite_errors", "unstorable"]
+if TYPE_CHECKING:
+    from datamachine.storage._pg import PgConnection
+
+__all__ = ["Conn", "Connected", "StoreLock", "connection_lock", "db_label", "dialect",
+           "immediate", "is_utf8", "no_lock", "query", "query_one", "share_lock", "snapshot",
+           "sqlite_errors", "unstorable"]
+
+
+class Rows(Protocol):
+    """What a statement gives back, on either backend."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    @property
+    def lastrowid(self) -> int | None: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class Conn(Protocol):
+    """The part of a ``sqlite3.Connection`` the stores use; PostgreSQL's
+    :class:`~datamachine.storage._pg.PgConnection` offers the same."""
+
+    @property
+    def in_transaction(self) -> bool: ...
+
+    def execute(self, sql: str, parameters: Any = ..., /) -> Rows: ...
+
+    def executemany(self, sql: str, parameters: Any, /) -> Rows: ...
 
 
 class Connected(Protocol):
-    """What a store needs of a database: its ``sqlite3`` connection. A sqlite-utils
-    ``Database`` has one, and so has the host's :class:`datamachine.db.DatabaseHandle`, which
-    lets a host boot without importing sqlite-utils."""
+    """What a store needs of a database: its connection. A sqlite-utils ``Database`` has one,
+    and so has the host's :class:`datamachine.db.DatabaseHandle`, which lets a host boot without
+    importing sqlite-utils, and its PostgreSQL twin ``PgHandle``."""
 
-    conn: sqlite3.Connection
+    @property
+    def conn(self) -> sqlite3.Connection | PgConnection: ...
 
 
-_LOCKS: weakref.WeakKeyDictionary[Connected, threading.RLock] = weakref.WeakKeyDictionary()
+class StoreLock(Protocol):
+    """The lock a store holds around its use of the connection (``threading.RLock`` on SQLite;
+    nothing to hold on PostgreSQL, where every thread has its own connection)."""
+
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+
+    def release(self) -> None: ...
+
+    def __enter__(self) -> bool: ...
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None, /) -> None: ...
+
+
+class _NoLock:
+    """The lock of a PostgreSQL handle: nothing to serialize in this process."""
+
+    __slots__ = ()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None
+
+    def __enter__(self) -> bool:
+        return True
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None, /) -> None:
+        return None
+
+
+_NO_LOCK = _NoLock()
+
+
+def no_lock() -> StoreLock:
+    """The lock that holds nothing (PostgreSQL's: see :class:`StoreLock`)."""
+    return _NO_LOCK
+
+
+def _pg(db: Connected) -> PgConnection | None:
+    conn = db.conn
+    if type(conn) is sqlite3.Connection or getattr(conn, "dialect", "") != "postgresql":
+        return None
+    return conn  # type: ignore[return-value]
+
+
+def dialect(conn: object) -> str:
+    """``"sqlite"`` or ``"postgresql"``: which SQL ``conn`` speaks, for the few statements
+    that differ."""
+    return "sqlite" if type(conn) is sqlite3.Connection else str(getattr(conn, "dialect",
+                                                                          "sqlite"))
+
+
+_LOCKS: weakref.WeakKeyDictionary[Connected, StoreLock] = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
 
 
-def connection_lock(db: Connected) -> threading.RLock:
+def connection_lock(db: Connected) -> StoreLock:
     """The re-entrant lock every store takes before using ``db``'s connection."""
+    if _pg(db) is not None:
+        return _NO_LOCK
     with _LOCKS_GUARD:
         lock = _LOCKS.get(db)
         if lock is None:
@@ -77,27 +169,28 @@ def unstorable(action: str, exc: BaseException) -> UsageError | None:
     return None
 
 
-def query(conn: sqlite3.Connection, sql: str, params: Sequence[object] = ()) -> list[sqlite3.Row]:
+def query(conn: Conn | sqlite3.Connection, sql: str, params: Sequence[object] = ()) -> list[Any]:
     """Rows whose columns are read by name (``row["status"]``), on the shared connection.
 
     The row factory is set on this cursor only: sqlite-utils, which shares the connection,
     keeps its plain tuples. A parameter SQLite cannot take is a UsageError (``unstorable``).
     """
-    cursor = conn.cursor()
+    cursor = conn.cursor()  # type: ignore[union-attr]
     cursor.row_factory = sqlite3.Row
     try:
-        return cursor.execute(sql, params).fetchall()
+        rows: list[Any] = cursor.execute(sql, params).fetchall()
+        return rows
     except (*_UNBINDABLE, sqlite3.ProgrammingError) as exc:
         raise unstorable("read the database", exc) or exc from None
 
 
-def query_one(conn: sqlite3.Connection, sql: str,
-              params: Sequence[object] = ()) -> sqlite3.Row | None:
+def query_one(conn: Conn | sqlite3.Connection, sql: str,
+              params: Sequence[object] = ()) -> Any:
     """The first row of :func:`query`, or None."""
-    cursor = conn.cursor()
+    cursor = conn.cursor()  # type: ignore[union-attr]
     cursor.row_factory = sqlite3.Row
     try:
-        row: sqlite3.Row | None = cursor.execute(sql, params).fetchone()
+        row = cursor.execute(sql, params).fetchone()
     except (*_UNBINDABLE, sqlite3.ProgrammingError) as exc:
         raise unstorable("read the database", exc) or exc from None
     return row
@@ -111,7 +204,11 @@ def share_lock(source: Connected, other: Connected) -> None:
 
 
 def db_label(db: Connected) -> str:
-    """The file behind ``db`` (or ``:memory:``), for error messages that name the path."""
+    """The file behind ``db`` (or ``:memory:``, or the PostgreSQL URL without its password),
+    for error messages that name it."""
+    pg = _pg(db)
+    if pg is not None:
+        return pg.label
     try:
         for row in db.conn.execute("PRAGMA database_list").fetchall():
             if row[1] == "main":
@@ -146,20 +243,31 @@ class immediate:
     inside it, so the caller still decides whether everything commits together. A ``sqlite3``
     failure anywhere in it surfaces as a :class:`DatabaseError` naming the file.
 
+    ``keys`` name what the block writes (``"session:<id>"``, ``"job:<id>"``): on PostgreSQL
+    only blocks sharing a key (or naming none) wait for each other; SQLite runs every write
+    transaction alone anyway.
+
     A class rather than a ``@contextmanager`` generator: every turn of a persisted run opens one,
     and the generator machinery cost more than the rest of the bookkeeping around the SQL.
     """
 
-    __slots__ = ("_action", "_conn", "_db", "_label", "_lock", "_savepoint")
+    __slots__ = ("_action", "_conn", "_db", "_keys", "_label", "_lock", "_pg", "_savepoint")
 
-    def __init__(self, db: Connected, lock: threading.RLock, label: str, action: str) -> None:
+    _conn: Any
+
+    def __init__(self, db: Connected, lock: StoreLock, label: str, action: str,
+                 keys: Sequence[str] = ()) -> None:
         self._db = db
         self._lock = lock
         self._label = label
         self._action = action
+        self._keys = keys
         self._savepoint: str | None = None
+        self._pg = _pg(db)
 
-    def __enter__(self) -> sqlite3.Connection:
+    def __enter__(self) -> Conn:
+        if self._pg is not None:
+            return self._enter_pg(self._pg)
         self._lock.acquire()
         try:
             conn = self._conn = self._db.conn
@@ -178,6 +286,9 @@ class immediate:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: object) -> None:
+        if self._pg is not None:
+            self._exit_pg(self._pg, exc)
+            return
         conn, savepoint = self._conn, self._savepoint
         try:
             if exc_type is None:
@@ -208,16 +319,47 @@ class immediate:
         if isinstance(exc, sqlite3.Error):
             raise _database_error(self._label, self._action, exc) from exc
 
+    def _enter_pg(self, pg: PgConnection) -> PgConnection:
+        if not pg.begin(self._keys, action=self._action):
+            self._savepoint = f"dm_{secrets.token_hex(8)}"
+            pg.savepoint(self._savepoint, "SAVEPOINT")
+        return pg
+
+    def _exit_pg(self, pg: PgConnection, exc: BaseException | None) -> None:
+        savepoint = self._savepoint
+        if savepoint is not None:
+            if exc is None:
+                pg.savepoint(savepoint, "RELEASE SAVEPOINT")
+            else:
+                pg.savepoint(savepoint, "ROLLBACK TO SAVEPOINT")
+                pg.savepoint(savepoint, "RELEASE SAVEPOINT")
+        else:
+            pg.end(commit=exc is None, action=self._action)
+        if exc is not None:
+            refused = unstorable(self._action, exc)
+            if refused is not None:
+                raise refused from None
+
 
 @contextmanager
-def snapshot(db: Connected, lock: threading.RLock, label: str) -> Iterator[sqlite3.Connection]:
+def snapshot(db: Connected, lock: StoreLock, label: str) -> Iterator[Any]:
     """Run several reads against one consistent snapshot (a read transaction), holding ``lock``.
 
     Without it, another process could commit between two SELECTs, and a transcript's row would
     disagree with its messages. Inside a caller's transaction the reads simply join it.
     """
+    pg = _pg(db)
+    if pg is not None:
+        opened = pg.begin((), read_only=True, action="read")
+        try:
+            yield pg
+        finally:
+            if opened:
+                pg.end(commit=True, action="read")
+        return
     with lock, sqlite_errors(label, "read"):
         conn = db.conn
+        assert isinstance(conn, sqlite3.Connection)
         if conn.in_transaction:
             yield conn
             return

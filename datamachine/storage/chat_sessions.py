@@ -11,7 +11,6 @@ count, because turns counted without a limit were never offered a confirmation. 
 from __future__ import annotations
 
 import builtins
-import sqlite3
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -29,6 +28,7 @@ from datamachine.errors import (
 from datamachine.registry import MAX_BUDGET_VALUE, validate_budget_value
 from datamachine.storage._prefix import resolve_prefix
 from datamachine.storage._tx import (
+    Conn,
     Connected,
     connection_lock,
     db_label,
@@ -91,7 +91,7 @@ def validate_max_turns(value: object, knob: str = "max_turns") -> MaxTurns:
         raise InvalidBudgetValue(f'{exc} Use "unlimited" for no limit.') from None
 
 
-def record_turn(conn: sqlite3.Connection, session_id: str, *, reset: bool, abort: bool,
+def record_turn(conn: Conn, session_id: str, *, reset: bool, abort: bool,
                 max_turns: MaxTurns, now: float, create: bool = False,
                 token_name: str | None = None) -> None:
     """Inside a turn's transaction: count the turn (``reset``: the user confirmed at the limit,
@@ -113,7 +113,7 @@ def record_turn(conn: sqlite3.Connection, session_id: str, *, reset: bool, abort
         [reset, abort, now, session_id])
 
 
-def record_limit_answer(conn: sqlite3.Connection, session_id: str, *, confirmed: bool,
+def record_limit_answer(conn: Conn, session_id: str, *, confirmed: bool,
                         now: float) -> None:
     """Inside a run's transaction: the answer at a session already at its limit before the run
     (confirmed: the count starts again from 0; declined: the session is aborted for good)."""
@@ -123,7 +123,11 @@ def record_limit_answer(conn: sqlite3.Connection, session_id: str, *, confirmed:
 
 
 def _session(row: Any) -> ChatSession:
-    return ChatSession(**dict(row))
+    fields = dict(row)
+    limit = fields["max_turns"]
+    if isinstance(limit, str) and limit.isdigit():  # PostgreSQL keeps the column as text
+        fields["max_turns"] = int(limit)
+    return ChatSession(**fields)
 
 
 class ChatSessionStore:
@@ -157,7 +161,8 @@ class ChatSessionStore:
         sid = uuid.uuid4().hex if session_id is None else check_session_id(session_id)
         now = clock.now()
         with self._lock:
-            with immediate(self._db, self._lock, self._label, "create a chat session") as conn:
+            with immediate(self._db, self._lock, self._label, "create a chat session",
+                           (f"session:{sid}",)) as conn:
                 cursor = conn.execute(
                     "INSERT INTO chat_sessions (id, turn_count, status, max_turns, created_at, "
                     "updated_at) VALUES (?, 0, 'active', ?, ?, ?) ON CONFLICT (id) DO NOTHING",
@@ -247,7 +252,8 @@ class ChatSessionStore:
                 active_only: bool) -> ChatSession:
         check_session_id(session_id)
         with self._lock:
-            with immediate(self._db, self._lock, self._label, "update a chat session") as conn:
+            with immediate(self._db, self._lock, self._label, "update a chat session",
+                           (f"session:{session_id}",)) as conn:
                 row = query_one(conn, f"SELECT {_COLUMNS} FROM chat_sessions WHERE id = ?",
                                 [session_id])
                 if row is None:

@@ -25,6 +25,7 @@ from datamachine.storage._tx import (
     Connected,
     connection_lock,
     db_label,
+    dialect,
     immediate,
     is_utf8,
     query,
@@ -129,13 +130,15 @@ class JobStore:
         data = _encode_data(engine_data, "engine_data")
         now = clock.now()
         with self._lock:
-            with immediate(self._db, self._lock, self._label, "create a job") as conn:
-                cursor = conn.execute(
-                    "INSERT INTO jobs (flow_step_id, status, engine_data, created_at, updated_at) "
-                    "VALUES (?, 'pending', ?, ?, ?)",
-                    [flow_step_id, plain_json(data), now, now],
-                )
-                job_id = int(cursor.lastrowid or 0)
+            with immediate(self._db, self._lock, self._label, "create a job",
+                           ("jobs:new",)) as conn:
+                insert = ("INSERT INTO jobs (flow_step_id, status, engine_data, created_at, "
+                          "updated_at) VALUES (?, 'pending', ?, ?, ?)")
+                params = [flow_step_id, plain_json(data), now, now]
+                if dialect(conn) == "sqlite":  # RETURNING needs SQLite 3.35; lastrowid is older
+                    job_id = int(conn.execute(insert, params).lastrowid or 0)
+                else:
+                    job_id = int(conn.execute(insert + " RETURNING id", params).fetchone()[0])
             return self.get(job_id)
 
     def get(self, job_id: int) -> Job:
@@ -184,7 +187,8 @@ class JobStore:
         jid = check_job_id(job_id)
         update = _encode_data(data, "engine data to merge")
         with self._lock:
-            with immediate(self._db, self._lock, self._label, "update a job") as conn:
+            with immediate(self._db, self._lock, self._label, "update a job",
+                           (f"job:{jid}",)) as conn:
                 row = query_one(conn, "SELECT engine_data FROM jobs WHERE id = ?", [jid])
                 if row is None:
                     raise JobNotFound(f"No job has id {jid} in {self._label}.")
@@ -200,7 +204,8 @@ class JobStore:
         allowed = _TRANSITIONS[target]
         now = clock.now()
         with self._lock:
-            with immediate(self._db, self._lock, self._label, "update a job") as conn:
+            with immediate(self._db, self._lock, self._label, "update a job",
+                           (f"job:{jid}",)) as conn:
                 row = query_one(conn, "SELECT status FROM jobs WHERE id = ?", [jid])
                 if row is None:
                     raise JobNotFound(f"No job has id {jid} in {self._label}.")

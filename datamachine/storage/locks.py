@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-import sqlite3
 
 from pydantic import BaseModel, ConfigDict
 
@@ -20,6 +19,7 @@ from agents_api import clock
 from agents_api.errors import LockLost, brief_repr
 from datamachine.errors import UsageError
 from datamachine.storage._tx import (
+    Conn,
     Connected,
     connection_lock,
     db_label,
@@ -81,7 +81,7 @@ def check_ttl(ttl: object) -> float:
     return seconds
 
 
-def prove(conn: sqlite3.Connection, session_id: str, token: str, ttl: float,
+def prove(conn: Conn, session_id: str, token: str, ttl: float,
           now: float, *, extend: bool = True) -> None:
     """Inside a write transaction: raise :class:`LockLost` unless ``token`` holds the session's
     lock, and (``extend``) extend it to ``now + ttl`` when that is due (``RENEW_INTERVAL``).
@@ -117,7 +117,8 @@ class TranscriptLocks:
         seconds = check_ttl(ttl)
         token = secrets.token_hex(16)
         now = clock.now()
-        with immediate(self._db, self._lock, self._label, "take a transcript lock") as conn:
+        with immediate(self._db, self._lock, self._label, "take a transcript lock",
+                       (f"session:{sid}",)) as conn:
             cursor = conn.execute(
                 "INSERT INTO transcript_locks (session_id, token, expires_at, acquired_at, holder) "
                 "VALUES (?, ?, ?, ?, ?) "
@@ -141,7 +142,8 @@ class TranscriptLocks:
         if not _could_be_token(token):
             return False
         now = clock.now()
-        with immediate(self._db, self._lock, self._label, "renew a transcript lock") as conn:
+        with immediate(self._db, self._lock, self._label, "renew a transcript lock",
+                       (f"session:{sid}",)) as conn:
             cursor = conn.execute(
                 "UPDATE transcript_locks SET expires_at = ? WHERE session_id = ? AND token = ?",
                 [now + seconds, sid, str(token)],
@@ -153,7 +155,8 @@ class TranscriptLocks:
         sid = check_session_id(session_id)
         if not _could_be_token(token):
             return False  # no lock was ever given such a token: nothing to release
-        with immediate(self._db, self._lock, self._label, "release a transcript lock") as conn:
+        with immediate(self._db, self._lock, self._label, "release a transcript lock",
+                       (f"session:{sid}",)) as conn:
             cursor = conn.execute(
                 "DELETE FROM transcript_locks WHERE session_id = ? AND token = ?",
                 [sid, str(token)],

@@ -50,6 +50,11 @@ _USE = ("SELECT COALESCE((SELECT amount FROM spend_settled WHERE limit_name = ? 
         "expires_at > ?), 0)")
 
 
+def _window_key(key: WindowKey) -> str:
+    # What a PostgreSQL transaction locks for one window (see datamachine.storage._pg).
+    return f"spend:{key.limit}\x1f{key.scope_key}\x1f{key.start}"
+
+
 class SpendStore:
     """Reserve, settle and read spend per window (see the module docstring)."""
 
@@ -64,7 +69,8 @@ class SpendStore:
         none: refused when a window is spent (use >= limit) or the amount would take it past
         its limit. Returns (reserved, each window's use before this reservation)."""
         now = clock.now()
-        with immediate(self._db, self._lock, self._label, "reserve spend") as conn:
+        keys = [_window_key(key) for key, _, _ in items]
+        with immediate(self._db, self._lock, self._label, "reserve spend", keys) as conn:
             conn.execute("DELETE FROM spend_reservations WHERE expires_at <= ?", [now])
             uses = []
             for key, _, _ in items:
@@ -84,7 +90,8 @@ class SpendStore:
     def settle(self, reservation: str, items: Sequence[tuple[WindowKey, int]]) -> None:
         """Drop ``reservation`` and add what its request spent to each window's settled use."""
         now = clock.now()
-        with immediate(self._db, self._lock, self._label, "settle spend") as conn:
+        keys = [_window_key(key) for key, _ in items]
+        with immediate(self._db, self._lock, self._label, "settle spend", keys) as conn:
             conn.execute("DELETE FROM spend_reservations WHERE id = ?", [reservation])
             conn.executemany(
                 "INSERT INTO spend_settled (limit_name, scope_key, window_start, amount, "
@@ -96,7 +103,8 @@ class SpendStore:
 
     def release(self, reservation: str) -> None:
         """Drop ``reservation`` (its request failed or was never sent)."""
-        with immediate(self._db, self._lock, self._label, "release spend") as conn:
+        with immediate(self._db, self._lock, self._label, "release spend",
+                       (f"spend-reservation:{reservation}",)) as conn:
             conn.execute("DELETE FROM spend_reservations WHERE id = ?", [reservation])
 
     def use(self, keys: Sequence[WindowKey]) -> list[WindowUse]:

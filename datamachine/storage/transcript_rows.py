@@ -8,14 +8,13 @@ run's ``cumulative_turn_count``): a turn's messages and its counts land in one c
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agents_api.jsontext import compact_json
 from agents_api.message import Message, normalize_message
-from datamachine.storage._tx import query_one
+from datamachine.storage._tx import Conn, query_one
 
 __all__ = ["Counts", "append", "encode", "finish", "read_counts", "start"]
 
@@ -59,7 +58,7 @@ def _request_field(request: Mapping[str, Any], key: str) -> str | None:
     return None if value is None else str(value)
 
 
-def read_counts(conn: sqlite3.Connection, sid: str) -> Counts | None:
+def read_counts(conn: Conn, sid: str) -> Counts | None:
     """The row's status and counts, or None when the session has no transcript yet."""
     row = query_one(conn, "SELECT status, message_count, turn_count, cumulative_turn_count "
                           "FROM transcripts WHERE id = ?", [sid])
@@ -69,7 +68,7 @@ def read_counts(conn: sqlite3.Connection, sid: str) -> Counts | None:
                   int(row["cumulative_turn_count"]))
 
 
-def _insert(conn: sqlite3.Connection, sid: str, position: int, turn: int,
+def _insert(conn: Conn, sid: str, position: int, turn: int,
             encoded: Sequence[str], now: float) -> None:
     if encoded:
         conn.executemany(
@@ -78,7 +77,7 @@ def _insert(conn: sqlite3.Connection, sid: str, position: int, turn: int,
             [(sid, position + i, turn, text, now) for i, text in enumerate(encoded)])
 
 
-def _create(conn: sqlite3.Connection, sid: str, request: Mapping[str, Any],
+def _create(conn: Conn, sid: str, request: Mapping[str, Any],
             now: float) -> Counts:
     conn.execute(
         "INSERT INTO transcripts (id, status, provider, model, mode, created_at, updated_at, "
@@ -88,7 +87,7 @@ def _create(conn: sqlite3.Connection, sid: str, request: Mapping[str, Any],
     return Counts("running", 0, 0, 0)
 
 
-def start(conn: sqlite3.Connection, sid: str, messages: Sequence[MessageLike],
+def start(conn: Conn, sid: str, messages: Sequence[MessageLike],
           request: Mapping[str, Any], now: float) -> Counts:
     """A run begins: store its starting messages beyond the stored ones; the row is
     ``running`` with ``turn_count`` 0 (the counts of the run that starts now)."""
@@ -108,7 +107,7 @@ def start(conn: sqlite3.Connection, sid: str, messages: Sequence[MessageLike],
     return Counts("running", counts.message_count + len(new), 0, earlier)
 
 
-def append(conn: sqlite3.Connection, sid: str, turn: int, messages: Sequence[MessageLike],
+def append(conn: Conn, sid: str, turn: int, messages: Sequence[MessageLike],
            now: float) -> Counts:
     """One finished turn: its messages after the stored ones, and the row's counts with them.
 
@@ -127,7 +126,7 @@ def append(conn: sqlite3.Connection, sid: str, turn: int, messages: Sequence[Mes
     return after
 
 
-def finish(conn: sqlite3.Connection, sid: str, messages: Sequence[MessageLike],
+def finish(conn: Conn, sid: str, messages: Sequence[MessageLike],
            request: Mapping[str, Any], result: Any, now: float) -> None:
     """A run ends: anything not stored yet, the final status, usage, budgets and summary.
 

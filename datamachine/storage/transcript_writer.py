@@ -11,13 +11,12 @@ session. A chat session's turn count moves in the same transaction as the turn i
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from agents_api import clock
 from datamachine.storage import transcript_rows as rows
-from datamachine.storage._tx import Connected, connection_lock, db_label, immediate, snapshot
+from datamachine.storage._tx import Conn, Connected, connection_lock, db_label, immediate, snapshot
 from datamachine.storage.locks import (
     RENEW_INTERVAL,
     TranscriptLocks,
@@ -31,7 +30,7 @@ __all__ = ["TranscriptWriter", "TurnHook"]
 T = TypeVar("T")
 
 # Called inside a turn's transaction, after its messages: (connection, turn, now).
-TurnHook = Callable[[sqlite3.Connection, int, float], None]
+TurnHook = Callable[[Conn, int, float], None]
 
 
 class TranscriptWriter:
@@ -51,6 +50,7 @@ class TranscriptWriter:
         self.token = token
         self.ttl = check_ttl(ttl)
         self._on_turn = on_turn
+        self._keys = (f"session:{self.session_id}",)
         # When this writer last proved and extended its lock (a committed write), and what
         # persist() said of the lock it freed in its own commit.
         self._proven_at: float | None = None
@@ -80,14 +80,14 @@ class TranscriptWriter:
 
     def append_turn(self, turn: int, messages: Sequence[rows.MessageLike]) -> None:
         """Store one finished turn and its counts, all or nothing."""
-        def write(conn: sqlite3.Connection, now: float) -> None:
+        def write(conn: Conn, now: float) -> None:
             rows.append(conn, self.session_id, turn, messages, now)
             if self._on_turn is not None:
                 self._on_turn(conn, turn, now)
 
         self._write("append a turn", write)
 
-    def write(self, action: str, body: Callable[[sqlite3.Connection, float], T]) -> T:
+    def write(self, action: str, body: Callable[[Conn, float], T]) -> T:
         """Run ``body(conn, now)`` as one transaction that first proves the lock: a run's own
         writes beyond its transcript (a chat session's reset before the run) obey the same rule
         as its turns. ``action`` names the write in a DatabaseError."""
@@ -111,7 +111,7 @@ class TranscriptWriter:
         if str(getattr(result, "status", "")) == "transcript_lock_contention":
             return self.session_id  # another run holds the session: write nothing
 
-        def write(conn: sqlite3.Connection, now: float) -> bool | None:
+        def write(conn: Conn, now: float) -> bool | None:
             rows.finish(conn, self.session_id, messages, dict(request or {}), result, now)
             if self.token is None:
                 return None
@@ -133,11 +133,12 @@ class TranscriptWriter:
         self._released = TranscriptLocks(self._db).release(self.session_id, self.token)
         return self._released
 
-    def _write(self, action: str, body: Callable[[sqlite3.Connection, float], Any], *,
+    def _write(self, action: str, body: Callable[[Conn, float], Any], *,
                extend: bool = True) -> Any:
         now = clock.now()
         nested = self._db.conn.in_transaction
-        with self._lock, immediate(self._db, self._lock, self._label, action) as conn:
+        with self._lock, immediate(self._db, self._lock, self._label, action,
+                                   self._keys) as conn:
             if self.token is not None:
                 prove(conn, self.session_id, self.token, self.ttl, now, extend=extend)
             value = body(conn, now)

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agents_api import InvalidMessage, Message, clock, normalize_messages
 from agents_api.errors import brief_repr
+from agents_api.jsontext import compact_json
 from datamachine.errors import DatabaseError, TranscriptNotFound, UsageError, first_field_error
 from datamachine.storage import transcript_rows as rows
 from datamachine.storage._prefix import resolve_prefix
@@ -40,6 +41,7 @@ from datamachine.storage._tx import (
     Connected,
     connection_lock,
     db_label,
+    dialect,
     immediate,
     is_utf8,
     query,
@@ -190,7 +192,8 @@ class TranscriptStore:
     def _write(self, session_id: str, token: str | None, action: str, body: Any) -> None:
         sid = check_session_id(session_id)
         now = clock.now()
-        with self._lock, immediate(self._db, self._lock, self._label, action) as conn:
+        with self._lock, immediate(self._db, self._lock, self._label, action,
+                                   (f"session:{sid}",)) as conn:
             if token is not None:
                 prove(conn, sid, token, self._ttl_of(conn, sid, token, now), now)
             body(conn, sid, now)
@@ -209,12 +212,22 @@ class TranscriptStore:
         if status not in TRANSCRIPT_STATUSES:
             raise UsageError(f"status must be one of {', '.join(TRANSCRIPT_STATUSES)}, got "
                              f"{brief_repr(status)}.")
-        with self._lock, immediate(self._db, self._lock, self._label,
-                                   "update a transcript") as conn:
+        with self._lock, immediate(self._db, self._lock, self._label, "update a transcript",
+                                   (f"session:{sid}",)) as conn:
+            row = query_one(conn, "SELECT result FROM transcripts WHERE id = ?", [sid])
+            if row is None:
+                return
+            try:
+                result = json.loads(row["result"])
+            except ValueError:
+                result = None
+            if isinstance(result, dict):
+                result["status"] = status
             conn.execute(
-                "UPDATE transcripts SET status = ?, "
-                "result = json_set(result, '$.status', ?), updated_at = ? WHERE id = ?",
-                [status, status, clock.now(), sid],
+                "UPDATE transcripts SET status = ?, result = COALESCE(?, result), updated_at = ? "
+                "WHERE id = ?",
+                [status, compact_json(result) if isinstance(result, dict) else None,
+                 clock.now(), sid],
             )
 
     def exists(self, session_id: str) -> bool:
@@ -312,17 +325,21 @@ class TranscriptStore:
         if status is not None:
             where.append(f"{effective} = ?")
             params.append(status)
+        pg = dialect(self._db.conn) == "postgresql"
         if mode is not None:
             # A run given several modes stores them joined by commas: match any one of them.
-            where.append("instr(',' || t.mode || ',', ',' || ? || ',') > 0")
+            where.append(f"{'strpos' if pg else 'instr'}(',' || t.mode || ',', ',' || ? || ',') "
+                         "> 0")
             params.append(mode)
         if search is not None:
             # Every message's JSON is read: a scan of the listed sessions' messages, newest
             # session first, stopping once ``limit`` sessions matched.
             # A damaged envelope (not JSON) matches nothing instead of failing the listing.
+            content = ("datamachine_json_field(m.envelope, 'content') ILIKE" if pg else
+                       "CASE WHEN json_valid(m.envelope) THEN json_extract(m.envelope, "
+                       "'$.content') END LIKE")
             where.append("EXISTS (SELECT 1 FROM transcript_messages m WHERE m.session_id = t.id "
-                         "AND CASE WHEN json_valid(m.envelope) "
-                         "THEN json_extract(m.envelope, '$.content') END LIKE ? ESCAPE '\\')")
+                         f"AND {content} ? ESCAPE '\\')")
             params.append(_like_anywhere(search))
         sql = f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN}"
         if where:

@@ -56,7 +56,7 @@ def test_moves_against_the_lifecycle_are_refused_and_change_nothing(
     with pytest.raises(InvalidJobTransition, match=f"Job {job.id} is '{before.status}'"):
         attempt()
     assert host.jobs.get(job.id) == before
-    assert not host.db.conn.in_transaction
+    assert not host.handle.conn.in_transaction
 
 
 def test_engine_data_merges_top_level_keys(host: Host) -> None:
@@ -129,5 +129,5 @@ def test_a_payload_job_id_no_job_can_have_is_reported_not_raised(host: Host,
 
 def test_job_ids_are_never_reused(host: Host) -> None:
     job = host.jobs.create()
-    host.db.execute("DELETE FROM jobs WHERE id = ?", [job.id])
+    host.handle.conn.execute("DELETE FROM jobs WHERE id = ?", [job.id])
     assert host.jobs.create().id == job.id + 1

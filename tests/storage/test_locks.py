@@ -132,4 +132,4 @@ def test_threads_sharing_one_host_get_exactly_one_lock(file_host: Host) -> None:
     assert errors == []
     assert sum(token is not None for token in tokens) == 20
     assert len(file_host.jobs.list(limit=1000)) == 160
-    assert not file_host.db.conn.in_transaction
+    assert not file_host.handle.conn.in_transaction

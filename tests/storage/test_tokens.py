@@ -8,16 +8,16 @@ import pytest
 
 from datamachine.errors import DuplicateTokenName, InvalidTokenName
 from datamachine.host import Host
+from tests.storage import backends
 
 
 def test_a_token_is_shown_once_and_only_its_hash_is_stored(host: Host) -> None:
     token = host.tokens.create("ci")
     assert token.startswith("dm_")
     assert len(token) > 40
-    rows = host.db.conn.execute("SELECT name, token_hash FROM api_tokens").fetchall()
+    rows = host.handle.conn.execute("SELECT name, token_hash FROM api_tokens").fetchall()
     assert rows == [("ci", hashlib.sha256(token.encode()).hexdigest())]
-    dump = "\n".join(host.db.conn.iterdump())
-    assert token not in dump
+    assert token not in backends.dump(host)
     assert host.tokens.verify(token) == "ci"
 
 

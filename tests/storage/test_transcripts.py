@@ -14,7 +14,8 @@ from agents_api import IterationBudget, LockLost, LoopResult, Message, TurnResul
 from datamachine.errors import DatabaseError, TranscriptNotFound, UsageError
 from datamachine.host import Host
 from datamachine.storage import TranscriptStore
-from tests.storage import workers
+from datamachine.storage._tx import connection_lock, immediate
+from tests.storage import backends, workers
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC).timestamp()
 
@@ -177,14 +178,10 @@ def test_a_failed_turn_write_leaves_nothing_of_that_turn(host: Host,
                                                          store: TranscriptStore) -> None:
     store.append_turn("s", 1, _turn(1))
     # Refuse the turn's second message, so its INSERT fails midway.
-    host.db.conn.execute(
-        "CREATE TEMP TRIGGER refuse_second AFTER INSERT ON transcript_messages "
-        "WHEN NEW.position = 4 BEGIN SELECT RAISE(ABORT, 'refused'); END")
-    with pytest.raises(DatabaseError, match="append a turn"):
+    with backends.refuse_message_at(host, 4), pytest.raises(DatabaseError, match="append a turn"):
         store.append_turn("s", 2, _turn(2))
-    host.db.conn.execute("DROP TRIGGER refuse_second")
-    assert not host.db.conn.in_transaction
-    rows = host.db.conn.execute(
+    assert not host.handle.conn.in_transaction
+    rows = host.handle.conn.execute(
         "SELECT position FROM transcript_messages WHERE session_id = 's' ORDER BY position"
     ).fetchall()
     assert rows == [(0,), (1,), (2,)]  # the turn's first message was rolled back too
@@ -195,15 +192,19 @@ def test_a_failed_turn_write_leaves_nothing_of_that_turn(host: Host,
 def test_a_write_inside_the_callers_transaction_rolls_back_with_it(
     host: Host, store: TranscriptStore
 ) -> None:
-    def write_then_fail() -> None:
-        with host.db.atomic():
-            store.append_turn("s", 1, _turn(1))
-            raise RuntimeError("the caller changed its mind")
+    class ChangedItsMind(Exception):
+        pass
 
-    with pytest.raises(RuntimeError):
+    def write_then_fail() -> None:
+        with immediate(host.handle, connection_lock(host.handle), "test", "the caller's"):
+            store.append_turn("s", 1, _turn(1))
+            assert store.exists("s")  # written, inside the caller's transaction
+            raise ChangedItsMind
+
+    with pytest.raises(ChangedItsMind):
         write_then_fail()
     assert not store.exists("s")
-    assert not host.db.conn.in_transaction
+    assert not host.handle.conn.in_transaction
 
 
 def test_values_json_cannot_hold_are_stored_as_text(store: TranscriptStore) -> None:
@@ -242,20 +243,25 @@ def test_a_bad_append_turn_is_refused_before_anything_is_stored(
 
 
 def test_a_damaged_row_is_left_out_of_the_listing_and_logged(
-        store: TranscriptStore, caplog: pytest.LogCaptureFixture) -> None:
+        host: Host, store: TranscriptStore, caplog: pytest.LogCaptureFixture) -> None:
     # A row an older version stored (a fractional turn count, broken JSON) must not cost the
-    # listing of every other transcript.
+    # listing of every other transcript. (PostgreSQL's bigint column cannot even hold 1.5.)
+    fraction = not backends.is_postgres(host)
     for sid in ("good", "fraction", "json"):
         store.append_turn(sid, 1, _turn(1))
-    store._db.conn.execute("UPDATE transcripts SET turn_count = 1.5 WHERE id = 'fraction'")
+    if fraction:
+        store._db.conn.execute("UPDATE transcripts SET turn_count = 1.5 WHERE id = 'fraction'")
     store._db.conn.execute("UPDATE transcripts SET usage = '{oops' WHERE id = 'json'")
     with caplog.at_level("WARNING", logger="datamachine.storage"):
-        assert [s.id for s in store.list()] == ["good"]
-    assert "'fraction'" in caplog.text
-    assert "turn_count" in caplog.text
+        listed = sorted(s.id for s in store.list())
+    assert listed == (["good"] if fraction else ["fraction", "good"])
     assert "'json'" in caplog.text
-    with pytest.raises(DatabaseError, match=r"transcript row 'fraction' .* damaged \(turn_count\)"):
-        store.summary("fraction")
+    if fraction:
+        assert "'fraction'" in caplog.text
+        assert "turn_count" in caplog.text
+        with pytest.raises(DatabaseError,
+                           match=r"transcript row 'fraction' .* damaged \(turn_count\)"):
+            store.summary("fraction")
     with pytest.raises(DatabaseError, match="transcript row 'json'"):
         store.get_transcript("json")
 
@@ -340,30 +346,13 @@ def test_run_loop_on_a_locked_session_never_calls_the_runner(store: TranscriptSt
 
 
 def test_a_begin_whose_commit_fails_leaves_nothing_claiming_the_messages_are_stored(
-    store: TranscriptStore, monkeypatch: pytest.MonkeyPatch
+    host: Host, store: TranscriptStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sqlite3
-
-    real = store._db.conn
-
-    class FailingCommit:
-        armed = True
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(real, name)
-
-        def execute(self, sql: str, *args: Any) -> Any:
-            if sql == "COMMIT" and FailingCommit.armed:
-                FailingCommit.armed = False
-                raise sqlite3.OperationalError("disk I/O error (simulated)")
-            return real.execute(sql, *args)
-
     messages = [Message.text("system", "sys"), Message.text("user", "hello")]
     assert store.acquire("s", 60) is not None
-    monkeypatch.setattr(store._db, "conn", FailingCommit())
-    with pytest.raises(DatabaseError):
+    with backends.failing_commits(host, monkeypatch, once=True), \
+            pytest.raises(DatabaseError, match="disk I/O error"):
         store.begin("s", messages, {"provider": "p"})
-    monkeypatch.setattr(store._db, "conn", real)
     store.persist(messages, {"provider": "p"},
                   LoopResult(messages=messages, transcript_session_id="s", status="error"))
     assert store.get("s") == [m.to_dict() for m in messages]  # the final write stored them
@@ -396,11 +385,11 @@ def test_every_turn_writes_the_exact_counts_with_its_messages(
     for turn in (1, 2, 3):
         frozen.tick(0.1)
         store.append_turn("s", turn, _turn(turn), token=token)
-        row = host.db.conn.execute(
+        row = host.handle.conn.execute(
             "SELECT message_count, turn_count, cumulative_turn_count FROM transcripts "
             "WHERE id = 's'").fetchone()
         assert row == (8 + 3 * turn, turn, 2 + turn)
-    other = TranscriptStore(host.db)
+    other = TranscriptStore(host.handle)
     record = other.get_transcript("s")
     assert record.status == "running"
     assert record.message_count == len(record.messages) == 17
@@ -417,19 +406,19 @@ def test_a_run_killed_between_row_writes_loses_no_count_and_the_next_run_continu
         store.append_turn("s", turn, _turn(turn))
     # The process dies here: no persist, no release. Its lock runs out.
     frozen.tick(61)
-    record = TranscriptStore(host.db).get_transcript("s")
+    record = TranscriptStore(host.handle).get_transcript("s")
     assert record.status == "interrupted"
     assert (record.message_count, record.turn_count, record.cumulative_turn_count) == (13, 4, 4)
 
     # The next process continues the session without begin(): its turns go after the stored
     # messages, and the cumulative count goes on from the killed run's last turn.
-    successor = TranscriptStore(host.db)
+    successor = TranscriptStore(host.handle)
     token = successor.acquire("s", 60)
     assert token is not None
     successor.append_turn("s", 1, _turn(5))
     record = successor.get_transcript("s")
     assert (record.message_count, record.turn_count, record.cumulative_turn_count) == (16, 1, 5)
-    positions = [row[0] for row in host.db.conn.execute(
+    positions = [row[0] for row in host.handle.conn.execute(
         "SELECT position FROM transcript_messages WHERE session_id = 's' ORDER BY position")]
     assert positions == list(range(16))
 
@@ -493,7 +482,7 @@ def test_a_lock_taken_over_before_persist_is_left_to_its_new_holder(
     token = store.acquire("s", 10)
     assert token is not None
     frozen.tick(11)  # expired: another process takes the session over
-    other = TranscriptStore(host.db)
+    other = TranscriptStore(host.handle)
     theirs = other.acquire("s", 60)
     assert theirs is not None
     messages = [Message.text("user", "hi")]
@@ -505,28 +494,14 @@ def test_a_lock_taken_over_before_persist_is_left_to_its_new_holder(
 
 
 def test_a_persist_that_fails_keeps_the_lock_for_release(
-    store: TranscriptStore, monkeypatch: pytest.MonkeyPatch
+    host: Host, store: TranscriptStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sqlite3
-
-    real = store._db.conn
-
-    class FailingCommit:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(real, name)
-
-        def execute(self, sql: str, *args: Any) -> Any:
-            if sql == "COMMIT":
-                raise sqlite3.OperationalError("disk I/O error (simulated)")
-            return real.execute(sql, *args)
-
     token = store.acquire("s", 60)
     assert token is not None
     messages = [Message.text("user", "hi")]
-    monkeypatch.setattr(store._db, "conn", FailingCommit())
-    with pytest.raises(DatabaseError):
+    with backends.failing_commits(host, monkeypatch), \
+            pytest.raises(DatabaseError, match="disk I/O error"):
         store.persist(messages, {}, _result("s", messages))
-    monkeypatch.setattr(store._db, "conn", real)
     assert store.locks.info("s") is not None  # the rollback kept it
     assert store.release("s", token) is True
     assert store.locks.info("s") is None
@@ -548,9 +523,9 @@ def test_begin_after_a_killed_run_writes_the_counts_it_reconciled(
     killed_run(store, prompt, 4)
     stored = store.get("s")
     again = [Message(**m) for m in stored] + [Message.text("user", "again")]
-    second = TranscriptStore(host.db)
+    second = TranscriptStore(host.handle)
     killed_run(second, again, 1)  # dies too, before any row write of its own
-    record = TranscriptStore(host.db).get_transcript("s")
+    record = TranscriptStore(host.handle).get_transcript("s")
     assert (record.turn_count, record.cumulative_turn_count) == (1, 5)
     assert record.message_count == len(record.messages) == 13 + 1 + 3
 

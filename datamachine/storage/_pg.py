@@ -1,0 +1,422 @@
+"""PostgreSQL under the stores: the handle, and a connection that speaks what they speak.
+
+The stores are written once, against the small part of ``sqlite3`` they use: ``execute`` and
+``executemany`` with ``?`` placeholders, ``fetchone``/``fetchall``, ``rowcount``, rows read by
+name or position, ``in_transaction``. :class:`PgConnection` offers exactly that over a psycopg 3
+pool, so every store keeps one code path and one set of tests for both backends; the few
+statements that differ ask :func:`datamachine.storage._tx.dialect`.
+
+Why a thread-bound connection and no process-wide lock: a SQLite host shares one connection and
+serializes its threads on it. Here each thread borrows its own connection from the pool for a
+transaction (or for one statement outside one), so threads and processes run side by side and
+PostgreSQL arbitrates.
+
+Why advisory locks instead of ``SERIALIZABLE``: SQLite's ``BEGIN IMMEDIATE`` makes every write
+transaction run alone, and the stores rely on it (read a count, then write it). A transaction
+here takes a transaction-level advisory lock on each key it names (a session, a job, a spend
+window) and a shared lock on the whole database, or that whole-database lock exclusively when it
+names none. Writers of different sessions run concurrently; writers of one session, and any
+write nobody keyed, run one at a time exactly as on SQLite, and nothing has to be retried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from functools import lru_cache
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.adapt import Dumper
+from psycopg.pq import TransactionStatus
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from datamachine.errors import DatabaseError, UsageError
+
+__all__ = ["SCHEMA", "PgConnection", "PgHandle", "PgRow", "conninfo", "lock_key", "translate"]
+
+# Every datamachine table lives in this PostgreSQL schema (procrastinate's queue tables too), so
+# a database shared with an application never mixes their tables.
+SCHEMA = "datamachine"
+_WHOLE_DATABASE = "datamachine:database"
+POOL_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 10
+
+
+def lock_key(name: str) -> int:
+    """The 64-bit advisory lock number of ``name`` (a collision only serializes two keys)."""
+    return int.from_bytes(hashlib.blake2b(name.encode("utf-8", "surrogatepass"),
+                                          digest_size=8).digest(), "big", signed=True)
+
+
+_WHOLE_KEY = lock_key(_WHOLE_DATABASE)
+
+
+def hide_password(url: str) -> str:
+    """``url`` with its password replaced, for messages and labels."""
+    from datamachine.setting_spec import hide_url_password
+
+    return str(hide_url_password(url))
+
+
+class _UntypedInt(Dumper):
+    """Python ints sent with no declared type, as SQLite takes them: PostgreSQL reads each from
+    its place in the statement (a ``bigint`` column, a ``LIMIT``, text compared with text), so
+    ``max_turns`` holds ``5`` or ``'unlimited'`` through the same statement on both backends."""
+
+    oid = 0
+
+    def dump(self, obj: int) -> bytes:
+        return str(obj).encode()
+
+
+class PgRow:
+    """A row read by column name or position, like ``sqlite3.Row``."""
+
+    __slots__ = ("_index", "_values")
+
+    def __init__(self, values: Sequence[Any], index: dict[str, int]) -> None:
+        self._values = values
+        self._index = index
+
+    def __getitem__(self, key: int | str) -> Any:
+        return self._values[self._index[key] if isinstance(key, str) else key]
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
+
+    def keys(self) -> list[str]:
+        return list(self._index)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PgRow):
+            return tuple(self._values) == tuple(other._values)
+        if isinstance(other, tuple):
+            return tuple(self._values) == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PgRow({dict(zip(self._index, self._values, strict=True))!r})"
+
+
+def _row_factory(cursor: Any) -> Any:
+    description = cursor.description
+    if description is None:
+        return tuple
+    index = {column.name: i for i, column in enumerate(description)}
+    return lambda values: PgRow(values, index)
+
+
+@lru_cache(maxsize=1024)
+def translate(sql: str) -> str:
+    """A statement written for ``sqlite3`` in psycopg's terms: ``?`` becomes ``%s`` and a
+    literal ``%`` is doubled (outside quoted text and identifiers, where both stay as they
+    are)."""
+    out: list[str] = []
+    quote: str | None = None
+    for ch in sql:
+        if quote is not None:
+            out.append("%%" if ch == "%" else ch)
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+            out.append(ch)
+        elif ch == "?":
+            out.append("%s")
+        elif ch == "%":
+            out.append("%%")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+class _Result:
+    """What a statement returned, read off the server at once (the connection goes back to the
+    pool, or on to the transaction's next statement)."""
+
+    __slots__ = ("_rows", "rowcount")
+
+    lastrowid = None
+
+    def __init__(self, rows: list[Any], rowcount: int) -> None:
+        self._rows = rows
+        self.rowcount = rowcount
+
+    def fetchone(self) -> Any:
+        return self._rows[0] if self._rows else None
+
+    def fetchall(self) -> list[Any]:
+        return self._rows
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._rows)
+
+
+def _run(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any] | None) -> _Result:
+    cursor = conn.execute(translate(sql), params if params is not None else ())
+    rows = cursor.fetchall() if cursor.description is not None else []
+    return _Result(rows, cursor.rowcount)
+
+
+class _Cursor:
+    """``conn.cursor()``: the stores set ``row_factory`` on it (rows here always read both
+    ways) and call ``execute``."""
+
+    __slots__ = ("_conn", "row_factory")
+
+    def __init__(self, conn: PgConnection) -> None:
+        self._conn = conn
+        self.row_factory: Any = None
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> _Result:
+        return self._conn.execute(sql, params)
+
+
+class PgConnection:
+    """The stores' connection on PostgreSQL (see the module docstring)."""
+
+    dialect = "postgresql"
+
+    def __init__(self, pool: ConnectionPool[Any], label: str) -> None:
+        self._pool = pool
+        self.label = label
+        self._local = threading.local()
+
+    # -- statements ------------------------------------------------------------------------
+    @property
+    def in_transaction(self) -> bool:
+        """Whether this thread has a transaction open on this database."""
+        return getattr(self._local, "conn", None) is not None
+
+    def execute(self, sql: str, params: Sequence[Any] | None = ()) -> _Result:
+        """Run one statement: in this thread's transaction, else on its own (autocommit)."""
+        current = getattr(self._local, "conn", None)
+        with self._errors(self._local.action if current is not None else "read"):
+            if current is not None:
+                return _run(current, sql, params)
+            with self._borrow() as conn:
+                return _run(conn, sql, params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> _Result:
+        """Run one statement per row of parameters (in one round trip)."""
+        batch = list(rows)
+        current = getattr(self._local, "conn", None)
+        with self._errors(self._local.action if current is not None else "write"):
+            if current is not None:
+                return self._many(current, sql, batch)
+            with self._borrow() as conn, conn.transaction():
+                return self._many(conn, sql, batch)
+
+    @staticmethod
+    def _many(conn: psycopg.Connection[Any], sql: str, batch: list[Sequence[Any]]) -> _Result:
+        if not batch:
+            return _Result([], 0)
+        with conn.cursor() as cursor:
+            cursor.executemany(translate(sql), batch)
+            return _Result([], cursor.rowcount)
+
+    def cursor(self) -> _Cursor:
+        return _Cursor(self)
+
+    def close(self) -> None:
+        """Close the pool: every connection of this host."""
+        self._pool.close()
+
+    # -- transactions ----------------------------------------------------------------------
+    def begin(self, keys: Sequence[str], *, read_only: bool = False,
+              action: str = "write") -> bool:
+        """Open this thread's transaction holding the advisory locks of ``keys`` (see the
+        module docstring); inside an open one, take those locks too and report ``False`` (the
+        caller makes a savepoint). ``read_only``: one consistent snapshot for several reads."""
+        current = getattr(self._local, "conn", None)
+        if current is not None:
+            if keys and not read_only:
+                with self._errors(action):
+                    current.execute(self._lock_sql(keys))
+            return False
+        conn = self._getconn()
+        try:
+            if read_only:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            else:
+                conn.execute("BEGIN; " + self._lock_sql(keys))
+        except BaseException as exc:
+            self._putconn(conn)
+            if isinstance(exc, psycopg.Error):
+                raise self._database_error(action, exc) from exc
+            raise
+        self._local.conn = conn
+        self._local.action = action
+        return True
+
+    def end(self, commit: bool, action: str) -> None:
+        """Commit (or roll back) this thread's transaction and return its connection; a
+        failed commit is a DatabaseError naming ``action`` (nothing of it was stored)."""
+        conn = self._local.conn
+        self._local.conn = None
+        try:
+            conn.execute("COMMIT" if commit else "ROLLBACK")
+        except psycopg.Error as exc:
+            if commit:
+                raise self._database_error(action, exc) from exc
+        finally:
+            self._putconn(conn)
+
+    def savepoint(self, name: str, action: str) -> None:
+        """``action``: ``SAVEPOINT``, ``RELEASE SAVEPOINT`` or ``ROLLBACK TO SAVEPOINT``."""
+        with self._errors(self._local.action):
+            self._local.conn.execute(f"{action} {name}")
+
+    @staticmethod
+    def _lock_sql(keys: Sequence[str]) -> str:
+        if not keys:
+            return f"SELECT pg_advisory_xact_lock({_WHOLE_KEY})"
+        numbers = sorted({lock_key(key) for key in keys})  # one order everywhere: no deadlock
+        return (f"SELECT pg_advisory_xact_lock_shared({_WHOLE_KEY}), "
+                + ", ".join(f"pg_advisory_xact_lock({n})" for n in numbers))
+
+    # -- the pool --------------------------------------------------------------------------
+    def _getconn(self) -> psycopg.Connection[Any]:
+        try:
+            conn: psycopg.Connection[Any] = self._pool.getconn(timeout=POOL_TIMEOUT_S)
+            return conn
+        except PoolTimeout as exc:
+            raise DatabaseError(
+                f"No connection to the database {self.label} within {POOL_TIMEOUT_S:g} s "
+                f"({exc}). Check that the server is up and reachable, or raise its "
+                "max_connections / DATAMACHINE_DB_POOL_SIZE.") from None
+
+    def _putconn(self, conn: psycopg.Connection[Any]) -> None:
+        # The pool would roll back a connection returned mid-transaction too, with a warning;
+        # after a failed COMMIT that is expected, so it is done here quietly.
+        if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("ROLLBACK")
+        self._pool.putconn(conn)
+
+    def _borrow(self) -> _Borrowed:
+        return _Borrowed(self)
+
+    def _errors(self, action: str) -> _Errors:
+        return _Errors(self, action)
+
+    def _database_error(self, action: str, exc: psycopg.Error) -> DatabaseError:
+        text = str(exc).strip()
+        hint = ("" if isinstance(exc, psycopg.IntegrityError | psycopg.errors.RaiseException)
+                else " If the server restarted or the network dropped, retry; check "
+                "DATAMACHINE_DB otherwise.")
+        return DatabaseError(f"Cannot {action} in the database {self.label}: "
+                             f"{text.splitlines()[0] if text else type(exc).__name__}.{hint}")
+
+
+class _Borrowed:
+    __slots__ = ("_conn", "_owner")
+
+    def __init__(self, owner: PgConnection) -> None:
+        self._owner = owner
+
+    def __enter__(self) -> psycopg.Connection[Any]:
+        self._conn = self._owner._getconn()
+        return self._conn
+
+    def __exit__(self, *exc: object) -> None:
+        self._owner._putconn(self._conn)
+
+
+class _Errors:
+    """psycopg's failures as the stores' own: a value the server cannot take (out of range, a
+    NUL character) is a UsageError naming the fix; anything else a DatabaseError naming the
+    database."""
+
+    __slots__ = ("_action", "_owner")
+
+    def __init__(self, owner: PgConnection, action: str) -> None:
+        self._owner = owner
+        self._action = action
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 traceback: object) -> None:
+        if exc is None or not isinstance(exc, psycopg.Error | ValueError):
+            return
+        if isinstance(exc, psycopg.DataError | ValueError):
+            # ValueError: psycopg refuses text holding NUL before sending it.
+            raise UsageError(
+                f"Cannot {self._action} the database: a value given cannot be stored in it "
+                f"({str(exc).splitlines()[0]}). Check the arguments: ids and counts are "
+                "integers up to 2**63 - 1, text must be valid UTF-8 without NUL "
+                "characters.") from None
+        raise self._owner._database_error(self._action, exc) from exc
+
+
+def conninfo(url: str) -> str:
+    """``url`` with datamachine's schema first on the search path (and an application name
+    that ``pg_stat_activity`` shows)."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    extra = f"-c search_path={SCHEMA}"
+    query["options"] = f"{query['options']} {extra}" if "options" in query else extra
+    query.setdefault("application_name", "datamachine")
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    conn.adapters.register_dumper(int, _UntypedInt)
+    conn.row_factory = _row_factory
+
+
+class PgHandle:
+    """A host's PostgreSQL database: a psycopg pool behind the stores' :class:`PgConnection`.
+
+    ``database`` (sqlite-utils) does not exist here: it is a SQLite tool.
+    """
+
+    __slots__ = ("__weakref__", "conn", "label", "url")
+
+    def __init__(self, url: str, *, max_size: int = 10) -> None:
+        self.url = url
+        self.label = hide_password(url)
+        info = conninfo(url)
+        # One connection first, so a wrong address or password fails at once with the
+        # server's reason (the pool would keep retrying until its timeout).
+        try:
+            psycopg.connect(info, connect_timeout=CONNECT_TIMEOUT_S).close()
+        except psycopg.Error as exc:
+            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise DatabaseError(
+                f"Cannot connect to the database {self.label} ({reason}). Check that the "
+                "server is running, the address and credentials in DATAMACHINE_DB, and that "
+                "the database exists (createdb).") from None
+        pool: ConnectionPool[Any] = ConnectionPool(
+            info, min_size=1, max_size=max_size, open=False, configure=_configure,
+            kwargs={"autocommit": True}, name="datamachine")
+        try:
+            pool.open(wait=True, timeout=POOL_TIMEOUT_S)
+        except PoolTimeout as exc:
+            pool.close()
+            raise DatabaseError(f"Cannot connect to the database {self.label} ({exc}).") from None
+        self.conn = PgConnection(pool, self.label)
+
+    @property
+    def database(self) -> Any:
+        raise DatabaseError(
+            f"host.db is the sqlite-utils Database of a SQLite host; this host is on "
+            f"PostgreSQL ({self.label}). Use the stores (host.transcripts, host.jobs, ...) or "
+            "host.handle.conn.execute(sql, params).")
+
+    @property
+    def migrated(self) -> bool:
+        from datamachine.pg_migrations import pending
+
+        return not pending(self.conn)
