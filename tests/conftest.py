@@ -26,6 +26,37 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     monkeypatch.setenv("DATAMACHINE_DB", str(tmp_path / "default.db"))
 
 
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test that takes ``backend`` (through ``backend_host`` or ``db_target``) runs on both
+    storage backends, unless marked ``sqlite_only``."""
+    if "backend" in metafunc.fixturenames:
+        only = metafunc.definition.get_closest_marker("sqlite_only") is not None
+        metafunc.parametrize("backend", ["sqlite"] if only else list(BACKENDS))
+
+
+@pytest.fixture
+def db_target(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """Where a test's database lives: a new file, or a new PostgreSQL database (its URL)."""
+    if backend == "postgresql":
+        url: str = request.getfixturevalue("pg_url")
+        return url
+    return str(tmp_path / "dm.db")
+
+
+@pytest.fixture
+def backend_host(backend: str, request: pytest.FixtureRequest) -> Iterator[Host]:
+    """A host with no installed plugins: in memory on SQLite, a new database on PostgreSQL."""
+    target = request.getfixturevalue("pg_url") if backend == "postgresql" else ":memory:"
+    h = bootstrap.boot(db_path=target, load_entrypoints=False)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
 @pytest.fixture
 def host() -> Iterator[Host]:
     """A host on an in-memory database with no installed plugins."""

@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,16 @@ class PostgresServer:
         if self.as_user is None:
             return list(args)
         return ["runuser", "-u", self.as_user, "--", *args]
+
+    def new_databases(self, count: int) -> list[str]:
+        """The URLs of ``count`` new, empty databases (not migrated: a first boot does it)."""
+        import psycopg
+
+        names = [f"dm_empty_{uuid.uuid4().hex[:12]}" for _ in range(count)]
+        with psycopg.connect(self.url, autocommit=True) as admin:
+            for name in names:
+                admin.execute(f"CREATE DATABASE {name}")
+        return [self.url_for(name) for name in names]
 
     def stop(self) -> None:
         subprocess.run(self.command(str(self.bin_dir / "pg_ctl"), "-D",

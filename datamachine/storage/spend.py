@@ -96,7 +96,7 @@ class SpendStore:
             conn.executemany(
                 "INSERT INTO spend_settled (limit_name, scope_key, window_start, amount, "
                 "updated_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (limit_name, scope_key, "
-                "window_start) DO UPDATE SET amount = amount + excluded.amount, "
+                "window_start) DO UPDATE SET amount = spend_settled.amount + excluded.amount, "
                 "updated_at = excluded.updated_at",
                 [(key.limit, key.scope_key, key.start, amount, now)
                  for key, amount in items if amount > 0])

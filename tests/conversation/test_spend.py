@@ -60,6 +60,12 @@ def settled(host: Host, name: str, scope_key: str = "site") -> int:
     return use.settled
 
 
+@pytest.fixture
+def host(backend_host: Host) -> Host:
+    """The spend windows' semantics hold on both storage backends."""
+    return backend_host
+
+
 def test_every_request_is_settled_in_the_window(host: Host) -> None:
     host.settings.set("spend_limits", [daily(10_000)])
     first = run(host, [step(1), done()])

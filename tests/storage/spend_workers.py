@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import traceback
-from pathlib import Path
 from typing import Any
 
 import bootstrap
@@ -38,7 +37,7 @@ def _script() -> list[dict[str, Any]]:
 def spend_runs(db_path: str, runs: int, out: Any) -> None:
     """Run ``runs`` two-request conversations; report each run's status and tokens."""
     try:
-        host = bootstrap.boot(db_path=Path(db_path), load_entrypoints=False)
+        host = bootstrap.boot(db_path=db_path, load_entrypoints=False)
         try:
             report = []
             for _ in range(runs):
@@ -71,7 +70,7 @@ class HangingModel:
 def reserve_and_hang(db_path: str, ttl: int, out: Any) -> None:
     """Start a run whose request reserves spend and then hangs in the provider."""
     try:
-        host = bootstrap.boot(db_path=Path(db_path), load_entrypoints=False,
+        host = bootstrap.boot(db_path=db_path, load_entrypoints=False,
                               plugins=[HangingModel(out)])
         host.run_conversation([{"role": "user", "content": "work"}], [], "scripted", "m",
                               payload={"transcript_lock_ttl": ttl})

@@ -63,9 +63,9 @@ def _check_chat_history(stored: list[dict[str, Any]], completed: list[str]) -> N
 
 
 @pytest.mark.parametrize("processes", [2, 4])
-def test_processes_chatting_on_one_session_lose_no_message(tmp_path: Path,
+def test_processes_chatting_on_one_session_lose_no_message(db_target: str,
                                                           processes: int) -> None:
-    db_path = tmp_path / "chat.db"
+    db_path = db_target
     with workers.boot_host(str(db_path)) as host:
         session = host.chat_sessions.create(max_turns="unlimited")
     barrier = CTX.Barrier(processes)
@@ -91,9 +91,9 @@ def test_processes_chatting_on_one_session_lose_no_message(tmp_path: Path,
 
 
 @pytest.mark.parametrize("processes", [2, 4])
-def test_processes_continuing_one_transcript_lose_no_turn(tmp_path: Path,
+def test_processes_continuing_one_transcript_lose_no_turn(db_target: str,
                                                          processes: int) -> None:
-    db_path = tmp_path / "continue.db"
+    db_path = db_target
     with workers.boot_host(str(db_path)) as host:
         first = host.run_conversation([{"role": "user", "content": "start"}], mode="chat",
                                       payload={"transcript_session_id": "shared"})
@@ -120,9 +120,9 @@ def test_processes_continuing_one_transcript_lose_no_turn(tmp_path: Path,
 
 
 def test_a_turn_that_outlives_its_lock_writes_nothing_after_the_takeover(
-    tmp_path: Path,
+    db_target: str,
 ) -> None:
-    db_path = tmp_path / "stale.db"
+    db_path = db_target
     with freeze_time(workers.T0), workers.boot_host(str(db_path)) as host:
         session = host.chat_sessions.create(max_turns="unlimited")
         assert host.chat(session.id, "hello").status == "completed"
@@ -161,7 +161,7 @@ def _wait_for_lines(path: Path, count: int, process: Any) -> None:
         time.sleep(0.002)
 
 
-def _check_after_kill(db_path: Path, session_id: str, iteration: int) -> int:
+def _check_after_kill(db_path: str, session_id: str, iteration: int) -> int:
     """Whole turns only, the session's count equals its stored turns; the stored turns."""
     assert _integrity(db_path) == "ok"
     with freeze_time(workers.T0 + dt.timedelta(hours=iteration, minutes=30)):
@@ -193,9 +193,9 @@ def _check_after_kill(db_path: Path, session_id: str, iteration: int) -> int:
 
 
 def test_kill_9_at_fifty_random_points_leaves_whole_turns_and_exact_counts(
-    tmp_path: Path,
+    db_target: str, tmp_path: Path,
 ) -> None:
-    db_path = tmp_path / "killed.db"
+    db_path = db_target
     with freeze_time(workers.T0), workers.boot_host(str(db_path)) as host:
         session = host.chat_sessions.create(max_turns="unlimited")
     chooser = random.Random(20261124)
@@ -223,11 +223,16 @@ def test_kill_9_at_fifty_random_points_leaves_whole_turns_and_exact_counts(
     assert _check_after_kill(db_path, session.id, 61) == turns + resumed.turn_count
 
 
-def test_processes_booting_one_new_file_at_the_same_instant_all_succeed(
-    tmp_path: Path,
+def test_processes_booting_one_new_database_at_the_same_instant_all_succeed(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest,
 ) -> None:
-    processes, rounds = 8, 50
-    paths = [str(tmp_path / f"fresh-{index}.db") for index in range(rounds)]
+    processes = 8
+    if backend == "postgresql":  # new, empty databases: the first boot migrates them
+        rounds = 10
+        paths = request.getfixturevalue("postgres_server").new_databases(rounds)
+    else:
+        rounds = 50
+        paths = [str(tmp_path / f"fresh-{index}.db") for index in range(rounds)]
     barrier = CTX.Barrier(processes)
     reports = _run_children(workers.boot_rounds,
                             [(f"p{n}", rounds, paths, barrier) for n in range(processes)],
@@ -236,4 +241,4 @@ def test_processes_booting_one_new_file_at_the_same_instant_all_succeed(
     for path in paths:
         with bootstrap.boot(db_path=path, load_entrypoints=False) as host:
             assert host.settings.get("site_id")  # one site id, written once
-        assert _integrity(Path(path)) == "ok"
+        assert _integrity(path) == "ok"

@@ -10,7 +10,6 @@ import datetime as dt
 import multiprocessing
 import os
 import signal
-from pathlib import Path
 from typing import Any
 
 from freezegun import freeze_time
@@ -30,7 +29,7 @@ RUNS = 50
 LIMIT = 30_000  # well under the 80,000 tokens 400 runs of two requests would spend
 
 
-def _limit(db: Path) -> WindowKey:
+def _limit(db: str) -> WindowKey:
     with bootstrap.boot(db_path=db, load_entrypoints=False) as host:
         host.settings.set("spend_limits", [{"name": "daily_tokens", "budget": "total_tokens",
                                             "window": "day", "limit": LIMIT}])
@@ -38,8 +37,8 @@ def _limit(db: Path) -> WindowKey:
 
 
 def test_eight_processes_never_pass_the_limit_by_more_than_one_request_each(
-        tmp_path: Path) -> None:
-    db = tmp_path / "spend.db"
+        db_target: str) -> None:
+    db = db_target
     key = _limit(db)
     out = CTX.Queue()
     children = [CTX.Process(target=workers.spend_runs, args=(str(db), RUNS, out))
@@ -69,8 +68,8 @@ def test_eight_processes_never_pass_the_limit_by_more_than_one_request_each(
     assert refused, "once the window is spent, new runs are refused before any request"
 
 
-def test_a_killed_process_s_reservation_is_released_after_its_ttl(tmp_path: Path) -> None:
-    db = tmp_path / "killed.db"
+def test_a_killed_process_s_reservation_is_released_after_its_ttl(db_target: str) -> None:
+    db = db_target
     key = _limit(db)
     out = CTX.Queue()
     child = CTX.Process(target=workers.reserve_and_hang, args=(str(db), 60, out))

@@ -142,10 +142,33 @@ def contend(db_path: str, name: str, rounds: int, barrier: Any, lost: list[Any],
         out.put((name, index, status, bool(calls), all(held) and bool(held)))
 
 
-def integrity_check(path: Path) -> str:
-    """SQLite's ``PRAGMA integrity_check`` of the file, through a connection of its own."""
-    conn = sqlite3.connect(path)
+# Every transcript's messages sit at positions 0 .. message_count - 1, none missing or extra,
+# and no message belongs to a transcript that does not exist.
+_SHAPE_CHECK = (
+    "SELECT t.id FROM transcripts t LEFT JOIN transcript_messages m ON m.session_id = t.id "
+    "GROUP BY t.id, t.message_count HAVING COUNT(m.position) != t.message_count "
+    "OR COALESCE(MIN(m.position), 0) != 0 "
+    "OR COALESCE(MAX(m.position), -1) != t.message_count - 1 "
+    "UNION ALL SELECT m.session_id FROM transcript_messages m "
+    "WHERE NOT EXISTS (SELECT 1 FROM transcripts t WHERE t.id = m.session_id)")
+
+
+def integrity_check(target: Path | str) -> str:
+    """``"ok"``, or what is wrong: SQLite's ``PRAGMA integrity_check`` of a file (through a
+    connection of its own), then on either backend the shape of every stored transcript."""
+    if str(target).startswith("postgresql://"):
+        from datamachine.db import open_handle
+
+        handle = open_handle(str(target))
+        try:
+            broken = handle.conn.execute(_SHAPE_CHECK).fetchall()
+        finally:
+            handle.conn.close()
+        return "ok" if not broken else f"transcripts out of shape: {broken}"
+    conn = sqlite3.connect(target)
     try:
-        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+        verdict = str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+        broken = conn.execute(_SHAPE_CHECK).fetchall()
     finally:
         conn.close()
+    return verdict if verdict != "ok" or not broken else f"transcripts out of shape: {broken}"
