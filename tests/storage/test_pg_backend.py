@@ -1,0 +1,180 @@
+"""What only the PostgreSQL backend has: choosing it, refusing what is not ours, its schema, and
+writers of different sessions running side by side while writers of one session take turns."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import bootstrap
+from datamachine.db import MIGRATION_NAMES
+from datamachine.errors import DatabaseError, UsageError
+from datamachine.host import Host
+from datamachine.pg_migrations import PG_MIGRATIONS
+from datamachine.storage._pg import PgHandle, translate
+from datamachine.storage._tx import connection_lock, immediate
+from tests.postgres_server import PostgresServer
+
+DEADLINE_S = 30.0
+
+
+@pytest.fixture
+def pg_host(pg_url: str) -> Iterator[Host]:
+    host = bootstrap.boot(db_path=pg_url, load_entrypoints=False)
+    try:
+        yield host
+    finally:
+        host.close()
+
+
+def test_both_backends_number_the_same_migrations() -> None:
+    assert tuple(PG_MIGRATIONS) == MIGRATION_NAMES
+
+
+def test_datamachine_db_with_a_url_picks_postgresql(pg_url: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATAMACHINE_DB", pg_url)
+    with bootstrap.boot(load_entrypoints=False) as host:
+        assert isinstance(host.handle, PgHandle)
+        assert host.db_path is None
+        host.settings.set("max_turns", 7)
+    with bootstrap.boot(db_path=pg_url, load_entrypoints=False) as again:
+        assert again.settings.get("max_turns") == 7
+
+
+def test_host_db_on_postgresql_says_what_to_use_instead(pg_host: Host) -> None:
+    with pytest.raises(DatabaseError, match=r"sqlite-utils.*host\.transcripts"):
+        _ = pg_host.db
+
+
+def test_a_server_nobody_listens_on_fails_at_once_without_the_password(
+        postgres_server: PostgresServer) -> None:
+    started = time.monotonic()
+    url = f"postgresql://dm:s3cret@127.0.0.1:{_closed_port()}/nothing"
+    with pytest.raises(DatabaseError, match="Cannot connect to the database") as info:
+        bootstrap.boot(db_path=url, load_entrypoints=False)
+    assert "s3cret" not in str(info.value)
+    assert "127.0.0.1" in str(info.value)
+    assert time.monotonic() - started < 10
+
+
+def test_a_missing_database_is_named(postgres_server: PostgresServer) -> None:
+    with pytest.raises(DatabaseError, match='database "no_such_db" does not exist'):
+        bootstrap.boot(db_path=postgres_server.url_for("no_such_db"), load_entrypoints=False)
+
+
+def test_a_datamachine_schema_of_another_application_is_refused_and_left_untouched(
+        postgres_server: PostgresServer) -> None:
+    [url] = postgres_server.new_databases(1)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA datamachine")
+        conn.execute("CREATE TABLE datamachine.orders (id int)")
+    with pytest.raises(DatabaseError, match=r"another application \(orders\)"):
+        bootstrap.boot(db_path=url, load_entrypoints=False)
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = "
+                              "'datamachine'").fetchall()
+    assert tables == [("orders",)]
+
+
+def test_the_tables_live_in_their_own_schema(pg_host: Host, pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        public = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = "
+                              "'public'").fetchall()
+    assert public == []
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "\ud800"])
+def test_text_the_server_cannot_hold_is_a_usage_error(pg_host: Host, bad: str) -> None:
+    with pytest.raises(UsageError):
+        pg_host.transcripts.append_turn(bad, 1, [{"role": "user", "content": "x"}])
+    with pytest.raises(UsageError):
+        pg_host.jobs.create(flow_step_id=bad)
+
+
+def test_placeholders_and_percent_signs_are_translated_outside_quotes_only() -> None:
+    assert translate("SELECT ? WHERE a LIKE '%?%' AND b = ?") == \
+        "SELECT %s WHERE a LIKE '%%?%%' AND b = %s"
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _waiting_on_a_lock(url: str) -> bool:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()").fetchone()
+    return bool(row and row[0])
+
+
+def _write_in_thread(host: Host, keys: tuple[str, ...], done: threading.Event,
+                     errors: list[BaseException]) -> threading.Thread:
+    def write() -> None:
+        try:
+            with immediate(host.handle, connection_lock(host.handle), "test", "write", keys):
+                pass
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    return thread
+
+
+def test_writers_of_other_sessions_pass_a_held_session_and_its_own_writers_wait(
+        pg_host: Host, pg_url: str) -> None:
+    errors: list[BaseException] = []
+    holder = immediate(pg_host.handle, connection_lock(pg_host.handle), "test", "hold",
+                       ("session:a",))
+    holder.__enter__()
+    try:
+        other_done = threading.Event()
+        other = _write_in_thread(pg_host, ("session:b",), other_done, errors)
+        assert other_done.wait(DEADLINE_S)  # another session: not held up
+        other.join()
+        same_done = threading.Event()
+        same = _write_in_thread(pg_host, ("session:a",), same_done, errors)
+        deadline = time.monotonic() + DEADLINE_S
+        while not _waiting_on_a_lock(pg_url):  # the server says it waits for our lock
+            assert time.monotonic() < deadline
+            assert not same_done.is_set()
+            time.sleep(0.01)
+        assert not same_done.is_set()
+    finally:
+        holder.__exit__(None, None, None)
+    assert same_done.wait(DEADLINE_S)
+    same.join()
+    assert errors == []
+
+
+def test_an_unkeyed_write_waits_for_every_keyed_one(pg_host: Host, pg_url: str) -> None:
+    errors: list[BaseException] = []
+    holder: Any = immediate(pg_host.handle, connection_lock(pg_host.handle), "test", "hold",
+                            ("session:a",))
+    holder.__enter__()
+    try:
+        done = threading.Event()
+        whole = _write_in_thread(pg_host, (), done, errors)  # no key: the whole database
+        deadline = time.monotonic() + DEADLINE_S
+        while not _waiting_on_a_lock(pg_url):
+            assert time.monotonic() < deadline
+            assert not done.is_set()
+            time.sleep(0.01)
+    finally:
+        holder.__exit__(None, None, None)
+    assert done.wait(DEADLINE_S)
+    whole.join()
+    assert errors == []
