@@ -92,6 +92,7 @@ def boot(
                 transcripts=transcripts, jobs=JobStore(handle),
                 chat_sessions=ChatSessionStore(handle, settings=settings, transcripts=transcripts),
                 tokens=TokenStore(handle), spend=SpendStore(handle), modes=collect_modes(pm))
+    host.jobs.attach(host)
     # Every host has a site id from its first boot (agent-to-agent chains use it). A bad one
     # (stored by hand or by an older version) must not stop the boot: `datamachine settings`
     # has to run to fix it, and what needs the id (serve, call_remote_agent) refuses it there.

@@ -45,6 +45,9 @@ class RuntimeOptions:
     # The name of the /chat bearer token the run answers (set by the server): spend limits
     # scoped "token" count against it.
     token_name: str | None = None
+    # Error codes after which a pipeline run leaves its job ``running`` for another attempt
+    # instead of failing it (set by ``datamachine worker`` on all but a job's last attempt).
+    job_retry_codes: list[str] = field(default_factory=list)
 
 
 RUNTIME_KEYS = frozenset(option.name for option in fields(RuntimeOptions))

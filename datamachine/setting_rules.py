@@ -119,6 +119,18 @@ def _positive_seconds(key: str, value: Any) -> None:
     _number(key, value, positive=True)
 
 
+def _attempts(key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
+        raise InvalidSetting(f"Setting {key!r} must be a whole number of attempts from 1 to 100, "
+                             f"got {brief_repr(value)}.")
+
+
+def _lock_ttl(key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 86_400:
+        raise InvalidSetting(f"Setting {key!r} must be a whole number of seconds from 1 to "
+                             f"86,400, got {brief_repr(value)}.")
+
+
 def _rate_limit(key: str, value: Any) -> None:
     _whole(key, value, "requests per minute per token", 1_000_000)
 
@@ -162,6 +174,16 @@ CORE_SETTINGS: tuple[SettingSpec, ...] = (
                 description="The model of a run that names none."),
     SettingSpec(name="default_provider", type="string", default="scripted", validator=_text,
                 description="The provider of a run that names none; must be registered."),
+    SettingSpec(name="job_lock_ttl", type="integer", default=300, validator=_lock_ttl,
+                description="Seconds a queued job's run holds its transcript lock past its "
+                            "last write: after a worker dies, how long until another may go "
+                            "on with the job. Longer than the slowest provider turn."),
+    SettingSpec(name="job_max_attempts", type="integer", default=5, validator=_attempts,
+                description="Attempts a queued job gets for provider outages and dead "
+                            "workers (1 to 100); the last one fails the job instead."),
+    SettingSpec(name="job_retry_wait", type="number", default=2.0, validator=_positive_seconds,
+                description="Seconds before a queued job's second attempt; each later one "
+                            "waits twice as long (at most 5 minutes)."),
     SettingSpec(name="max_request_bytes", type="integer", default=1_048_576, validator=_bytes,
                 description="Largest `/chat` request body in bytes (1 to 1 GiB); larger "
                             "bodies get 413."),

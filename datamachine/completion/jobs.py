@@ -86,6 +86,9 @@ class PipelineJob:
     def __init__(self, store: JobStore, job_id: int) -> None:
         self.store = store
         self.id = job_id
+        # Error codes after which the job stays running for another attempt (payload
+        # ``job_retry_codes``, set by the queue worker on all but the last attempt).
+        self.retry_codes: frozenset[str] = frozenset()
 
     @classmethod
     def resolve(cls, store: JobStore, modes: Sequence[str], payload: Mapping[str, Any],
@@ -134,8 +137,12 @@ class PipelineJob:
 
     def settle(self, engine_data: Mapping[str, Any], diagnostics: Mapping[str, Any],
                reason: str | None, warnings: list[str]) -> None:
-        """Write the run's engine data and diagnostics, then complete or fail the job."""
+        """Write the run's engine data and diagnostics, then complete or fail the job (or leave
+        it running, when the failure is one a later attempt may get past: ``retry_codes``)."""
         self.merge({**engine_data, **diagnostics}, warnings)
+        if reason is not None and diagnostics.get("error_code") in self.retry_codes:
+            self.start()
+            return
         try:
             self.start()
             if reason is None:

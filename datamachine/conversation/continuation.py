@@ -42,6 +42,8 @@ def continuation_steps(
     model: str | None = None,
     *,
     output_type: Any = None,
+    payload: Mapping[str, Any] | None = None,
+    lock_ttl: int = DEFAULT_LOCK_TTL,
 ) -> Steps[ConversationResult]:
     """Run at most ``extend_by`` more provider turns on a stored transcript (as steps).
 
@@ -49,12 +51,13 @@ def continuation_steps(
     runs with no tools; pass them again to keep them. A transcript left interrupted by a crash
     continues the same way. Another run on the session: ``transcript_lock_contention``; a
     paused one: :class:`~datamachine.errors.SessionAwaitingConfirmation` (answer it with
-    ``resume``).
+    ``resume``). ``payload``: more of the run's payload (a queued job's ``job_id`` and
+    options); ``lock_ttl``: the transcript lock's TTL for this run.
     """
     validate_budget_value("extend_by", extend_by)
     store = services.transcripts
     known = store.summary(session_id)  # an unknown id fails before any write
-    token = store.acquire(session_id, DEFAULT_LOCK_TTL)
+    token = store.acquire(session_id, lock_ttl)
     if token is None:
         return contention_result(services, session_id, known.mode or "pipeline", provider,
                                  model, None)
@@ -65,7 +68,7 @@ def continuation_steps(
     except BaseException:  # aborted or paused: give the lock back
         store.release(session_id, token)
         raise
-    writer = store.open_writer(session_id, token, DEFAULT_LOCK_TTL,
+    writer = store.open_writer(session_id, token, lock_ttl,
                                on_turn=gate.write if gate is not None else None)
     try:
         record = store.get_transcript(session_id)  # read now that nothing can change it
@@ -81,7 +84,7 @@ def continuation_steps(
             services, record.messages, tools,
             provider or record.provider or services.default_provider(None),
             model if model is not None else (record.model or ""), record.mode or "pipeline",
-            {"transcript_session_id": session_id,
+            {**(payload or {}), "transcript_session_id": session_id,
              **({"output_type": output_type} if output_type is not None else {})},
             extend_by, writer=writer, turn_gate=gate,
             cumulative_base=record.cumulative_turn_count)

@@ -20,8 +20,16 @@ from datamachine.providers.options import validate_model_options
 from datamachine.registry import MAX_METERED_VALUE, validate_budget_value
 from datamachine.storage.locks import MAX_TTL
 
-__all__ = ["CONFIRMATION_MODES", "RUNTIME_KEYS", "RuntimeOptions", "base_log_context",
-           "check_event_sink", "payload_mapping", "split_payload"]
+__all__ = [
+    "CONFIRMATION_MODES",
+    "RUNTIME_KEYS",
+    "RuntimeOptions",
+    "base_log_context",
+    "check_event_sink",
+    "check_payload_is_data",
+    "payload_mapping",
+    "split_payload",
+]
 
 # How a run gets a person's answer (DESIGN.md 16): asked inside the run, or paused for later.
 CONFIRMATION_MODES = ("ask", "pause")
@@ -138,6 +146,26 @@ def _output_type(value: Any) -> Any:
     return check_output_type(value)
 
 
+def _codes(value: Any) -> list[str]:
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise UsageError(f"payload job_retry_codes must be a list of error codes (strings), "
+                         f"got {brief_repr(value)}.")
+    return list(value)
+
+
+def check_payload_is_data(payload: Mapping[str, Any]) -> None:
+    """A payload that must travel through a database (a queued job's): JSON data only, no
+    runtime objects. UsageError naming the first key that is not."""
+    import json
+
+    for key, value in payload.items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise UsageError(f"payload {key!r} must be JSON data to be queued (a worker reads "
+                             f"it from the database), got {brief_repr(value)}: {exc}.") from None
+
+
 _CHECKS: dict[str, Callable[[Any], Any]] = {
     "transcript_session_id": _session_id,
     "transcript_lock_ttl": _lock_ttl,
@@ -155,6 +183,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "confirmation": _confirmation,
     "budget_ceilings": _budget_ceilings,
     "token_name": _token_name,
+    "job_retry_codes": _codes,
 }
 
 

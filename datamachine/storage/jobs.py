@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import Mapping
+import weakref
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -119,6 +120,29 @@ class JobStore:
         self._db = db
         self._lock = connection_lock(db)
         self._label = db_label(db)
+        self._host: weakref.ref[Any] | None = None
+
+    def attach(self, host: Any) -> None:
+        """The host whose queue ``enqueue`` uses (boot attaches it)."""
+        self._host = weakref.ref(host)
+
+    def enqueue(self, messages: Sequence[Mapping[str, Any]],
+                tools: Sequence[str] | None = None, provider: str | None = None,
+                model: str | None = None, *, payload: Mapping[str, Any] | None = None,
+                max_turns: int | None = None, flow_step_id: str | None = None) -> Job:
+        """Store a ``pending`` job and put it on the task queue for ``datamachine worker``
+        (DESIGN.md 18; PostgreSQL only). ``tools`` are names of registered tools; the payload
+        must be JSON data. Returns the job; ``get(job.id)`` follows it."""
+        host = self._host() if self._host is not None else None
+        if host is None:
+            raise UsageError("enqueue() needs a host's job store: use host.jobs.enqueue(...).")
+        try:
+            from datamachine.job_queue import enqueue
+        except ImportError as exc:
+            raise UsageError(f"The job queue needs the postgres extra ({exc}): pip install "
+                             "'datamachine-agents[postgres]'.") from None
+        return enqueue(host, messages, tools, provider, model, payload=payload,
+                       max_turns=max_turns, flow_step_id=flow_step_id)
 
     def create(self, flow_step_id: str | None = None,
                engine_data: Mapping[str, Any] | None = None) -> Job:
