@@ -24,14 +24,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import procrastinate
+from procrastinate.exceptions import JobRetry
+from procrastinate.retry import BaseRetryStrategy, RetryDecision
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents_api.errors import brief_repr
 from datamachine.errors import DataMachineError, UsageError, first_field_error
-
-import procrastinate
-from procrastinate.exceptions import JobRetry
-from procrastinate.retry import BaseRetryStrategy, RetryDecision
 
 if TYPE_CHECKING:
     from datamachine.host import Host

@@ -12,7 +12,7 @@ from datamachine.cli.output import emit_json
 from datamachine.cli.tables import table
 from datamachine.storage.transcripts import TRANSCRIPT_STATUSES, TranscriptStatus
 
-__all__ = ["COMMANDS"]
+__all__ = ["COMMANDS", "jobs"]
 
 
 @click.group()

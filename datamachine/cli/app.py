@@ -35,7 +35,7 @@ def exit_code_for(status: str) -> int:
 class State:
     """Per-invocation options and the lazily booted host."""
 
-    def __init__(self, db: Path | None, debug: bool) -> None:
+    def __init__(self, db: Path | str | None, debug: bool) -> None:
         self.db = db
         self.debug = debug
         self._host: Any = None
@@ -80,13 +80,17 @@ def handle_errors(func: F) -> F:
 
 @click.group()
 @click.version_option(package_name="datamachine-agents")
-@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), envvar="DATAMACHINE_DB",
-              help="Database file (default: $DATAMACHINE_DB or the user data directory).")
+@click.option("--db", envvar="DATAMACHINE_DB", metavar="PATH|URL",
+              help="Database file, or a postgresql:// URL (default: $DATAMACHINE_DB or the "
+                   "user data directory).")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
-def cli(ctx: click.Context, db: Path | None, debug: bool) -> None:
+def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
     """datamachine: bounded LLM agent loops with named budgets."""
-    state = ctx.obj = State(db, debug)
+    from datamachine.db import is_postgres_url
+
+    target = None if not db else db if is_postgres_url(db) else Path(db).expanduser()
+    state = ctx.obj = State(target, debug)
     # Whatever the command, the host it booted is closed (plugins' servers and processes too).
     ctx.call_on_close(state.close)
 
@@ -119,6 +123,7 @@ def _register_builtin_commands() -> None:
         continue_cmd,
         demo,
         docs_cmd,
+        jobs_cmd,
         models_cmd,
         resume_cmd,
         run_cmd,
@@ -139,6 +144,8 @@ def _register_builtin_commands() -> None:
     cli.add_command(settings_cmd.settings)
     cli.add_command(tools_cmd.tools)
     cli.add_command(models_cmd.models)
+    cli.add_command(jobs_cmd.worker)
+    admin.jobs.add_command(jobs_cmd.jobs_enqueue)
     for command in admin.COMMANDS:
         cli.add_command(command)
 
