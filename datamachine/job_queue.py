@@ -279,13 +279,15 @@ async def _recover_stalled(app: procrastinate.App, stalled_after: float,
 
 
 def run_worker(host: Host, *, concurrency: int = 4, stalled_after: float = 30.0,
-               heartbeat: float | None = None, wait: bool = True) -> None:
+               heartbeat: float | None = None, poll_interval: float = 1.0,
+               wait: bool = True) -> None:
     """Run queued jobs on ``host`` until stopped (SIGINT/SIGTERM), ``concurrency`` at a time.
 
     ``stalled_after``: seconds without a heartbeat after which another worker's jobs count as
     abandoned and are run again (continuing their transcripts); heartbeats go out every
-    ``heartbeat`` seconds (default: a third of it). ``wait=False`` returns once the queue is
-    empty (for scripts and tests).
+    ``heartbeat`` seconds (default: a third of it). New jobs arrive at once (LISTEN/NOTIFY);
+    a retry that comes due is found within ``poll_interval`` seconds. ``wait=False`` returns
+    once the queue is empty (for scripts and tests).
     """
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise UsageError(f"concurrency must be a whole number from 1, got "
@@ -304,6 +306,7 @@ def run_worker(host: Host, *, concurrency: int = 4, stalled_after: float = 30.0,
                 await app.run_worker_async(
                     queues=[JOB_QUEUE], concurrency=concurrency, wait=wait,
                     update_heartbeat_interval=beat, stalled_worker_timeout=stalled_after,
+                    fetch_job_polling_interval=poll_interval,
                     install_signal_handlers=True, delete_jobs="never")
             finally:
                 recovery.cancel()

@@ -1,0 +1,214 @@
+"""Pipeline jobs on the task queue (DESIGN.md 18), with real worker processes on a real
+PostgreSQL server: every job runs exactly once, a worker killed with SIGKILL leaves jobs that
+the others finish from their transcripts, a provider outage is retried and continued.
+
+Workers are ``python -m tests.queue.worker_main`` processes (what ``datamachine worker`` runs,
+plus the test model). The parent waits for their progress by polling the database and the
+model's request log, briefly and with a deadline; nothing here sleeps to let time pass.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import bootstrap
+from datamachine.errors import UsageError
+from datamachine.host import Host
+from tests.queue.slow_model import SlowModel, expected_messages
+
+ROOT = Path(__file__).resolve().parents[2]
+DEADLINE_S = 120.0
+
+
+@pytest.fixture
+def queue_host(pg_url: str) -> Iterator[Host]:
+    host = bootstrap.boot(db_path=pg_url, load_entrypoints=False, plugins=[SlowModel()])
+    try:
+        yield host
+    finally:
+        host.close()
+
+
+class Workers:
+    """Worker processes on one database, stopped (SIGTERM, then SIGKILL) at the end."""
+
+    def __init__(self, url: str, log: Path, env: dict[str, str]) -> None:
+        self.url, self.log, self.env = url, log, env
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self, count: int, *, concurrency: int = 4, stalled_after: float = 2.0) -> None:
+        for _ in range(count):
+            self.processes.append(subprocess.Popen(
+                [sys.executable, "-m", "tests.queue.worker_main", self.url, str(self.log),
+                 str(concurrency), str(stalled_after)],
+                cwd=ROOT, env=self.env, stderr=subprocess.PIPE))
+
+    def requests_by_pid(self) -> Counter[int]:
+        if not self.log.exists():
+            return Counter()
+        return Counter(int(line.split("\t")[0]) for line in self.log.read_text().splitlines())
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@pytest.fixture
+def workers(pg_url: str, tmp_path: Path) -> Iterator[Workers]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DM_TEST_OUTAGE_DIR": str(tmp_path / "down")}
+    (tmp_path / "down").mkdir()
+    group = Workers(pg_url, tmp_path / "requests.log", env)
+    try:
+        yield group
+    finally:
+        group.stop()
+
+
+def _wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _all_finished(host: Host, count: int) -> Callable[[], bool]:
+    def check() -> bool:
+        rows = host.handle.conn.execute(
+            "SELECT count(*) FROM jobs WHERE status IN ('completed', 'failed')").fetchall()
+        return int(rows[0][0]) >= count
+    return check
+
+
+def _shape(message: dict[str, Any]) -> tuple[str, str, str]:
+    text = message["content"] if message["type"] == "text" else ""
+    return (message["type"], message["role"], text)
+
+
+def _check_whole(host: Host, job_id: int, prompt: str, steps: int, *,
+                 failed_turns: int = 0) -> None:
+    job = host.jobs.get(job_id)
+    assert job.status == "completed", (job_id, job.failure_reason, job.engine_data)
+    stored = host.transcripts.get(f"job-{job_id}")
+    assert [_shape(m) for m in stored] == expected_messages(prompt, steps)
+    record = host.transcripts.summary(f"job-{job_id}")
+    # Every provider turn counts, a failed one too (its run stopped there).
+    assert record.cumulative_turn_count == steps + 1 + failed_turns
+    assert record.message_count == len(stored)
+
+
+def test_four_workers_run_four_hundred_jobs_each_exactly_once(
+        queue_host: Host, workers: Workers) -> None:
+    steps = 2
+    jobs = {queue_host.jobs.enqueue([{"role": "user", "content": f"job {n} steps {steps}"}],
+                                    ["step"], max_turns=10).id: f"job {n} steps {steps}"
+            for n in range(400)}
+    workers.start(4)
+    _wait_until(_all_finished(queue_host, len(jobs)), "400 jobs")
+    for job_id, prompt in jobs.items():
+        _check_whole(queue_host, job_id, prompt, steps)
+    # The model saw each job's every turn exactly once: nothing ran twice, nothing was lost.
+    asked = Counter(tuple(line.split("\t")[1:]) for line in
+                    workers.log.read_text().splitlines())
+    assert len(asked) == 400 * (steps + 1)
+    assert set(asked.values()) == {1}
+    assert len(workers.requests_by_pid()) == 4  # all four took part
+
+
+def test_jobs_of_workers_killed_mid_run_finish_on_the_others_with_whole_transcripts(
+        queue_host: Host, workers: Workers) -> None:
+    queue_host.settings.set("job_lock_ttl", 3)
+    queue_host.settings.set("job_retry_wait", 0.2)
+    queue_host.settings.set("job_max_attempts", 20)
+    steps = 8
+    jobs = {queue_host.jobs.enqueue([{"role": "user", "content": f"long {n} steps {steps}"}],
+                                    ["step"], max_turns=20).id: f"long {n} steps {steps}"
+            for n in range(32)}
+    workers.start(4)
+    victims = workers.processes[:2]
+    _wait_until(lambda: all(workers.requests_by_pid()[p.pid] >= 6 for p in victims),
+                "the first two workers to be mid-run")
+    for process in victims:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    _wait_until(_all_finished(queue_host, len(jobs)), "every job")
+    for job_id, prompt in jobs.items():
+        _check_whole(queue_host, job_id, prompt, steps)
+    retried = queue_host.handle.conn.execute(
+        "SELECT count(*) FROM procrastinate_jobs WHERE attempts > 0").fetchall()[0][0]
+    assert retried >= 2  # the killed workers' jobs ran again (one per killed job at least)
+    # After the kills, only the survivors worked.
+    survivors = {p.pid for p in workers.processes[2:]}
+    assert survivors <= set(workers.requests_by_pid())
+
+
+def test_a_provider_outage_is_retried_and_the_job_goes_on_from_its_transcript(
+        queue_host: Host, workers: Workers, tmp_path: Path) -> None:
+    queue_host.settings.set("job_retry_wait", 0.1)
+    prompt = "flaky 1 steps 3"
+    # The first two requests of the job's third turn fail: the provider is down twice.
+    (tmp_path / "down" / prompt).write_text("2 2")
+    job = queue_host.jobs.enqueue([{"role": "user", "content": prompt}], ["step"], max_turns=10)
+    workers.start(1)
+    _wait_until(_all_finished(queue_host, 1), "the job")
+    _check_whole(queue_host, job.id, prompt, 3, failed_turns=2)
+    turns = Counter(line.split("\t")[2] for line in workers.log.read_text().splitlines())
+    # Turns 0 and 1 were asked once (the later attempts went on from the transcript), turn 2
+    # three times (two outages, then the answer), turn 3 once.
+    assert turns == {"0": 1, "1": 1, "2": 3, "3": 1}
+
+
+def test_an_outage_on_every_attempt_fails_the_job_on_the_last(
+        queue_host: Host, workers: Workers, tmp_path: Path) -> None:
+    queue_host.settings.set("job_retry_wait", 0.05)
+    queue_host.settings.set("job_max_attempts", 3)
+    prompt = "down 1 steps 1"
+    (tmp_path / "down" / prompt).write_text("0 1000")
+    job = queue_host.jobs.enqueue([{"role": "user", "content": prompt}], ["step"])
+    workers.start(1)
+    _wait_until(_all_finished(queue_host, 1), "the job")
+    failed = queue_host.jobs.get(job.id)
+    assert failed.status == "failed"
+    assert failed.failure_reason == "provider_connection_error"
+    asked = [line for line in workers.log.read_text().splitlines() if prompt in line]
+    assert len(asked) == 3  # one request per attempt (the model's own retries are not ours)
+
+
+def test_enqueue_checks_everything_before_writing(queue_host: Host) -> None:
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "user", "content": "x"}], "tools": ["nope"]}, "no tool named"),
+        ({"messages": [{"role": "user", "content": "x"}], "provider": "nope"},
+         "no provider named"),
+        ({"messages": [{"role": "user", "content": "x"}], "payload": {"when": object()}},
+         "must be JSON data"),
+        ({"messages": [{"role": "user", "content": "x"}], "payload": {"final_summary": "no"}},
+         "final_summary"),
+        ({"messages": [{"content": "x"}]}, "missing 'role'"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_turns": 0}, "max_turns"),
+    ]
+    for arguments, message in bad:
+        with pytest.raises(UsageError, match=message):
+            queue_host.jobs.enqueue(**arguments)
+    assert queue_host.jobs.list() == []
+
+
+def test_the_queue_needs_postgresql(host: Host) -> None:
+    with pytest.raises(UsageError, match="DATAMACHINE_DB=postgresql://"):
+        host.jobs.enqueue([{"role": "user", "content": "x"}])
