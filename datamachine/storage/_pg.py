@@ -139,6 +139,18 @@ def translate(sql: str) -> str:
     return "".join(out)
 
 
+@lru_cache(maxsize=256)
+def _multi_row(sql: str, rows: int) -> str | None:
+    """``INSERT ... VALUES (?, ...)`` for ``rows`` rows at once, translated; None for any other
+    statement (an upsert could meet its own row twice in one statement)."""
+    head, found, tail = sql.partition(" VALUES (")
+    if not found or rows < 2 or "ON CONFLICT" in sql.upper() or not tail.rstrip().endswith(")") \
+            or not head.lstrip().upper().startswith("INSERT"):
+        return None
+    values = "(" + tail.rstrip()
+    return translate(f"{head} VALUES {', '.join([values] * rows)}")
+
+
 class _Result:
     """What a statement returned, read off the server at once (the connection goes back to the
     pool, or on to the transaction's next statement)."""
@@ -162,7 +174,10 @@ class _Result:
 
 
 def _run(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any] | None) -> _Result:
-    cursor = conn.execute(translate(sql), params if params is not None else ())
+    return _result(conn.execute(translate(sql), params if params is not None else ()))
+
+
+def _result(cursor: psycopg.Cursor[Any]) -> _Result:
     rows = cursor.fetchall() if cursor.description is not None else []
     return _Result(rows, cursor.rowcount)
 
@@ -181,6 +196,15 @@ class _Cursor:
         return self._conn.execute(sql, params)
 
 
+class _ThreadState(threading.local):
+    """A thread's transaction: its connection, what it does (for errors) and the BEGIN not
+    sent yet."""
+
+    conn: psycopg.Connection[Any] | None = None
+    action: str = "write"
+    opening: tuple[str, ...] = ()
+
+
 class PgConnection:
     """The stores' connection on PostgreSQL (see the module docstring)."""
 
@@ -189,7 +213,7 @@ class PgConnection:
     def __init__(self, pool: ConnectionPool[Any], label: str) -> None:
         self._pool = pool
         self.label = label
-        self._local = threading.local()
+        self._local = _ThreadState()
 
     # -- statements ------------------------------------------------------------------------
     @property
@@ -202,6 +226,15 @@ class PgConnection:
         current = getattr(self._local, "conn", None)
         with self._errors(self._local.action if current is not None else "read"):
             if current is not None:
+                opening = self._local.opening
+                if opening:  # the transaction's first statement travels with its BEGIN
+                    self._local.opening = ()
+                    with current.pipeline():
+                        for statement in opening:
+                            current.execute(statement)
+                        cursor = current.execute(translate(sql),
+                                                 params if params is not None else ())
+                    return _result(cursor)
                 return _run(current, sql, params)
             with self._borrow() as conn:
                 return _run(conn, sql, params)
@@ -209,6 +242,7 @@ class PgConnection:
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> _Result:
         """Run one statement per row of parameters (in one round trip)."""
         batch = list(rows)
+        self._open_now()
         current = getattr(self._local, "conn", None)
         with self._errors(self._local.action if current is not None else "write"):
             if current is not None:
@@ -220,6 +254,10 @@ class PgConnection:
     def _many(conn: psycopg.Connection[Any], sql: str, batch: list[Sequence[Any]]) -> _Result:
         if not batch:
             return _Result([], 0)
+        multi = _multi_row(sql, len(batch))
+        if multi is not None:  # one statement, one round trip (a turn's messages)
+            cursor = conn.execute(multi, [value for row in batch for value in row])
+            return _Result([], cursor.rowcount)
         with conn.cursor() as cursor:
             cursor.executemany(translate(sql), batch)
             return _Result([], cursor.rowcount)
@@ -240,29 +278,40 @@ class PgConnection:
         current = getattr(self._local, "conn", None)
         if current is not None:
             if keys and not read_only:
+                self._open_now()
                 with self._errors(action):
                     current.execute(self._lock_sql(keys))
             return False
-        conn = self._getconn()
-        try:
-            if read_only:
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            else:
-                conn.execute("BEGIN; " + self._lock_sql(keys))
-        except BaseException as exc:
-            self._putconn(conn)
-            if isinstance(exc, psycopg.Error):
-                raise self._database_error(action, exc) from exc
-            raise
-        self._local.conn = conn
+        # Nothing is sent yet: BEGIN and the locks go out in one pipeline with the first
+        # statement (one round trip fewer per transaction; every turn of a run opens one).
+        self._local.conn = self._getconn()
         self._local.action = action
+        self._local.opening = (
+            ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",) if read_only
+            else ("BEGIN", self._lock_sql(keys)))
         return True
+
+    def _open_now(self) -> None:
+        """Send a transaction's pending BEGIN and locks on their own (before a statement that
+        cannot carry them)."""
+        opening = getattr(self._local, "opening", ())
+        conn = self._local.conn
+        if opening and conn is not None:
+            self._local.opening = ()
+            with self._errors(self._local.action):
+                for statement in opening:
+                    conn.execute(statement)
 
     def end(self, commit: bool, action: str) -> None:
         """Commit (or roll back) this thread's transaction and return its connection; a
         failed commit is a DatabaseError naming ``action`` (nothing of it was stored)."""
         conn = self._local.conn
+        assert conn is not None, "end() without begin()"
         self._local.conn = None
+        if self._local.opening:  # nothing was sent: nothing to end
+            self._local.opening = ()
+            self._putconn(conn)
+            return
         try:
             conn.execute("COMMIT" if commit else "ROLLBACK")
         except psycopg.Error as exc:
@@ -273,8 +322,11 @@ class PgConnection:
 
     def savepoint(self, name: str, action: str) -> None:
         """``action``: ``SAVEPOINT``, ``RELEASE SAVEPOINT`` or ``ROLLBACK TO SAVEPOINT``."""
+        self._open_now()
+        conn = self._local.conn
+        assert conn is not None, "a savepoint outside a transaction"
         with self._errors(self._local.action):
-            self._local.conn.execute(f"{action} {name}")
+            conn.execute(f"{action} {name}")
 
     @staticmethod
     def _lock_sql(keys: Sequence[str]) -> str:

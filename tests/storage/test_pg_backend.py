@@ -122,8 +122,9 @@ def _write_in_thread(host: Host, keys: tuple[str, ...], done: threading.Event,
                      errors: list[BaseException]) -> threading.Thread:
     def write() -> None:
         try:
-            with immediate(host.handle, connection_lock(host.handle), "test", "write", keys):
-                pass
+            with immediate(host.handle, connection_lock(host.handle), "test", "write",
+                           keys) as conn:
+                conn.execute("SELECT 1")
         except BaseException as exc:
             errors.append(exc)
         finally:
@@ -139,7 +140,8 @@ def test_writers_of_other_sessions_pass_a_held_session_and_its_own_writers_wait(
     errors: list[BaseException] = []
     holder = immediate(pg_host.handle, connection_lock(pg_host.handle), "test", "hold",
                        ("session:a",))
-    holder.__enter__()
+    # The locks go out with the transaction's first statement (BEGIN travels with it).
+    holder.__enter__().execute("SELECT 1")
     try:
         other_done = threading.Event()
         other = _write_in_thread(pg_host, ("session:b",), other_done, errors)
@@ -164,7 +166,7 @@ def test_an_unkeyed_write_waits_for_every_keyed_one(pg_host: Host, pg_url: str) 
     errors: list[BaseException] = []
     holder: Any = immediate(pg_host.handle, connection_lock(pg_host.handle), "test", "hold",
                             ("session:a",))
-    holder.__enter__()
+    holder.__enter__().execute("SELECT 1")
     try:
         done = threading.Event()
         whole = _write_in_thread(pg_host, (), done, errors)  # no key: the whole database
