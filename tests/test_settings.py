@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 import bootstrap
 from datamachine import InvalidSetting
 from datamachine.host import Host
+
+
+@pytest.fixture
+def host(backend_host: Host) -> Host:
+    """Settings behave the same on both storage backends."""
+    return backend_host
 
 
 def test_set_get_delete_all_roundtrip_json_values(host: Host) -> None:
@@ -59,8 +63,8 @@ def test_non_json_value_is_refused(host: Host) -> None:
         host.settings.set("x_thing", object())
 
 
-def test_settings_persist_across_boots(tmp_path: Path) -> None:
-    path = tmp_path / "dm.db"
+def test_settings_persist_across_boots(db_target: str) -> None:
+    path = db_target
     with bootstrap.boot(path, load_entrypoints=False) as first:
         first.settings.set("max_turns", 42)
     with bootstrap.boot(path, load_entrypoints=False) as second:
@@ -73,13 +77,14 @@ def test_updated_at_comes_from_the_project_clock(host: Host) -> None:
 
     with freeze_time("2030-05-01 12:00:00"):
         host.settings.set("default_model", "m")
-    row = host.db.execute("SELECT updated_at FROM settings WHERE key='default_model'").fetchone()
+    row = host.handle.conn.execute(
+        "SELECT updated_at FROM settings WHERE key='default_model'").fetchone()
     assert row[0] == pytest.approx(1903867200.0)
 
 
-def test_a_write_from_another_process_is_seen_at_once(tmp_path: Path) -> None:
+def test_a_write_from_another_process_is_seen_at_once(db_target: str) -> None:
     # Settings are cached per host; another connection's commit must invalidate the cache.
-    path = tmp_path / "shared.db"
+    path = db_target
     with bootstrap.boot(path, load_entrypoints=False) as first, \
             bootstrap.boot(path, load_entrypoints=False) as second:
         assert first.settings.get("max_turns") is None
@@ -92,8 +97,8 @@ def test_a_write_from_another_process_is_seen_at_once(tmp_path: Path) -> None:
         assert second.settings.get("default_model") == "m1"
 
 
-def test_batch_reads_a_consistent_snapshot_and_sees_own_writes(tmp_path: Path) -> None:
-    path = tmp_path / "shared.db"
+def test_batch_reads_a_consistent_snapshot_and_sees_own_writes(db_target: str) -> None:
+    path = db_target
     with bootstrap.boot(path, load_entrypoints=False) as first, \
             bootstrap.boot(path, load_entrypoints=False) as second:
         with first.settings.batch():
@@ -105,20 +110,26 @@ def test_batch_reads_a_consistent_snapshot_and_sees_own_writes(tmp_path: Path) -
 
 
 def _store_raw(host: Host, key: str, text: str) -> None:
-    """Write a setting's text around ``set`` (a hand edit, an older version, another tool)."""
-    import sqlite3
+    """Write a setting's text around ``set`` (a hand edit, an older version, another tool),
+    through a connection of its own."""
+    from datamachine.db import open_handle
 
-    assert host.db_path is not None
-    with sqlite3.connect(host.db_path) as conn:
-        conn.execute("INSERT OR REPLACE INTO settings (key, value, updated_at) VALUES (?, ?, 0)",
-                     [key, text])
-    conn.close()
+    url = getattr(host.handle, "url", None)
+    other = open_handle(url if url is not None else host.db_path)
+    try:
+        other.conn.execute(
+            "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, 0) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, text])
+        if hasattr(other.conn, "commit"):
+            other.conn.commit()
+    finally:
+        other.conn.close()
 
 
-def test_a_stored_value_that_is_not_json_is_the_sites_fault(tmp_path: Path) -> None:
+def test_a_stored_value_that_is_not_json_is_the_sites_fault(db_target: str) -> None:
     from datamachine.errors import SiteMisconfigured
 
-    with bootstrap.boot(db_path=tmp_path / "s.db", load_entrypoints=False) as host:
+    with bootstrap.boot(db_path=db_target, load_entrypoints=False) as host:
         _store_raw(host, "default_model", "{oops")
         with pytest.raises(SiteMisconfigured, match="default_model") as raised:
             host.settings.get("default_model")
@@ -129,9 +140,9 @@ def test_a_stored_value_that_is_not_json_is_the_sites_fault(tmp_path: Path) -> N
 
 
 def test_problems_names_every_value_a_run_would_fail_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    db_target: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    with bootstrap.boot(db_path=tmp_path / "s.db", load_entrypoints=False) as host:
+    with bootstrap.boot(db_path=db_target, load_entrypoints=False) as host:
         assert host.settings.problems() == []
         _store_raw(host, "max_turns", "0")
         monkeypatch.setenv("DATAMACHINE_MAX_RUN_SECONDS", "NaN")

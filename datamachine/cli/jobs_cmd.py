@@ -83,10 +83,11 @@ def worker(state: State, concurrency: int, stalled_after: float, burst: bool) ->
     once at a time, and a job whose worker died is continued by another one.
     """
     try:
-        from datamachine.job_queue import run_worker
+        from datamachine.job_queue import queue_app, run_worker
     except ImportError as exc:
         raise UsageError(f"The worker needs the postgres extra ({exc}): pip install "
                          "'datamachine-agents[postgres]'.") from None
+    queue_app(state.host)  # on SQLite: refused here, with what to set
     click.echo(f"datamachine worker: {concurrency} at a time on {state.host.handle.label}",
                err=True)
     run_worker(state.host, concurrency=concurrency, stalled_after=stalled_after,

@@ -212,3 +212,35 @@ def test_enqueue_checks_everything_before_writing(queue_host: Host) -> None:
 def test_the_queue_needs_postgresql(host: Host) -> None:
     with pytest.raises(UsageError, match="DATAMACHINE_DB=postgresql://"):
         host.jobs.enqueue([{"role": "user", "content": "x"}])
+
+
+def test_a_second_attempt_while_the_first_still_runs_waits_instead_of_running_twice(
+        queue_host: Host, tmp_path: Path) -> None:
+    """What keeps a job to one worker at a time even when the queue hands it out twice (a
+    worker taken for dead that was only slow): the job's transcript lock."""
+    import threading
+
+    from datamachine.job_queue import JobNotDone, run_job
+
+    log = tmp_path / "asked.log"
+    url = getattr(queue_host.handle, "url", "")
+    host = bootstrap.boot(db_path=url, load_entrypoints=False, plugins=[SlowModel(str(log))])
+    try:
+        prompt = "twice 1 steps 6"
+        job = host.jobs.enqueue([{"role": "user", "content": prompt}], ["step"], max_turns=10)
+        first: list[str] = []
+        runner = threading.Thread(target=lambda: first.append(run_job(host, job.id,
+                                                                      final=False)))
+        runner.start()
+        _wait_until(lambda: log.exists() and len(log.read_text().splitlines()) >= 2,
+                    "the first attempt to be mid-run")
+        with pytest.raises(JobNotDone, match="another run holds its transcript"):
+            run_job(host, job.id, final=False)
+        runner.join(timeout=DEADLINE_S)
+        assert first == ["completed"]
+        assert run_job(host, job.id) == "completed"  # a late attempt finds it done
+        _check_whole(host, job.id, prompt, 6)
+        turns = Counter(line.split("\t")[2] for line in log.read_text().splitlines())
+        assert set(turns.values()) == {1}  # every turn asked once
+    finally:
+        host.close()
