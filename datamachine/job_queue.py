@@ -37,20 +37,25 @@ if TYPE_CHECKING:
     from datamachine.storage.jobs import Job
 
 __all__ = ["JOB_QUEUE", "OUTAGE_CODES", "JobNotDone", "JobRequest", "enqueue", "job_session_id",
-           "queue_app", "run_job", "run_worker"]
+           "queue_app", "run_attempt", "run_job", "run_worker"]
 
 logger = logging.getLogger("datamachine.worker")
 
 JOB_QUEUE = "datamachine"
 TASK_NAME = "datamachine.run_job"
-# Provider failures worth another attempt later: the model was unreachable or overloaded, not
-# wrong. Any other failure settles the job as failed at once.
+# Failures worth another attempt later: the model (or the database) was unreachable, not
+# wrong. HTTP errors are not among them: the provider layer already retried the statuses worth
+# retrying (429, 5xx) with backoff, so what reaches the run is an answer to act on. Any other
+# failure settles the job as failed at once.
 OUTAGE_CODES = frozenset({"provider_timeout", "provider_connection_error",
-                          "provider_unavailable", "provider_http_error",
-                          "provider_stream_error"})
+                          "provider_unavailable", "provider_stream_error",
+                          "transcript_write_failed"})
 # Another run holds (or took over) the job's transcript: a worker that died, whose lock has
 # not run out yet, or one that is slow but alive. Never a reason to fail the job.
 BUSY_CODES = frozenset({"transcript_lock_contention", "transcript_lock_lost"})
+RETRY_CODES = OUTAGE_CODES | BUSY_CODES
+# Where a job counts the outages its attempts met (its engine data).
+OUTAGES_KEY = "queue_outages"
 MAX_RETRY_WAIT_S = 300.0
 
 
@@ -70,7 +75,12 @@ class JobRequest(BaseModel):
 
 class JobNotDone(DataMachineError, RuntimeError):
     """An attempt that could not finish its job and leaves it for a later one (a provider
-    outage, or another run holding the job's transcript); procrastinate retries it."""
+    outage, or another run holding the job's transcript); procrastinate retries it after
+    ``retry_in`` seconds."""
+
+    def __init__(self, message: str, *, retry_in: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_in = retry_in
 
 
 def job_session_id(job_id: int) -> str:
@@ -103,50 +113,41 @@ def queue_app(host: Host) -> procrastinate.App:
     url = _require_postgres(host)
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo(url)))
 
-    @app.task(name=TASK_NAME, queue=JOB_QUEUE, pass_context=True,
-              retry=_RetryOutages(host))
-    def run_queued_job(context: procrastinate.JobContext, job_id: int) -> str:
-        attempt = (context.job.attempts if context.job is not None else 0) + 1
-        return run_job(host, job_id, final=attempt >= _max_attempts(host))
+    @app.task(name=TASK_NAME, queue=JOB_QUEUE, retry=_RetryWhenAsked())
+    def run_queued_job(job_id: int) -> str:
+        return run_attempt(host, job_id)
 
     host._job_queue_app = app  # type: ignore[attr-defined]
     return app
 
 
-def _max_attempts(host: Host) -> int:
-    return int(host.settings.effective("job_max_attempts"))
-
-
-class _RetryOutages(BaseRetryStrategy):
-    """procrastinate's retry strategy for :class:`JobNotDone`: exponential backoff from the
-    setting ``job_retry_wait`` (doubling per attempt, at most 5 minutes), up to
-    ``job_max_attempts`` attempts in all."""
-
-    def __init__(self, host: Host) -> None:
-        self._host = host
+class _RetryWhenAsked(BaseRetryStrategy):
+    """procrastinate's retry strategy: retry exactly when :func:`run_job` said so
+    (:class:`JobNotDone`), after the wait it named. procrastinate counts every attempt; a job's
+    outages are counted by the job itself (its engine data), so waiting for a dead worker's
+    lock never uses up the attempts its outages have."""
 
     def get_retry_exception(self, exception: BaseException, job: Any) -> Any:
-
-        if not isinstance(exception, JobNotDone) or job.attempts + 1 >= _max_attempts(self._host):
+        if not isinstance(exception, JobNotDone):
             return None
-        base = float(self._host.settings.effective("job_retry_wait"))
-        wait = min(MAX_RETRY_WAIT_S, base * 2 ** job.attempts)
-        return JobRetry(RetryDecision(retry_in={"seconds": wait}))
+        return JobRetry(RetryDecision(
+            retry_in={"milliseconds": max(1, round(exception.retry_in * 1000))}))
 
 
 def _ensure_schema(app: procrastinate.App, host: Host) -> None:
-    """procrastinate's tables, created once per database (under the whole-database lock, so
-    hosts starting together take turns)."""
+    """procrastinate's tables, created once per database: applied by procrastinate itself
+    while this host holds the whole-database lock, so hosts starting together take turns."""
     if getattr(host, "_job_queue_ready", False):
         return
-    from datamachine.storage._tx import connection_lock, immediate
+    from datamachine.storage._tx import connection_lock, db_label, immediate
 
     conn = host.handle.conn
-    with immediate(host.handle, connection_lock(host.handle), host.handle.label if hasattr(
-            host.handle, "label") else "database", "create the job queue's tables"):
+    with immediate(host.handle, connection_lock(host.handle), db_label(host.handle),
+                   "create the job queue's tables"):
         exists = conn.execute("SELECT to_regclass('datamachine.procrastinate_jobs')").fetchone()
         if exists is None or exists[0] is None:
-            conn.execute(app.schema_manager.get_schema())
+            with app.open():
+                app.schema_manager.apply_schema()
     host._job_queue_ready = True  # type: ignore[attr-defined]
 
 
@@ -205,14 +206,73 @@ def enqueue(host: Host, messages: Sequence[Mapping[str, Any]], tools: Sequence[s
     return job
 
 
-def run_job(host: Host, job_id: int, *, final: bool = True) -> str:
+def run_attempt(host: Host, job_id: int) -> str:
+    """One attempt of job ``job_id`` as the queue runs it: :func:`run_job`, with anything it
+    did not expect turned into a decision, so a job row is never left ``pending`` or
+    ``running`` with no attempt to come. A database failure (a restart, a dropped connection)
+    is retried like an outage; anything else fails the job, naming the error."""
+    from datamachine.errors import DatabaseError
+
+    try:
+        return run_job(host, job_id)
+    except JobNotDone:
+        raise
+    except DatabaseError as exc:
+        logger.warning("datamachine worker: job %s: %s", job_id, exc)
+        try:
+            return _outage_or_fail(host, job_id, "database_error", str(exc))
+        except DatabaseError:
+            raise JobNotDone(f"Job {job_id}: the database is unreachable ({exc}); trying "
+                             "again later.", retry_in=_backoff(host, 0)) from None
+    except Exception as exc:
+        logger.exception("datamachine worker: job %s failed", job_id)
+        with contextlib.suppress(Exception):
+            return _fail(host, job_id, f"job_error: {type(exc).__name__}: {exc}")
+        raise
+
+
+def _backoff(host: Host, outages: int) -> float:
+    base = float(host.settings.effective("job_retry_wait"))
+    return float(min(MAX_RETRY_WAIT_S, base * 2 ** outages))
+
+
+def _outage_or_fail(host: Host, job_id: int, code: str, detail: str) -> str:
+    """Count one outage of the job; another attempt after a backoff (JobNotDone), or, when
+    the job has had ``job_max_attempts``, fail it with ``code``."""
+    job = host.jobs.get(job_id)
+    if job.status not in ("pending", "running"):
+        return job.status
+    outages = int(job.engine_data.get(OUTAGES_KEY) or 0) + 1
+    if outages >= int(host.settings.effective("job_max_attempts")):
+        return _fail(host, job_id, code)
+    host.jobs.merge_engine_data(job_id, {OUTAGES_KEY: outages})
+    raise JobNotDone(f"Job {job_id}: {code} ({detail}); attempt {outages + 1} later.",
+                     retry_in=_backoff(host, outages - 1))
+
+
+def _busy(host: Host, job_id: int, session_id: str) -> JobNotDone:
+    """Another run holds the job's transcript: try again when its lock runs out (a dead
+    worker's), or shortly (a live one renews it every turn and then finishes the job)."""
+    from agents_api import clock
+
+    info = host.transcripts.locks.info(session_id)
+    left = info.expires_at - clock.now() if info is not None else 0.0
+    wait = min(MAX_RETRY_WAIT_S, max(_backoff(host, 0), left + 0.1))
+    return JobNotDone(f"Job {job_id}: another run holds its transcript {session_id!r}; "
+                      f"trying again in {wait:.1f} s.", retry_in=wait)
+
+
+def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
     """Run (or go on with) job ``job_id`` on ``host``; its status when this attempt ends.
 
-    ``final``: the last attempt the queue will make, so a provider outage fails the job instead
-    of leaving it for a retry. Raises :class:`JobNotDone` when a later attempt should go on.
+    Raises :class:`JobNotDone` (with the wait before the next attempt) when a later attempt
+    should go on: after a provider outage (at most ``job_max_attempts`` attempts, counted in the
+    job's engine data), or while another run holds the job's transcript (never counted: a dead
+    worker's lock runs out, a live worker finishes). ``final``: force this to be (or not be)
+    the last attempt for outages; None counts them.
     """
     from agents_api.drive import drive_sync
-    from datamachine.conversation.continuation import continuation_steps
+    from datamachine.conversation.continuation import TranscriptFinished, continuation_steps
 
     job = host.jobs.get(job_id)
     if job.status in ("completed", "failed"):
@@ -221,36 +281,66 @@ def run_job(host: Host, job_id: int, *, final: bool = True) -> str:
         request = JobRequest.model_validate(job.engine_data.get("request"))
     except ValidationError as exc:
         return _fail(host, job_id, f"job_request_invalid: {first_field_error(exc)[1]}")
-    session_id = job_session_id(job_id)
-    ttl = int(host.settings.effective("job_lock_ttl"))
-    payload = {**request.payload, "job_id": job_id, "transcript_session_id": session_id,
-               "transcript_lock_ttl": ttl}
-    if not final:
-        payload["job_retry_codes"] = sorted(OUTAGE_CODES | BUSY_CODES)
-    tools = [host.tools.get(name) for name in request.tools] or None
-    if tools is not None and None in tools:
-        missing = [name for name in request.tools if host.tools.get(name) is None]
+    missing = [name for name in request.tools if host.tools.get(name) is None]
+    if missing:
         return _fail(host, job_id, f"job_tools_missing: {', '.join(missing)} not registered "
                                    "on this worker")
-    if host.transcripts.exists(session_id):  # an earlier attempt stored turns: go on from there
-        done = host.transcripts.summary(session_id).cumulative_turn_count
+    if request.provider is not None and request.provider not in host.providers.names():
+        return _fail(host, job_id, f"job_provider_missing: {request.provider} not registered "
+                                   "on this worker")
+    session_id = job_session_id(job_id)
+    if final is None:
+        outages = int(job.engine_data.get(OUTAGES_KEY) or 0)
+        final = outages + 1 >= int(host.settings.effective("job_max_attempts"))
+    stored = host.transcripts.summary(session_id) if host.transcripts.exists(session_id) \
+        else None
+    if stored is not None and not _unfinished(stored):
+        # The run ended and was stored, but its job was not settled (the worker died between
+        # the two, or settling failed): settle it from what was stored, never ask again.
+        return _settle_from(host, job_id, stored.result)
+    ttl = int(host.settings.effective("job_lock_ttl"))
+    payload = {**request.payload, "job_id": job_id, "transcript_session_id": session_id,
+               "transcript_lock_ttl": ttl,
+               "job_retry_codes": sorted(BUSY_CODES if final else RETRY_CODES)}
+    tools = [host.tools.get(name) for name in request.tools] or None
+    if stored is not None:  # an earlier attempt stored turns: go on from there
         ceiling = request.max_turns or int(host.settings.effective("max_turns"))
-        result = drive_sync(continuation_steps(
-            host, session_id, max(1, ceiling - done), tools, request.provider, request.model,
-            payload=payload, lock_ttl=ttl))
+        try:
+            result = drive_sync(continuation_steps(
+                host, session_id, max(1, ceiling - stored.cumulative_turn_count), tools,
+                request.provider, request.model, payload=payload, lock_ttl=ttl,
+                unfinished_only=_unfinished))
+        except TranscriptFinished as finished:  # another attempt finished it meanwhile
+            return _settle_from(host, job_id, finished.record.result)
     else:
         result = host.run_conversation(request.messages, tools, request.provider, request.model,
                                        "pipeline", payload, request.max_turns)
     status = host.jobs.get(job_id).status
     if status not in ("pending", "running"):
         return status
-    if final:  # nothing settled it and no attempt follows: it must not stay running
-        return _fail(host, job_id, f"job_attempts_exhausted: {result.error_code or result.status}")
     if result.error_code in BUSY_CODES:
-        raise JobNotDone(f"Job {job_id}: another run holds its transcript {session_id!r}; "
-                         "trying again later.")
-    raise JobNotDone(f"Job {job_id}: {result.error_code or result.status} "
-                     f"({result.error}); trying again later.")
+        raise _busy(host, job_id, session_id)
+    return _outage_or_fail(host, job_id, result.error_code or f"job_{result.status}",
+                           str(result.error))
+
+
+def _unfinished(record: Any) -> bool:
+    """Whether a job's stored transcript is one to go on with: a run still going (or killed),
+    or one that stopped on an outage or a busy lock; not one that ended."""
+    return bool(record.status in ("running", "interrupted")
+                or record.result.get("error_code") in RETRY_CODES)
+
+
+def _settle_from(host: Host, job_id: int, stored: Mapping[str, Any]) -> str:
+    from datamachine.completion.jobs import failure_reason
+
+    reason = failure_reason(stored, remaining_handlers=stored.get("remaining_handlers") or ())
+    if reason is None:
+        if host.jobs.get(job_id).status == "pending":
+            host.jobs.start(job_id)
+        host.jobs.complete(job_id)
+        return "completed"
+    return _fail(host, job_id, reason)
 
 
 def _fail(host: Host, job_id: int, reason: str) -> str:

@@ -8,7 +8,7 @@ count toward the session's limit, exactly as a chat's do.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agents_api import LockLost
@@ -30,7 +30,15 @@ from datamachine.payload_keys import DEFAULT_LOCK_TTL
 from datamachine.registry import validate_budget_value
 from datamachine.services import Services
 
-__all__ = ["chat_gate", "continuation_steps"]
+__all__ = ["TranscriptFinished", "chat_gate", "continuation_steps"]
+
+
+class TranscriptFinished(Exception):
+    """The transcript to continue was finished by another run (see ``unfinished_only``)."""
+
+    def __init__(self, record: Any) -> None:
+        super().__init__(f"transcript {getattr(record, 'id', '?')} is finished")
+        self.record = record
 
 
 def continuation_steps(
@@ -44,6 +52,7 @@ def continuation_steps(
     output_type: Any = None,
     payload: Mapping[str, Any] | None = None,
     lock_ttl: int = DEFAULT_LOCK_TTL,
+    unfinished_only: Callable[[Any], bool] | None = None,
 ) -> Steps[ConversationResult]:
     """Run at most ``extend_by`` more provider turns on a stored transcript (as steps).
 
@@ -52,7 +61,10 @@ def continuation_steps(
     continues the same way. Another run on the session: ``transcript_lock_contention``; a
     paused one: :class:`~datamachine.errors.SessionAwaitingConfirmation` (answer it with
     ``resume``). ``payload``: more of the run's payload (a queued job's ``job_id`` and
-    options); ``lock_ttl``: the transcript lock's TTL for this run.
+    options); ``lock_ttl``: the transcript lock's TTL for this run. ``unfinished_only``: a test
+    of the stored transcript (read under the lock); when it fails, nothing runs and
+    :class:`TranscriptFinished` carries the stored record (a queued job's transcript that
+    another attempt finished meanwhile).
     """
     validate_budget_value("extend_by", extend_by)
     store = services.transcripts
@@ -72,6 +84,8 @@ def continuation_steps(
                                on_turn=gate.write if gate is not None else None)
     try:
         record = store.get_transcript(session_id)  # read now that nothing can change it
+        if unfinished_only is not None and not unfinished_only(record):
+            raise TranscriptFinished(record)
         if gate is not None and gate.pause and gate.at_limit:
             return pause_before_run(services, gate, writer, [], tools,
                                     provider or record.provider or services.default_provider(None),

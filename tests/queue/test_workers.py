@@ -135,7 +135,6 @@ def test_jobs_of_workers_killed_mid_run_finish_on_the_others_with_whole_transcri
         queue_host: Host, workers: Workers) -> None:
     queue_host.settings.set("job_lock_ttl", 3)
     queue_host.settings.set("job_retry_wait", 0.2)
-    queue_host.settings.set("job_max_attempts", 20)
     steps = 8
     jobs = {queue_host.jobs.enqueue([{"role": "user", "content": f"long {n} steps {steps}"}],
                                     ["step"], max_turns=20).id: f"long {n} steps {steps}"
