@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
@@ -131,6 +132,10 @@ class SettingEntry(BaseModel):
     problem: str | None = None
 
 
+
+class _BatchState(threading.local):
+    trusted = False
+
 class Settings:
     """``get/set/delete/all`` over the ``settings`` table of one host's database."""
 
@@ -157,7 +162,9 @@ class Settings:
         self._write_lock = connection_lock(db)
         self._cache: dict[str, str] | None = None
         self._version: int | None = None
-        self._trusted = False
+        # Whether this thread is inside batch(): per thread, because on PostgreSQL nothing
+        # keeps other threads out while one batch is open.
+        self._batch = _BatchState()
         self._problems: tuple[dict[str, str], tuple[tuple[str, str], ...],
                               tuple[tuple[str, str], ...]] | None = None
 
@@ -214,7 +221,7 @@ class Settings:
         cheap query instead of one each.
         """
         with self._write_lock:
-            if self._trusted and self._cache is not None:
+            if self._batch.trusted and self._cache is not None:
                 return self._cache  # inside batch(): checked once already
             from datamachine.storage._tx import dialect
 
@@ -239,15 +246,15 @@ class Settings:
         other thread can write in between.
         """
         with self._write_lock:
-            if self._trusted:
+            if self._batch.trusted:
                 yield
                 return
             self._rows()
-            self._trusted = True
+            self._batch.trusted = True
             try:
                 yield
             finally:
-                self._trusted = False
+                self._batch.trusted = False
 
     def source(self, key: str) -> Literal["env", "db"] | None:
         """Where ``get(key)`` reads from: ``"env"``, ``"db"`` or None (unset)."""

@@ -43,6 +43,14 @@ __all__ = ["SCHEMA", "PgConnection", "PgHandle", "PgRow", "conninfo", "lock_key"
 SCHEMA = "datamachine"
 _WHOLE_DATABASE = "datamachine:database"
 POOL_TIMEOUT_S = 30.0
+# Rows one multi-row INSERT carries at most (PostgreSQL takes 65,535 parameters a statement);
+# a longer batch goes through executemany, in one pipeline.
+MULTI_ROW_CHUNK = 1000
+# How long a write waits for another's lock before it is a DatabaseError (SQLite's busy
+# timeout), and how long a transaction may sit idle before the server ends it, releasing its
+# locks (a client that hung mid-transaction must not stop every writer).
+LOCK_TIMEOUT_MS = 30_000
+IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000
 CONNECT_TIMEOUT_S = 10
 
 
@@ -56,10 +64,45 @@ _WHOLE_KEY = lock_key(_WHOLE_DATABASE)
 
 
 def hide_password(url: str) -> str:
-    """``url`` with its password replaced, for messages and labels."""
-    from datamachine.setting_spec import hide_url_password
+    """``url`` with its password replaced (in the user part and a ``password=`` parameter),
+    for messages and labels."""
+    from datamachine.setting_spec import MASK, hide_url_password
 
-    return str(hide_url_password(url))
+    hidden = str(hide_url_password(url))
+    try:
+        parts = urlsplit(hidden)
+    except ValueError:
+        return MASK
+    if "password" not in parts.query:
+        return hidden
+    query = [(key, MASK if key == "password" else value)
+             for key, value in parse_qsl(parts.query, keep_blank_values=True)]
+    return urlunsplit(parts._replace(query=urlencode(query, safe="*", quote_via=quote)))
+
+
+def _secrets_of(url: str) -> list[str]:
+    """The password text of ``url`` as it may appear in a libpq message (raw and decoded)."""
+    from urllib.parse import unquote
+
+    found: list[str] = []
+    try:
+        parts = urlsplit(url)
+        userinfo = parts.netloc.rpartition("@")[0]
+        if ":" in userinfo:
+            found.append(userinfo.split(":", 1)[1])
+        found += [value for key, value in parse_qsl(parts.query) if key == "password"]
+    except ValueError:
+        found.append(url)
+    return [text for raw in found for text in {raw, unquote(raw)} if len(text) >= 2]
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (a server's or libpq's message) with ``url``'s password cut out."""
+    from datamachine.setting_spec import MASK
+
+    for secret in sorted(_secrets_of(url), key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return text
 
 
 class _UntypedInt(Dumper):
@@ -229,15 +272,37 @@ class PgConnection:
                 opening = self._local.opening
                 if opening:  # the transaction's first statement travels with its BEGIN
                     self._local.opening = ()
-                    with current.pipeline():
-                        for statement in opening:
-                            current.execute(statement)
-                        cursor = current.execute(translate(sql),
-                                                 params if params is not None else ())
-                    return _result(cursor)
+                    return self._first(current, opening, sql, params)
                 return _run(current, sql, params)
             with self._borrow() as conn:
+                try:
+                    return _run(conn, sql, params)
+                except psycopg.OperationalError:
+                    # A pooled connection the server dropped (a restart, an idle cut): a read
+                    # is asked again once on a fresh one; a write may have run, so it is not.
+                    if not conn.broken or not sql.lstrip()[:6].upper() == "SELECT":
+                        raise
+            with self._borrow() as conn:
                 return _run(conn, sql, params)
+
+    def _first(self, current: psycopg.Connection[Any], opening: tuple[str, ...], sql: str,
+               params: Sequence[Any] | None) -> _Result:
+        """BEGIN, the locks and the first statement in one pipeline. On a connection the
+        server dropped while it sat in the pool, the same again once on a fresh one: nothing
+        of the transaction can have run."""
+        for attempt in (1, 2):
+            try:
+                with current.pipeline():
+                    for statement in opening:
+                        current.execute(statement)
+                    cursor = current.execute(translate(sql), params if params is not None else ())
+                return _result(cursor)
+            except psycopg.OperationalError:
+                if attempt == 2 or not current.broken:
+                    raise
+                self._putconn(current)  # the pool discards a broken connection
+                current = self._local.conn = self._getconn()
+        raise AssertionError("unreachable")
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> _Result:
         """Run one statement per row of parameters (in one round trip)."""
@@ -254,10 +319,11 @@ class PgConnection:
     def _many(conn: psycopg.Connection[Any], sql: str, batch: list[Sequence[Any]]) -> _Result:
         if not batch:
             return _Result([], 0)
-        multi = _multi_row(sql, len(batch))
-        if multi is not None:  # one statement, one round trip (a turn's messages)
-            cursor = conn.execute(multi, [value for row in batch for value in row])
-            return _Result([], cursor.rowcount)
+        if len(batch) <= MULTI_ROW_CHUNK:
+            multi = _multi_row(sql, len(batch))
+            if multi is not None:  # one statement, one round trip (a turn's messages)
+                cursor = conn.execute(multi, [value for row in batch for value in row])
+                return _Result([], cursor.rowcount)
         with conn.cursor() as cursor:
             cursor.executemany(translate(sql), batch)
             return _Result([], cursor.rowcount)
@@ -313,6 +379,16 @@ class PgConnection:
             self._putconn(conn)
             return
         try:
+            if commit and conn.info.transaction_status == TransactionStatus.INERROR:
+                # A statement failed and its error was caught inside the block: PostgreSQL
+                # would turn COMMIT into a silent rollback. SQLite would have kept the rest;
+                # say that nothing was stored instead.
+                conn.execute("ROLLBACK")
+                raise DatabaseError(
+                    f"Cannot {action} in the database {self.label}: a statement of the "
+                    "transaction failed, so PostgreSQL stored none of it. Let the error "
+                    "propagate, or use a savepoint (a nested write block) around the statement "
+                    "that may fail.")
             conn.execute("COMMIT" if commit else "ROLLBACK")
         except psycopg.Error as exc:
             if commit:
@@ -417,9 +493,15 @@ def conninfo(url: str) -> str:
     that ``pg_stat_activity`` shows)."""
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query))
-    extra = f"-c search_path={SCHEMA}"
+    extra = (f"-c search_path={SCHEMA} -c lock_timeout={LOCK_TIMEOUT_MS} "
+             f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}")
     query["options"] = f"{query['options']} {extra}" if "options" in query else extra
     query.setdefault("application_name", "datamachine")
+    # A peer that vanished (a dead worker's machine, a cut network) is noticed in about a
+    # minute instead of the kernel's two hours.
+    for key, value in (("keepalives", "1"), ("keepalives_idle", "30"),
+                       ("keepalives_interval", "10"), ("keepalives_count", "3")):
+        query.setdefault(key, value)
     return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
 
 
@@ -446,6 +528,7 @@ class PgHandle:
             psycopg.connect(info, connect_timeout=CONNECT_TIMEOUT_S).close()
         except psycopg.Error as exc:
             reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            reason = scrub(reason, url)
             raise DatabaseError(
                 f"Cannot connect to the database {self.label} ({reason}). Check that the "
                 "server is running, the address and credentials in DATAMACHINE_DB, and that "
@@ -457,7 +540,8 @@ class PgHandle:
             pool.open(wait=True, timeout=POOL_TIMEOUT_S)
         except PoolTimeout as exc:
             pool.close()
-            raise DatabaseError(f"Cannot connect to the database {self.label} ({exc}).") from None
+            raise DatabaseError(f"Cannot connect to the database {self.label} "
+                                f"({scrub(str(exc), url)}).") from None
         self.conn = PgConnection(pool, self.label)
 
     @property

@@ -243,3 +243,68 @@ def test_a_second_attempt_while_the_first_still_runs_waits_instead_of_running_tw
         assert set(turns.values()) == {1}  # every turn asked once
     finally:
         host.close()
+
+
+def test_a_run_that_ended_before_its_job_was_settled_is_settled_not_asked_again(
+        queue_host: Host, tmp_path: Path) -> None:
+    """The worker died between storing the run's end and settling its job."""
+    from datamachine.job_queue import run_job
+
+    log = tmp_path / "asked.log"
+    url = getattr(queue_host.handle, "url", "")
+    with bootstrap.boot(db_path=url, load_entrypoints=False,
+                        plugins=[SlowModel(str(log))]) as host:
+        prompt = "ended 1 steps 1"
+        job = host.jobs.enqueue([{"role": "user", "content": prompt}], ["step"])
+        host.jobs.start(job.id)
+        ended = host.run_conversation([{"role": "user", "content": prompt}],
+                                      [host.tools.get("step")], mode="pipeline",
+                                      payload={"transcript_session_id": f"job-{job.id}"})
+        assert ended.status == "completed"
+        asked = log.read_text()
+        assert run_job(host, job.id) == "completed"
+        assert log.read_text() == asked  # nothing asked again
+        assert host.jobs.get(job.id).status == "completed"
+
+
+def test_an_http_error_the_provider_layer_gave_up_on_fails_the_job_at_once(
+        queue_host: Host) -> None:
+    from datamachine import ProviderRequest, hookimpl
+    from datamachine.errors import ProviderError
+    from datamachine.job_queue import run_job
+
+    class Refusing:
+        @hookimpl
+        def text_result(self, request: ProviderRequest) -> Any:
+            return ProviderError("HTTP 401: invalid API key", code="provider_http_error",
+                                 status=401)
+
+    url = getattr(queue_host.handle, "url", "")
+    with bootstrap.boot(db_path=url, load_entrypoints=False, plugins=[Refusing()]) as host:
+        job = host.jobs.enqueue([{"role": "user", "content": "x"}])
+        assert run_job(host, job.id) == "failed"
+        assert host.jobs.get(job.id).failure_reason == "provider_http_error"
+
+
+def test_a_job_naming_a_provider_the_worker_lacks_fails_naming_it(queue_host: Host) -> None:
+    from datamachine import hookimpl
+    from datamachine.job_queue import run_job
+
+    class Elsewhere:
+        name = "elsewhere"
+
+        def complete(self, request: Any) -> Any:
+            raise AssertionError("never asked: the worker has no such provider")
+
+    class ElsewherePlugin:
+        @hookimpl
+        def register_providers(self) -> list[Any]:
+            return [Elsewhere()]
+
+    url = getattr(queue_host.handle, "url", "")
+    with bootstrap.boot(db_path=url, load_entrypoints=False,
+                        plugins=[ElsewherePlugin()]) as enqueuer:
+        job = enqueuer.jobs.enqueue([{"role": "user", "content": "x"}], provider="elsewhere")
+    assert run_job(queue_host, job.id) == "failed"
+    assert queue_host.jobs.get(job.id).failure_reason == (
+        "job_provider_missing: elsewhere not registered on this worker")

@@ -180,3 +180,93 @@ def test_an_unkeyed_write_waits_for_every_keyed_one(pg_host: Host, pg_url: str) 
     assert done.wait(DEADLINE_S)
     whole.join()
     assert errors == []
+
+
+def test_a_caught_statement_error_inside_a_write_is_not_a_silent_rollback(
+        pg_host: Host) -> None:
+    import contextlib as ctx
+
+    def write() -> None:
+        with immediate(pg_host.handle, connection_lock(pg_host.handle), "test",
+                       "store two settings") as conn:
+            conn.execute("INSERT INTO settings (key, value, updated_at) VALUES ('x_a', '1', 0)")
+            with ctx.suppress(DatabaseError):  # the duplicate fails; the caller carries on
+                conn.execute("INSERT INTO settings (key, value, updated_at) "
+                             "VALUES ('x_a', '2', 0)")
+
+    with pytest.raises(DatabaseError, match="stored none of it"):
+        write()
+    assert pg_host.settings.get("x_a") is None
+
+
+def test_a_batch_longer_than_one_statement_can_carry_is_stored_whole(pg_host: Host) -> None:
+    # 5 parameters a message: 14,000 messages are more than one statement's 65,535.
+    messages = [{"role": "user", "content": f"m{n}"} for n in range(14_000)]
+    pg_host.transcripts.begin("big", messages)
+    assert pg_host.transcripts.summary("big").message_count == 14_000
+
+
+@pytest.mark.parametrize("secret_url", [
+    "postgresql://127.0.0.1:{port}/db?user=u&password=s3cretA",
+    "postgresql://u:s3%zzcretA@127.0.0.1:{port}/db",
+    "postgresql://u:s3cr@tA@127.0.0.1:{port}/db",
+])
+def test_no_error_shows_the_password_however_the_url_holds_it(secret_url: str) -> None:
+    with pytest.raises(DatabaseError) as info:
+        bootstrap.boot(db_path=secret_url.format(port=_closed_port()), load_entrypoints=False)
+    assert "s3cr" not in str(info.value)
+    assert "cretA" not in str(info.value)
+
+
+def test_a_write_waiting_on_a_stuck_lock_gives_up_like_sqlite_s_busy_timeout(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from datamachine.storage import _pg
+
+    monkeypatch.setattr(_pg, "LOCK_TIMEOUT_MS", 300)
+    with bootstrap.boot(db_path=pg_url, load_entrypoints=False) as stuck, \
+            bootstrap.boot(db_path=pg_url, load_entrypoints=False) as other:
+        holder: Any = immediate(stuck.handle, connection_lock(stuck.handle), "test", "hold",
+                                ("session:s",))
+        holder.__enter__().execute("SELECT 1")
+        try:
+            with pytest.raises(DatabaseError, match="lock timeout"):
+                other.transcripts.acquire("s", 60)
+        finally:
+            holder.__exit__(None, None, None)
+        assert other.transcripts.acquire("s", 60) is not None
+
+
+def test_connections_the_server_dropped_are_replaced_without_an_error(
+        pg_host: Host, pg_url: str) -> None:
+    pg_host.settings.set("x_before", 1)
+    assert pg_host.transcripts.list() == []
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+            "application_name = 'datamachine' AND datname = current_database()").fetchone()
+    assert killed is not None
+    assert killed[0] >= 1
+    assert pg_host.transcripts.list() == []          # a read, outside a transaction
+    pg_host.settings.set("x_after", 2)                # a write transaction
+    assert pg_host.settings.get("x_after") == 2
+
+
+def test_another_thread_s_batch_does_not_hide_a_new_value(pg_host: Host, pg_url: str) -> None:
+    inside, done = threading.Event(), threading.Event()
+
+    def batch() -> None:
+        with pg_host.settings.batch():
+            pg_host.settings.get("max_turns")
+            inside.set()
+            done.wait(DEADLINE_S)
+
+    thread = threading.Thread(target=batch)
+    thread.start()
+    try:
+        assert inside.wait(DEADLINE_S)
+        with bootstrap.boot(db_path=pg_url, load_entrypoints=False) as other:
+            other.settings.set("max_turns", 9)
+        assert pg_host.settings.get("max_turns") == 9  # this thread is not in the batch
+    finally:
+        done.set()
+        thread.join()
