@@ -175,7 +175,9 @@ def enqueue(host: Host, messages: Sequence[Mapping[str, Any]], tools: Sequence[s
 
     Everything is checked before anything is written: the messages, the tool names (registered
     on this host), the provider, a JSON-only payload. If the queue refuses the job, the job row
-    is removed again, so nothing is left that no worker will ever run.
+    is removed again. (The row and the queue entry are two commits: a process killed between
+    them leaves a ``pending`` job that ``datamachine jobs list --status pending`` shows and no
+    worker runs; enqueue it again.)
     """
     from agents_api import normalize_messages
     from agents_api.errors import InvalidMessage
@@ -350,20 +352,41 @@ def _fail(host: Host, job_id: int, reason: str) -> str:
     return "failed"
 
 
-async def _recover_stalled(app: procrastinate.App, stalled_after: float,
+_RECOVERY_LOCK = "SELECT pg_try_advisory_lock(%s)"
+_RECOVERY_UNLOCK = "SELECT pg_advisory_unlock(%s)"
+
+
+async def _recover_stalled(app: procrastinate.App, url: str, stalled_after: float,
                            every: float) -> None:
-    """Hand the jobs of dead workers (no heartbeat for ``stalled_after`` seconds) out again."""
+    """Hand the jobs of dead workers (no heartbeat for ``stalled_after`` seconds) out again.
+
+    One worker at a time does it (a session advisory lock on a connection of its own), reading
+    the stalled jobs while it holds the lock: two workers acting on one stale list could put a
+    job back in the queue after a live worker had fetched it.
+    """
+    import psycopg
+
+    from datamachine.storage._pg import conninfo, lock_key
+
+    key = lock_key("datamachine:stalled-job-recovery")
     while True:
         await asyncio.sleep(every)
         try:
-            stalled = await app.job_manager.get_stalled_jobs(
-                seconds_since_heartbeat=stalled_after)
-            for job in stalled:
-                with contextlib.suppress(Exception):  # another worker took it first
-                    await app.job_manager.retry_job(job)
-                    logger.warning("datamachine worker: job %s (procrastinate %s) was left by a "
-                                   "worker that stopped; handed out again",
-                                   job.task_kwargs.get("job_id"), job.id)
+            async with await psycopg.AsyncConnection.connect(conninfo(url),
+                                                             autocommit=True) as conn:
+                row = await (await conn.execute(_RECOVERY_LOCK, [key])).fetchone()
+                if not row or not row[0]:
+                    continue  # another worker is at it
+                try:
+                    for job in await app.job_manager.get_stalled_jobs(
+                            seconds_since_heartbeat=stalled_after):
+                        with contextlib.suppress(Exception):  # it finished meanwhile
+                            await app.job_manager.retry_job(job)
+                            logger.warning("datamachine worker: job %s was left by a worker "
+                                           "that stopped; handed out again",
+                                           job.task_kwargs.get("job_id"))
+                finally:
+                    await conn.execute(_RECOVERY_UNLOCK, [key])
         except Exception:
             logger.exception("datamachine worker: looking for stalled jobs failed")
 
@@ -391,7 +414,8 @@ def run_worker(host: Host, *, concurrency: int = 4, stalled_after: float = 30.0,
 
     async def work() -> None:
         async with app.open_async():
-            recovery = asyncio.create_task(_recover_stalled(app, stalled_after, beat))
+            recovery = asyncio.create_task(
+                _recover_stalled(app, _require_postgres(host), stalled_after, beat))
             try:
                 await app.run_worker_async(
                     queues=[JOB_QUEUE], concurrency=concurrency, wait=wait,
