@@ -8,6 +8,7 @@ that only boots (registers budgets, opens storage) never pays for it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -257,6 +258,10 @@ class Host(Services):
         if getattr(self, "_closed", False):
             return
         self._closed = True
+        queue = getattr(self, "_job_queue_opened", None)
+        if queue is not None:  # the job queue's connections (datamachine.job_queue)
+            with contextlib.suppress(Exception):
+                queue.close()
         for impl in self.pm.hook.host_closing.get_hookimpls():
             try:
                 impl.function(host=self)

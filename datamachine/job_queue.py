@@ -199,9 +199,11 @@ def enqueue(host: Host, messages: Sequence[Mapping[str, Any]], tools: Sequence[s
     _ensure_schema(app, host)
     job = host.jobs.create(flow_step_id, {"request": request.model_dump(mode="json")})
     try:
-        with app.open():
-            app.configure_task(TASK_NAME, queue=JOB_QUEUE, lock=job_session_id(job.id),
-                               queueing_lock=job_session_id(job.id)).defer(job_id=job.id)
+        if getattr(host, "_job_queue_opened", None) is None:
+            # Opened once per host (its connections are reused), closed with the host.
+            host._job_queue_opened = app.open()  # type: ignore[attr-defined]
+        app.configure_task(TASK_NAME, queue=JOB_QUEUE, lock=job_session_id(job.id),
+                           queueing_lock=job_session_id(job.id)).defer(job_id=job.id)
     except BaseException:
         host.handle.conn.execute("DELETE FROM jobs WHERE id = ? AND status = 'pending'", [job.id])
         raise
