@@ -239,13 +239,19 @@ class _Cursor:
         return self._conn.execute(sql, params)
 
 
+Statement = tuple[str, Sequence[Any] | None]  # translated SQL and its parameters
+
+
 class _ThreadState(threading.local):
-    """A thread's transaction: its connection, what it does (for errors) and the BEGIN not
-    sent yet."""
+    """A thread's transaction: its connection, what it does (for errors), whether its BEGIN
+    went out, and the statements waiting to go out with the next one (the BEGIN and locks, and
+    writes nobody reads the result of: see :meth:`PgConnection.defer`)."""
 
     conn: psycopg.Connection[Any] | None = None
     action: str = "write"
-    opening: tuple[str, ...] = ()
+    started: bool = False
+    pending: list[Statement] = []
+    deferred: bool = False
 
 
 class PgConnection:
@@ -266,13 +272,11 @@ class PgConnection:
 
     def execute(self, sql: str, params: Sequence[Any] | None = ()) -> _Result:
         """Run one statement: in this thread's transaction, else on its own (autocommit)."""
-        current = getattr(self._local, "conn", None)
+        current = self._local.conn
         with self._errors(self._local.action if current is not None else "read"):
             if current is not None:
-                opening = self._local.opening
-                if opening:  # the transaction's first statement travels with its BEGIN
-                    self._local.opening = ()
-                    return self._first(current, opening, sql, params)
+                if self._local.pending:  # what waits travels with this statement
+                    return self._send(current, (translate(sql), params))
                 return _run(current, sql, params)
             with self._borrow() as conn:
                 try:
@@ -285,24 +289,48 @@ class PgConnection:
             with self._borrow() as conn:
                 return _run(conn, sql, params)
 
-    def _first(self, current: psycopg.Connection[Any], opening: tuple[str, ...], sql: str,
-               params: Sequence[Any] | None) -> _Result:
-        """BEGIN, the locks and the first statement in one pipeline. On a connection the
-        server dropped while it sat in the pool, the same again once on a fresh one: nothing
-        of the transaction can have run."""
+    def _send(self, current: psycopg.Connection[Any], last: Statement | None) -> _Result:
+        """The waiting statements and ``last`` in one pipeline (one round trip); ``last``'s
+        result. Before the BEGIN went out, a connection the server dropped while it sat in the
+        pool is replaced and the same sent again once: nothing of the transaction had run."""
+        statements = [*self._local.pending, *([last] if last is not None else [])]
+        self._local.pending = []
         for attempt in (1, 2):
             try:
                 with current.pipeline():
-                    for statement in opening:
-                        current.execute(statement)
-                    cursor = current.execute(translate(sql), params if params is not None else ())
-                return _result(cursor)
+                    cursors = [current.execute(sql, params if params is not None else ())
+                               for sql, params in statements]
+                self._local.started = True
+                return _result(cursors[-1]) if last is not None else _Result([], 0)
             except psycopg.OperationalError:
-                if attempt == 2 or not current.broken:
+                if attempt == 2 or self._local.started or not current.broken:
                     raise
                 self._putconn(current)  # the pool discards a broken connection
                 current = self._local.conn = self._getconn()
         raise AssertionError("unreachable")
+
+    def defer(self, sql: str, params: Sequence[Any] | None = ()) -> None:
+        """A write whose result nobody reads: inside a transaction it goes out with the next
+        statement or the COMMIT (a turn's messages, its counts and its COMMIT are one round
+        trip); outside one, at once. A failure surfaces there, naming the transaction."""
+        if self._local.conn is None:
+            self.execute(sql, params)
+            return
+        self._local.pending = [*self._local.pending, (translate(sql), params)]
+        self._local.deferred = True
+
+    def defer_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """:meth:`defer` for one statement over several rows (as one multi-row INSERT)."""
+        multi = _multi_row(sql, len(rows)) if 1 < len(rows) <= MULTI_ROW_CHUNK else None
+        if multi is None or self._local.conn is None:
+            if len(rows) == 1:
+                self.defer(sql, rows[0])
+            elif rows:
+                self.executemany(sql, rows)
+            return
+        self._local.pending = [*self._local.pending,
+                               (multi, [value for row in rows for value in row])]
+        self._local.deferred = True
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> _Result:
         """Run one statement per row of parameters (in one round trip)."""
@@ -352,33 +380,37 @@ class PgConnection:
         # statement (one round trip fewer per transaction; every turn of a run opens one).
         self._local.conn = self._getconn()
         self._local.action = action
-        self._local.opening = (
-            ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",) if read_only
-            else ("BEGIN", self._lock_sql(keys)))
+        self._local.started = False
+        self._local.deferred = False
+        self._local.pending = (
+            [("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", None)] if read_only
+            else [("BEGIN", None), (self._lock_sql(keys), None)])
         return True
 
     def _open_now(self) -> None:
-        """Send a transaction's pending BEGIN and locks on their own (before a statement that
-        cannot carry them)."""
-        opening = getattr(self._local, "opening", ())
+        """Send what waits on its own (before a statement that cannot carry it)."""
         conn = self._local.conn
-        if opening and conn is not None:
-            self._local.opening = ()
+        if self._local.pending and conn is not None:
             with self._errors(self._local.action):
-                for statement in opening:
-                    conn.execute(statement)
+                self._send(conn, None)
 
     def end(self, commit: bool, action: str) -> None:
         """Commit (or roll back) this thread's transaction and return its connection; a
         failed commit is a DatabaseError naming ``action`` (nothing of it was stored)."""
         conn = self._local.conn
         assert conn is not None, "end() without begin()"
-        self._local.conn = None
-        if self._local.opening:  # nothing was sent: nothing to end
-            self._local.opening = ()
+        if not self._local.started and not (commit and self._local.deferred):
+            self._local.conn = None  # nothing was sent: nothing to end
+            self._local.pending = []
             self._putconn(conn)
             return
+        if not commit:
+            self._local.pending = []  # never sent: nothing to undo
         try:
+            if commit and self._local.pending:  # the waiting writes go out with the COMMIT
+                with self._errors(action):
+                    self._send(conn, ("COMMIT", None))
+                return
             if commit and conn.info.transaction_status == TransactionStatus.INERROR:
                 # A statement failed and its error was caught inside the block: PostgreSQL
                 # would turn COMMIT into a silent rollback. SQLite would have kept the rest;
@@ -394,15 +426,14 @@ class PgConnection:
             if commit:
                 raise self._database_error(action, exc) from exc
         finally:
+            self._local.conn = None
+            self._local.pending = []
             self._putconn(conn)
 
     def savepoint(self, name: str, action: str) -> None:
         """``action``: ``SAVEPOINT``, ``RELEASE SAVEPOINT`` or ``ROLLBACK TO SAVEPOINT``."""
-        self._open_now()
-        conn = self._local.conn
-        assert conn is not None, "a savepoint outside a transaction"
-        with self._errors(self._local.action):
-            conn.execute(f"{action} {name}")
+        assert self._local.conn is not None, "a savepoint outside a transaction"
+        self.execute(f"{action} {name}", None)
 
     @staticmethod
     def _lock_sql(keys: Sequence[str]) -> str:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Conn", "Connected", "StoreLock", "connection_lock", "db_label", "dialect",
            "immediate", "is_utf8", "no_lock", "query", "query_one", "share_lock", "snapshot",
-           "sqlite_errors", "unstorable"]
+           "sqlite_errors", "unstorable", "write_later", "write_many_later"]
 
 
 class Rows(Protocol):
@@ -115,6 +115,26 @@ def _pg(db: Connected) -> PgConnection | None:
     if type(conn) is sqlite3.Connection or getattr(conn, "dialect", "") != "postgresql":
         return None
     return conn  # type: ignore[return-value]
+
+
+def write_later(conn: Conn, sql: str, params: Sequence[object]) -> None:
+    """A write inside a transaction whose result nobody reads. SQLite runs it at once;
+    PostgreSQL sends it with the transaction's next statement or its COMMIT (one round trip
+    fewer; see ``PgConnection.defer``)."""
+    defer = None if type(conn) is sqlite3.Connection else getattr(conn, "defer", None)
+    if defer is None:
+        conn.execute(sql, params)
+    else:
+        defer(sql, params)
+
+
+def write_many_later(conn: Conn, sql: str, rows: Sequence[Sequence[object]]) -> None:
+    """:func:`write_later` for one statement over several rows."""
+    defer_many = None if type(conn) is sqlite3.Connection else getattr(conn, "defer_many", None)
+    if defer_many is None:
+        conn.executemany(sql, rows)
+    else:
+        defer_many(sql, rows)
 
 
 def dialect(conn: object) -> str:

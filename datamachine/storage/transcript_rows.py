@@ -14,7 +14,7 @@ from typing import Any
 
 from agents_api.jsontext import compact_json
 from agents_api.message import Message, normalize_message
-from datamachine.storage._tx import Conn, query_one
+from datamachine.storage._tx import Conn, query_one, write_later, write_many_later
 
 __all__ = ["Counts", "append", "encode", "finish", "read_counts", "start"]
 
@@ -71,7 +71,8 @@ def read_counts(conn: Conn, sid: str) -> Counts | None:
 def _insert(conn: Conn, sid: str, position: int, turn: int,
             encoded: Sequence[str], now: float) -> None:
     if encoded:
-        conn.executemany(
+        write_many_later(
+            conn,
             "INSERT INTO transcript_messages (session_id, position, turn, envelope, created_at) "
             "VALUES (?, ?, ?, ?, ?)",
             [(sid, position + i, turn, text, now) for i, text in enumerate(encoded)])
@@ -96,7 +97,8 @@ def start(conn: Conn, sid: str, messages: Sequence[MessageLike],
     _insert(conn, sid, counts.message_count, 0, new, now)
     # Whatever ran before (a finished run, or one that was killed) is over now.
     earlier = counts.cumulative_turn_count
-    conn.execute(
+    write_later(
+        conn,
         "UPDATE transcripts SET status = 'running', provider = COALESCE(?, provider), "
         "model = COALESCE(?, model), mode = COALESCE(?, mode), "
         "token_name = COALESCE(?, token_name), message_count = ?, "
@@ -119,7 +121,8 @@ def append(conn: Conn, sid: str, turn: int, messages: Sequence[MessageLike],
     _insert(conn, sid, counts.message_count, turn, encoded, now)
     earlier = counts.earlier_turns(turn)
     after = Counts("running", counts.message_count + len(encoded), turn, earlier + turn)
-    conn.execute(
+    write_later(
+        conn,
         "UPDATE transcripts SET status = 'running', turn_count = ?, cumulative_turn_count = ?, "
         "message_count = ?, updated_at = ? WHERE id = ?",
         [after.turn_count, after.cumulative_turn_count, after.message_count, now, sid])
@@ -141,7 +144,8 @@ def finish(conn: Conn, sid: str, messages: Sequence[MessageLike],
     # Product diagnostics a stop handler settled (a blocker, completion state).
     summary.update(getattr(result, "metadata", None) or {})
     summary["cumulative_turn_count"] = cumulative
-    conn.execute(
+    write_later(
+        conn,
         "UPDATE transcripts SET status = ?, provider = COALESCE(?, provider), "
         "model = COALESCE(?, model), mode = COALESCE(?, mode), updated_at = ?, turn_count = ?, "
         "cumulative_turn_count = ?, message_count = ?, usage = ?, budgets = ?, result = ? "
