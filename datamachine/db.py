@@ -8,6 +8,7 @@ and say what to do; a foreign or corrupt file is refused before anything is writ
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -95,8 +96,33 @@ def default_db_target() -> Path | str:
 
 
 def is_postgres_url(target: object) -> bool:
-    """Whether ``target`` names a PostgreSQL database (``postgresql://`` or ``postgres://``)."""
-    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
+    """Whether ``target`` names a PostgreSQL database (``postgresql://`` or ``postgres://``,
+    the scheme in any case, surrounding blanks ignored)."""
+    return isinstance(target, str) and target.strip().lower().startswith(
+        ("postgresql://", "postgres://"))
+
+
+_URL_LIKE = re.compile(r"^\s*[A-Za-z][A-Za-z0-9+.\-]*:/")
+
+
+def _postgres_url(target: str) -> str:
+    text = target.strip()
+    scheme, _, rest = text.partition("://")
+    return f"{scheme.lower()}://{rest}"
+
+
+def _refuse_other_urls(target: object) -> None:
+    """A value that looks like a URL but is not a PostgreSQL one is a mistake, not a file
+    name: say so (with its password masked) instead of trying to create a directory named
+    after it."""
+    if isinstance(target, str | Path) and _URL_LIKE.match(str(target)) \
+            and not is_postgres_url(str(target)) and not str(target).startswith("file:"):
+        from datamachine.storage._pg import hide_password
+
+        raise DatabaseError(
+            f"The database {hide_password(str(target).strip())} looks like a URL, but only "
+            "postgresql:// (or postgres://) URLs name a database; give that, or a file path, "
+            "in DATAMACHINE_DB / db_path.")
 
 
 def open_postgres(url: str) -> Any:
@@ -166,13 +192,15 @@ def open_handle(path: str | Path | None = None, *,
     A ``postgresql://`` URL (given, or in ``$DATAMACHINE_DB``) opens PostgreSQL instead: a
     ``PgHandle`` with the same ``conn`` the stores use (DESIGN.md 18)."""
     if path is None:
+        _refuse_other_urls(os.environ.get(DB_ENV, ""))
         target: Path | str = default_db_target()
         if isinstance(target, str):
-            return open_postgres(target)  # type: ignore[no-any-return]
+            return open_postgres(_postgres_url(target))  # type: ignore[no-any-return]
         create_parent = True if create_parent is None else create_parent
     elif is_postgres_url(path):
-        return open_postgres(str(path))  # type: ignore[no-any-return]
+        return open_postgres(_postgres_url(str(path)))  # type: ignore[no-any-return]
     else:
+        _refuse_other_urls(path)
         target = path if str(path) == ":memory:" else Path(path).expanduser()
     if target == ":memory:" or str(target) == ":memory:":
         handle = DatabaseHandle(_connect(":memory:"), ":memory:")

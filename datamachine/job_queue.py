@@ -163,8 +163,26 @@ def _request(messages: Any, tools: Any, provider: Any, model: Any, payload: Any,
                       else ("arguments", str(exc)))
         raise UsageError(f"Cannot enqueue the job: {where}: {why}.") from None
     check_payload_is_data(request.payload)
-    split_payload(request.payload)  # runtime options checked now, not on a worker later
+    _, runtime = split_payload(request.payload)  # runtime options checked now, not on a worker
+    _check_assertions(runtime.completion_assertions, request.tools)
     return request
+
+
+def _check_assertions(raw: Any, tools: Sequence[str]) -> None:
+    """A queued job's completion assertions, checked as its run would, with the warnings a run
+    would only report (nobody reads a queued run's warnings) as errors."""
+    from datamachine.completion.assertions import parse_assertions
+    from datamachine.completion.preflight import unavailable_required_tool_names
+
+    assertions, warnings = parse_assertions(raw)
+    if warnings:
+        raise UsageError(f"Cannot enqueue the job: {'; '.join(warnings)} (see `datamachine docs "
+                         "completion` for the keys).")
+    missing = unavailable_required_tool_names(assertions, tools)
+    if missing:
+        raise UsageError(f"Cannot enqueue the job: completion_assertions require "
+                         f"{', '.join(map(repr, missing))}, which the job does not offer "
+                         "(add them to its tools).")
 
 
 def enqueue(host: Host, messages: Sequence[Mapping[str, Any]], tools: Sequence[str] | None = None,
@@ -190,8 +208,9 @@ def enqueue(host: Host, messages: Sequence[Mapping[str, Any]], tools: Sequence[s
         raise UsageError(f"Cannot enqueue the job: messages: {exc}") from None
     unknown = [name for name in request.tools if name not in host.tools.names()]
     if unknown:
-        raise UsageError(f"Cannot enqueue the job: no tool named {', '.join(map(repr, unknown))} "
-                         "is registered on this host (see `datamachine tools`).")
+        raise UsageError(f"Cannot enqueue the job: no tool named "
+                         f"{' or '.join(map(repr, unknown))} is registered on this host (see "
+                         "`datamachine tools`).")
     if request.provider is not None and request.provider not in host.providers.names():
         raise UsageError(f"Cannot enqueue the job: no provider named {request.provider!r} "
                          f"(known: {', '.join(sorted(host.providers.names()))}).")
@@ -319,9 +338,16 @@ def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
     else:
         result = host.run_conversation(request.messages, tools, request.provider, request.model,
                                        "pipeline", payload, request.max_turns)
-    status = host.jobs.get(job_id).status
-    if status not in ("pending", "running"):
-        return status
+    after = host.jobs.get(job_id)
+    if after.status == "completed":
+        # An earlier attempt's error stays in the engine data unless cleared: the job did not
+        # end with it.
+        stale = {key: None for key in ("error", "error_code")
+                 if after.engine_data.get(key) is not None and getattr(result, key) is None}
+        if stale:
+            host.jobs.merge_engine_data(job_id, stale)
+    if after.status not in ("pending", "running"):
+        return after.status
     if result.error_code in BUSY_CODES:
         raise _busy(host, job_id, session_id)
     return _outage_or_fail(host, job_id, result.error_code or f"job_{result.status}",
@@ -366,31 +392,36 @@ async def _recover_stalled(app: procrastinate.App, url: str, stalled_after: floa
     the stalled jobs while it holds the lock: two workers acting on one stale list could put a
     job back in the queue after a live worker had fetched it.
     """
+
+
+    while True:
+        await asyncio.sleep(every)
+        await _recover_once(app, url, stalled_after)
+
+
+async def _recover_once(app: procrastinate.App, url: str, stalled_after: float) -> None:
     import psycopg
 
     from datamachine.storage._pg import conninfo, lock_key
 
     key = lock_key("datamachine:stalled-job-recovery")
-    while True:
-        await asyncio.sleep(every)
-        try:
-            async with await psycopg.AsyncConnection.connect(conninfo(url),
-                                                             autocommit=True) as conn:
-                row = await (await conn.execute(_RECOVERY_LOCK, [key])).fetchone()
-                if not row or not row[0]:
-                    continue  # another worker is at it
-                try:
-                    for job in await app.job_manager.get_stalled_jobs(
-                            seconds_since_heartbeat=stalled_after):
-                        with contextlib.suppress(Exception):  # it finished meanwhile
-                            await app.job_manager.retry_job(job)
-                            logger.warning("datamachine worker: job %s was left by a worker "
-                                           "that stopped; handed out again",
-                                           job.task_kwargs.get("job_id"))
-                finally:
-                    await conn.execute(_RECOVERY_UNLOCK, [key])
-        except Exception:
-            logger.exception("datamachine worker: looking for stalled jobs failed")
+    try:
+        async with await psycopg.AsyncConnection.connect(conninfo(url), autocommit=True) as conn:
+            row = await (await conn.execute(_RECOVERY_LOCK, [key])).fetchone()
+            if not row or not row[0]:
+                return  # another worker is at it
+            try:
+                for job in await app.job_manager.get_stalled_jobs(
+                        seconds_since_heartbeat=stalled_after):
+                    with contextlib.suppress(Exception):  # it finished meanwhile
+                        await app.job_manager.retry_job(job)
+                        logger.warning("datamachine worker: job %s was left by a worker that "
+                                       "stopped; handed out again",
+                                       job.task_kwargs.get("job_id"))
+            finally:
+                await conn.execute(_RECOVERY_UNLOCK, [key])
+    except Exception:
+        logger.exception("datamachine worker: looking for stalled jobs failed")
 
 
 def run_worker(host: Host, *, concurrency: int = 4, stalled_after: float = 30.0,
@@ -416,6 +447,8 @@ def run_worker(host: Host, *, concurrency: int = 4, stalled_after: float = 30.0,
 
     async def work() -> None:
         async with app.open_async():
+            if not wait:  # a burst: no loop to find dead workers' jobs later, so look once now
+                await _recover_once(app, _require_postgres(host), stalled_after)
             recovery = asyncio.create_task(
                 _recover_stalled(app, _require_postgres(host), stalled_after, beat))
             try:

@@ -175,8 +175,13 @@ def migrate(handle: Connected) -> None:
                              [name, clock.now()])
     except DatabaseError as exc:
         where = f"migration {name!r}" if name else "a migration"
-        raise DatabaseError(f"Cannot migrate the database {label}: {where} failed ({exc}). "
-                            "Nothing was changed.") from exc
+        cause = exc.__cause__
+        text = str(cause).strip().splitlines()[0] if cause is not None else str(exc)
+        fix = ("Connect as the database's owner, or grant this user CREATE on the database "
+               "and on the schema datamachine."
+               if "permission denied" in text else "Fix the cause and start again.")
+        raise DatabaseError(f"Cannot migrate the database {label}: {where} failed ({text}). "
+                            f"Nothing was changed. {fix}") from exc
 
 
 def _refuse_foreign(conn: Any, label: str) -> None:

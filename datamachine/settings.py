@@ -45,7 +45,8 @@ if TYPE_CHECKING:  # datamachine.storage imports this module
 __all__ = ["RESERVED_ENV", "SettingEntry", "Settings"]
 
 # Environment variables with their own meaning; they never override a setting.
-RESERVED_ENV = frozenset({"DATAMACHINE_DB", "DATAMACHINE_LOAD_PLUGINS", "DATAMACHINE_TRACE_HOOKS"})
+RESERVED_ENV = frozenset({"DATAMACHINE_DB", "DATAMACHINE_DB_POOL_SIZE", "DATAMACHINE_LOAD_PLUGINS",
+                          "DATAMACHINE_TRACE_HOOKS"})
 _KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _MISSING = object()
 

@@ -89,7 +89,9 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
     """datamachine: bounded LLM agent loops with named budgets."""
     from datamachine.db import is_postgres_url
 
-    target = None if not db else db if is_postgres_url(db) else Path(db).expanduser()
+    # A URL stays text: a postgresql:// one opens PostgreSQL, any other is refused by name.
+    target = None if not db else db if is_postgres_url(db) or "://" in db \
+        else Path(db).expanduser()
     state = ctx.obj = State(target, debug)
     # Whatever the command, the host it booted is closed (plugins' servers and processes too).
     ctx.call_on_close(state.close)

@@ -558,8 +558,8 @@ class PgHandle:
         try:
             psycopg.connect(info, connect_timeout=CONNECT_TIMEOUT_S).close()
         except psycopg.Error as exc:
-            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            reason = scrub(reason, url)
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            reason = scrub(" ".join(lines) if lines else type(exc).__name__, url)
             raise DatabaseError(
                 f"Cannot connect to the database {self.label} ({reason}). Check that the "
                 "server is running, the address and credentials in DATAMACHINE_DB, and that "

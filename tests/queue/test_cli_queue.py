@@ -56,3 +56,15 @@ def test_the_worker_on_sqlite_says_what_to_set(tmp_path: Path) -> None:
     assert refused.returncode == 2
     assert "DATAMACHINE_DB=postgresql://" in refused.stderr
     assert "at a time" not in refused.stderr  # refused before it claimed to start
+
+
+def test_a_database_url_of_another_kind_is_refused_without_its_password(tmp_path: Path) -> None:
+    refused = subprocess.run(
+        [sys.executable, "-m", "datamachine", "settings", "get", "max_turns"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("DATAMACHINE_")},
+             "DATAMACHINE_DB": "postgresql+psycopg://dm:S3cretPW@127.0.0.1:5/dm"})
+    assert refused.returncode != 0
+    assert "only postgresql://" in refused.stderr
+    assert "S3cretPW" not in refused.stderr + refused.stdout
+    assert not any(tmp_path.iterdir())  # no directory named after the URL

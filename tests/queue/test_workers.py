@@ -201,6 +201,14 @@ def test_enqueue_checks_everything_before_writing(queue_host: Host) -> None:
          "final_summary"),
         ({"messages": [{"content": "x"}]}, "missing 'role'"),
         ({"messages": [{"role": "user", "content": "x"}], "max_turns": 0}, "max_turns"),
+        ({"messages": [{"role": "user", "content": "x"}], "tools": ["step"],
+          "payload": {"completion_assertions": {"step": 1}}}, "unknown key 'step'"),
+        ({"messages": [{"role": "user", "content": "x"}], "tools": ["step"],
+          "payload": {"completion_assertions": {"minimum_successful_tool_counts": {"step": 0}}}},
+         "minimum_successful_tool_counts"),
+        ({"messages": [{"role": "user", "content": "x"}],
+          "payload": {"completion_assertions": {"required_tool_names": ["step"]}}},
+         "which the job does not offer"),
     ]
     for arguments, message in bad:
         with pytest.raises(UsageError, match=message):
@@ -308,3 +316,29 @@ def test_a_job_naming_a_provider_the_worker_lacks_fails_naming_it(queue_host: Ho
     assert run_job(queue_host, job.id) == "failed"
     assert queue_host.jobs.get(job.id).failure_reason == (
         "job_provider_missing: elsewhere not registered on this worker")
+
+
+def test_a_burst_worker_takes_over_the_jobs_a_dead_worker_left(
+        queue_host: Host, workers: Workers) -> None:
+    from datamachine.job_queue import run_worker
+
+    queue_host.settings.set("job_lock_ttl", 1)
+    steps = 30
+    job = queue_host.jobs.enqueue([{"role": "user", "content": f"left 1 steps {steps}"}],
+                                  ["step"], max_turns=40)
+    workers.start(1, stalled_after=1.0)
+    victim = workers.processes[0]
+    _wait_until(lambda: workers.requests_by_pid()[victim.pid] >= 3, "the worker to be mid-run")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=30)
+    conn = queue_host.handle.conn
+
+    def abandoned() -> bool:  # its heartbeat is old and its lock ran out
+        beats = conn.execute("SELECT count(*) FROM procrastinate_workers WHERE "
+                             "last_heartbeat > now() - interval '1 second'").fetchone()
+        return int(beats[0]) == 0 and queue_host.transcripts.locks.info(f"job-{job.id}") is None
+
+    _wait_until(abandoned, "the dead worker's heartbeat and lock to run out")
+    assert queue_host.jobs.get(job.id).status == "running"
+    run_worker(queue_host, concurrency=1, stalled_after=1.0, wait=False, poll_interval=0.1)
+    _check_whole(queue_host, job.id, f"left 1 steps {steps}", steps)

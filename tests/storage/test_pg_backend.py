@@ -270,3 +270,19 @@ def test_another_thread_s_batch_does_not_hide_a_new_value(pg_host: Host, pg_url:
     finally:
         done.set()
         thread.join()
+
+
+@pytest.mark.parametrize("target", ["postgresql+psycopg://dm:S3cretPW@127.0.0.1:5/dm",
+                                    "pg://dm:S3cretPW@db/dm", "mysql://dm:S3cretPW@db/dm"])
+def test_a_url_that_is_not_postgresql_is_refused_by_name_without_its_password(
+        target: str, tmp_path: Any) -> None:
+    with pytest.raises(DatabaseError, match="only postgresql://") as info:
+        bootstrap.boot(db_path=target, load_entrypoints=False)
+    assert "S3cretPW" not in str(info.value)
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_scheme_is_read_in_any_case_and_blanks_around_are_ignored(pg_url: str) -> None:
+    shouting = " " + pg_url.replace("postgresql://", "POSTGRESQL://") + " "
+    with bootstrap.boot(db_path=shouting, load_entrypoints=False) as host:
+        assert isinstance(host.handle, PgHandle)
