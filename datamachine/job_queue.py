@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from datamachine.storage.jobs import Job
 
 __all__ = ["JOB_QUEUE", "OUTAGE_CODES", "JobNotDone", "JobRequest", "enqueue", "job_session_id",
-           "queue_app", "run_attempt", "run_job", "run_worker"]
+           "queue_app", "requeue", "run_attempt", "run_job", "run_worker"]
 
 logger = logging.getLogger("datamachine.worker")
 
@@ -195,7 +195,7 @@ def enqueue(host: Host, messages: Sequence[Mapping[str, Any]], tools: Sequence[s
     on this host), the provider, a JSON-only payload. If the queue refuses the job, the job row
     is removed again. (The row and the queue entry are two commits: a process killed between
     them leaves a ``pending`` job that ``datamachine jobs list --status pending`` shows and no
-    worker runs; enqueue it again.)
+    worker runs; :func:`requeue` puts it on the queue.)
     """
     from agents_api import normalize_messages
     from agents_api.errors import InvalidMessage
@@ -218,14 +218,40 @@ def enqueue(host: Host, messages: Sequence[Mapping[str, Any]], tools: Sequence[s
     _ensure_schema(app, host)
     job = host.jobs.create(flow_step_id, {"request": request.model_dump(mode="json")})
     try:
-        if getattr(host, "_job_queue_opened", None) is None:
-            # Opened once per host (its connections are reused), closed with the host.
-            host._job_queue_opened = app.open()  # type: ignore[attr-defined]
-        app.configure_task(TASK_NAME, queue=JOB_QUEUE, lock=job_session_id(job.id),
-                           queueing_lock=job_session_id(job.id)).defer(job_id=job.id)
+        _defer(host, app, job.id)
     except BaseException:
         host.handle.conn.execute("DELETE FROM jobs WHERE id = ? AND status = 'pending'", [job.id])
         raise
+    return job
+
+
+def _defer(host: Host, app: procrastinate.App, job_id: int) -> None:
+    if getattr(host, "_job_queue_opened", None) is None:
+        # Opened once per host (its connections are reused), closed with the host.
+        host._job_queue_opened = app.open()  # type: ignore[attr-defined]
+    app.configure_task(TASK_NAME, queue=JOB_QUEUE, lock=job_session_id(job_id),
+                       queueing_lock=job_session_id(job_id)).defer(job_id=job_id)
+
+
+def requeue(host: Host, job_id: int) -> Job:
+    """Put a ``pending`` job on the queue again: one whose queue entry was never written (its
+    process died between the two commits of :func:`enqueue`). A job already waiting on the
+    queue, or one that started, is refused with what to do instead."""
+    from procrastinate.exceptions import AlreadyEnqueued
+
+    _require_postgres(host)
+    job = host.jobs.get(job_id)
+    if job.status != "pending":
+        raise UsageError(f"Job {job.id} is {job.status!r}; only a pending job can be queued "
+                         "again (a running one is continued by the workers; enqueue a new job "
+                         "to run a finished one again).")
+    app = queue_app(host)
+    _ensure_schema(app, host)
+    try:
+        _defer(host, app, job.id)
+    except AlreadyEnqueued:
+        raise UsageError(f"Job {job.id} is already on the queue; a worker will run it "
+                         "(`datamachine worker`).") from None
     return job
 
 

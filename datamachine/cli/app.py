@@ -148,6 +148,7 @@ def _register_builtin_commands() -> None:
     cli.add_command(models_cmd.models)
     cli.add_command(jobs_cmd.worker)
     admin.jobs.add_command(jobs_cmd.jobs_enqueue)
+    admin.jobs.add_command(jobs_cmd.jobs_requeue)
     for command in admin.COMMANDS:
         cli.add_command(command)
 

@@ -14,7 +14,7 @@ from datamachine.cli.output import emit_json
 from datamachine.cli.prompt_input import read_prompt
 from datamachine.errors import UsageError
 
-__all__ = ["jobs_enqueue", "worker"]
+__all__ = ["jobs_enqueue", "jobs_requeue", "worker"]
 
 def _payload(text: str | None) -> dict[str, Any]:
     if text is None:
@@ -64,6 +64,17 @@ def jobs_enqueue(state: State, prompt: str | None, system: str | None, provider:
         emit_json(job.model_dump(mode="json"))
     else:
         click.echo(job.id)
+
+
+@click.command("requeue")
+@click.argument("job_id", type=int)
+@click.pass_obj
+@handle_errors
+def jobs_requeue(state: State, job_id: int) -> None:
+    """Put a pending job on the queue again (its queue entry was lost when the process that
+    enqueued it died between storing it and queueing it)."""
+    job = state.host.jobs.requeue(job_id)
+    click.echo(job.id)
 
 
 @click.command()

@@ -144,6 +144,19 @@ class JobStore:
         return enqueue(host, messages, tools, provider, model, payload=payload,
                        max_turns=max_turns, flow_step_id=flow_step_id)
 
+    def requeue(self, job_id: int) -> Job:
+        """Put a ``pending`` job back on the task queue (its queue entry was lost: the process
+        that enqueued it died between storing the job and queueing it)."""
+        host = self._host() if self._host is not None else None
+        if host is None:
+            raise UsageError("requeue() needs a host's job store: use host.jobs.requeue(...).")
+        try:
+            from datamachine.job_queue import requeue
+        except ImportError as exc:
+            raise UsageError(f"The job queue needs the postgres extra ({exc}): pip install "
+                             "'datamachine-agents[postgres]'.") from None
+        return requeue(host, job_id)
+
     def create(self, flow_step_id: str | None = None,
                engine_data: Mapping[str, Any] | None = None) -> Job:
         """A new ``pending`` job, optionally tied to a flow step and seeded with engine data."""

@@ -27,6 +27,10 @@ def test_enqueue_work_and_follow_a_job_on_postgresql(pg_url: str) -> None:
     pending = json.loads(_cli(pg_url, "jobs", "show", job_id).stdout)
     assert pending["status"] == "pending"
 
+    again = _cli(pg_url, "jobs", "requeue", job_id)
+    assert again.returncode == 2
+    assert "already on the queue" in again.stderr
+
     worked = _cli(pg_url, "worker", "--burst", "-c", "2")
     assert worked.returncode == 0, worked.stderr
     assert "2 at a time" in worked.stderr

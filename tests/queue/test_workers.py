@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import bootstrap
-from datamachine.errors import UsageError
+from datamachine.errors import JobNotFound, UsageError
 from datamachine.host import Host
 from tests.queue.slow_model import SlowModel, expected_messages
 
@@ -342,3 +342,21 @@ def test_a_burst_worker_takes_over_the_jobs_a_dead_worker_left(
     assert queue_host.jobs.get(job.id).status == "running"
     run_worker(queue_host, concurrency=1, stalled_after=1.0, wait=False, poll_interval=0.1)
     _check_whole(queue_host, job.id, f"left 1 steps {steps}", steps)
+
+
+def test_a_pending_job_whose_queue_entry_was_lost_is_requeued_once(queue_host: Host) -> None:
+    from datamachine.job_queue import run_worker
+
+    # What a process killed between enqueue's two commits leaves: the job, not its entry.
+    request = {"messages": [{"role": "user", "content": "lost 1 steps 1"}], "tools": ["step"],
+               "provider": None, "model": None, "payload": {}, "max_turns": None}
+    job = queue_host.jobs.create(None, {"request": request})
+    with pytest.raises(JobNotFound):
+        queue_host.jobs.requeue(10**6)
+    assert queue_host.jobs.requeue(job.id).id == job.id
+    with pytest.raises(UsageError, match="already on the queue"):
+        queue_host.jobs.requeue(job.id)
+    run_worker(queue_host, concurrency=1, wait=False, poll_interval=0.1)
+    _check_whole(queue_host, job.id, "lost 1 steps 1", 1)
+    with pytest.raises(UsageError, match="only a pending job"):
+        queue_host.jobs.requeue(job.id)
