@@ -30,6 +30,7 @@ from procrastinate.retry import BaseRetryStrategy, RetryDecision
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents_api.errors import brief_repr
+from agents_api.transcript import HeldLock
 from datamachine.errors import DataMachineError, UsageError, first_field_error
 
 if TYPE_CHECKING:
@@ -362,8 +363,23 @@ def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
         except TranscriptFinished as finished:  # another attempt finished it meanwhile
             return _settle_from(host, job_id, finished.record.result)
     else:
-        result = host.run_conversation(request.messages, tools, request.provider, request.model,
-                                       "pipeline", payload, request.max_turns)
+        # A first attempt takes the lock before it looks: a duplicate attempt (a worker taken
+        # for dead that was only slow) may have run the whole job between our look above and
+        # now, and starting afresh would run it a second time on its finished transcript.
+        token = host.transcripts.acquire(session_id, ttl)
+        if token is None:
+            raise _busy(host, job_id, session_id)
+        if host.transcripts.exists(session_id):
+            host.transcripts.release(session_id, token)
+            return run_job(host, job_id, final=final)  # go on with (or settle) what it stored
+        held = HeldLock(host.transcripts, session_id, token)
+        try:
+            result = host.run_conversation(request.messages, tools, request.provider,
+                                           request.model, "pipeline",
+                                           {**payload, "transcript_lock": held},
+                                           request.max_turns)
+        finally:
+            host.transcripts.release(session_id, token)  # freed already when the run ended
     after = host.jobs.get(job_id)
     if after.status == "completed":
         # An earlier attempt's error stays in the engine data unless cleared: the job did not
