@@ -265,7 +265,8 @@ def run_attempt(host: Host, job_id: int) -> str:
 
     try:
         return run_job(host, job_id)
-    except JobNotDone:
+    except JobNotDone as exc:
+        logger.info("%s", exc)
         raise
     except DatabaseError as exc:
         logger.warning("datamachine worker: job %s: %s", job_id, exc)

@@ -66,6 +66,20 @@ def jobs_enqueue(state: State, prompt: str | None, system: str | None, provider:
         click.echo(job.id)
 
 
+def _show_progress() -> None:
+    """Each job's start and end, and the worker's stop, on stderr: a worker that prints
+    nothing while busy looks idle, and a first Ctrl-C must say that it was heard."""
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("datamachine worker: %(message)s"))
+    for name in ("datamachine.worker", "procrastinate.worker"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO)
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
 @click.command("requeue")
 @click.argument("job_id", type=int)
 @click.pass_obj
@@ -99,6 +113,7 @@ def worker(state: State, concurrency: int, stalled_after: float, burst: bool) ->
         raise UsageError(f"The worker needs the postgres extra ({exc}): pip install "
                          "'datamachine-agents[postgres]'.") from None
     queue_app(state.host)  # on SQLite: refused here, with what to set
+    _show_progress()
     click.echo(f"datamachine worker: {concurrency} at a time on {state.host.handle.label}",
                err=True)
     run_worker(state.host, concurrency=concurrency, stalled_after=stalled_after,

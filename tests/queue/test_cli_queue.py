@@ -34,6 +34,8 @@ def test_enqueue_work_and_follow_a_job_on_postgresql(pg_url: str) -> None:
     worked = _cli(pg_url, "worker", "--burst", "-c", "2")
     assert worked.returncode == 0, worked.stderr
     assert "2 at a time" in worked.stderr
+    assert f"run_job[{job_id}]" in worked.stderr  # each job's progress is shown
+    assert "Stopped worker" in worked.stderr
 
     done = json.loads(_cli(pg_url, "jobs", "show", job_id).stdout)
     assert done["status"] == "completed"
