@@ -8,6 +8,7 @@ are declared by their budgets, plugins' settings by the plugins (``register_sett
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from agents_api import clock
@@ -119,16 +120,17 @@ def _positive_seconds(key: str, value: Any) -> None:
     _number(key, value, positive=True)
 
 
-def _attempts(key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
-        raise InvalidSetting(f"Setting {key!r} must be a whole number of attempts from 1 to 100, "
-                             f"got {brief_repr(value)}.")
+def _counted(unit: str, maximum: int) -> Callable[[str, Any], None]:
+    """A validator of a whole number of ``unit`` from 1 to ``maximum``."""
+    def check(key: str, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+            raise InvalidSetting(f"Setting {key!r} must be a whole number of {unit} from 1 to "
+                                 f"{maximum:,}, got {brief_repr(value)}.")
+    return check
 
 
-def _lock_ttl(key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 86_400:
-        raise InvalidSetting(f"Setting {key!r} must be a whole number of seconds from 1 to "
-                             f"86,400, got {brief_repr(value)}.")
+_attempts = _counted("attempts", 100)
+_lock_ttl = _counted("seconds", 86_400)
 
 
 def _rate_limit(key: str, value: Any) -> None:

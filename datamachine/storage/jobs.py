@@ -133,29 +133,31 @@ class JobStore:
         """Store a ``pending`` job and put it on the task queue for ``datamachine worker``
         (DESIGN.md 18; PostgreSQL only). ``tools`` are names of registered tools; the payload
         must be JSON data. Returns the job; ``get(job.id)`` follows it."""
-        host = self._host() if self._host is not None else None
-        if host is None:
-            raise UsageError("enqueue() needs a host's job store: use host.jobs.enqueue(...).")
-        try:
-            from datamachine.job_queue import enqueue
-        except ImportError as exc:
-            raise UsageError(f"The job queue needs the postgres extra ({exc}): pip install "
-                             "'datamachine-agents[postgres]'.") from None
-        return enqueue(host, messages, tools, provider, model, payload=payload,
-                       max_turns=max_turns, flow_step_id=flow_step_id)
+        host, queue = self._queue("enqueue")
+        job: Job = queue.enqueue(host, messages, tools, provider, model, payload=payload,
+                                 max_turns=max_turns, flow_step_id=flow_step_id)
+        return job
 
     def requeue(self, job_id: int) -> Job:
         """Put a ``pending`` job back on the task queue (its queue entry was lost: the process
         that enqueued it died between storing the job and queueing it)."""
+        host, queue = self._queue("requeue")
+        job: Job = queue.requeue(host, job_id)
+        return job
+
+    def _queue(self, method: str) -> tuple[Any, Any]:
+        """The attached host and ``datamachine.job_queue`` (imported only when used: it needs
+        the ``postgres`` extra)."""
         host = self._host() if self._host is not None else None
         if host is None:
-            raise UsageError("requeue() needs a host's job store: use host.jobs.requeue(...).")
+            raise UsageError(f"{method}() needs a host's job store: use "
+                             f"host.jobs.{method}(...).")
         try:
-            from datamachine.job_queue import requeue
+            from datamachine import job_queue
         except ImportError as exc:
             raise UsageError(f"The job queue needs the postgres extra ({exc}): pip install "
                              "'datamachine-agents[postgres]'.") from None
-        return requeue(host, job_id)
+        return host, job_queue
 
     def create(self, flow_step_id: str | None = None,
                engine_data: Mapping[str, Any] | None = None) -> Job:
