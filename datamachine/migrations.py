@@ -18,6 +18,7 @@ import sqlite3
 from sqlite_utils import Database, Migrations
 
 from datamachine.errors import DatabaseError
+from datamachine.storage.transcript_rows import TITLE_LENGTH
 
 __all__ = ["MIGRATIONS", "migrate"]
 
@@ -227,6 +228,47 @@ def m009_rejected_mark(db: Database) -> None:
           AND json_extract(envelope, '$.payload.error_type') IN (
               'duplicate_tool_call', 'tool_runtime_rule_rejected', 'approval_declined',
               'tools_closed', 'session_aborted')
+        """
+    )
+
+
+
+@MIGRATIONS()
+def m010_run_viewer(db: Database) -> None:
+    """What the run viewer (``/ui/``, DESIGN.md 17) reads and needs.
+
+    ``transcripts.title``: the text of the session's first user message (at most 200
+    characters), so the runs list shows and searches what each run was asked without reading
+    its messages; filled here for the transcripts stored before it. ``transcripts_recent``
+    (``updated_at, id``) replaces ``transcripts_updated_at``: the list pages by that pair.
+    ``api_tokens.scope``: ``chat`` (the ``/chat`` endpoint, every token made before) or
+    ``viewer`` (a login to ``/ui/``, never accepted by ``/chat``). ``site_secrets``: keys the
+    site makes for itself once (the viewer's cookie signing key), outside the settings, which
+    are listed and exported.
+    """
+    db.execute("ALTER TABLE transcripts ADD COLUMN title TEXT")
+    db.execute(
+        f"""
+        UPDATE transcripts SET title = (
+            SELECT substr(json_extract(m.envelope, '$.content'), 1, {TITLE_LENGTH})
+            FROM transcript_messages m
+            WHERE m.session_id = transcripts.id AND json_valid(m.envelope)
+              AND json_extract(m.envelope, '$.role') = 'user'
+              AND json_type(m.envelope, '$.content') = 'text'
+            ORDER BY m.position LIMIT 1)
+        """
+    )
+    db.execute("DROP INDEX transcripts_updated_at")
+    db.execute("CREATE INDEX transcripts_recent ON transcripts (updated_at, id)")
+    db.execute("ALTER TABLE api_tokens ADD COLUMN scope TEXT NOT NULL DEFAULT 'chat' "
+               "CHECK (scope IN ('chat', 'viewer'))")
+    db.execute(
+        """
+        CREATE TABLE site_secrets (
+            name TEXT PRIMARY KEY,
+            value TEXT NOT NULL,
+            created_at REAL NOT NULL
+        )
         """
     )
 

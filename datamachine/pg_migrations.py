@@ -134,6 +134,23 @@ PG_MIGRATIONS: dict[str, tuple[str, ...]] = {
     # PostgreSQL database predates that mark (this backend came later), so there is nothing to
     # rewrite; the entry keeps the numbering of both backends the same.
     "m009_rejected_mark": (),
+    "m010_run_viewer": (
+        "ALTER TABLE transcripts ADD COLUMN title text",
+        """UPDATE transcripts SET title = (
+            SELECT left(datamachine_json_field(m.envelope, 'content'), 200)
+            FROM transcript_messages m
+            WHERE m.session_id = transcripts.id
+              AND datamachine_json_field(m.envelope, 'role') = 'user'
+            ORDER BY m.position LIMIT 1)""",
+        "DROP INDEX transcripts_updated_at",
+        "CREATE INDEX transcripts_recent ON transcripts (updated_at, id)",
+        "ALTER TABLE api_tokens ADD COLUMN scope text NOT NULL DEFAULT 'chat' "
+        "CHECK (scope IN ('chat', 'viewer'))",
+        f"""CREATE TABLE site_secrets (
+            name {_ID} PRIMARY KEY,
+            value text NOT NULL,
+            created_at double precision NOT NULL)""",
+    ),
 }
 
 _RECORD = ("CREATE TABLE IF NOT EXISTS datamachine_migrations (name text PRIMARY KEY, "

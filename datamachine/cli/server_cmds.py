@@ -51,17 +51,27 @@ def _tool_list(state: State, raw: str | None) -> list[str] | None:
 @click.option("--site", "site", metavar="SITE_ID",
               help="The site this token is for: the only X-Datamachine-Caller-Site its "
                    "requests may claim. Without it the token may claim no caller site.")
+@click.option("--viewer", is_flag=True,
+              help="A login to the run viewer (/ui/ of `datamachine serve`) for a person, "
+                   "instead of a /chat token; /chat refuses it.")
 @click.pass_obj
 @handle_errors
-def tokens_create(state: State, name: str, tools: str | None, site: str | None) -> None:
+def tokens_create(state: State, name: str, tools: str | None, site: str | None,
+                  viewer: bool) -> None:
     """Create a token called NAME and print it, once, on the last line."""
+    if viewer and (tools is not None or site is not None):
+        raise UsageError("--viewer makes a login to /ui/; it takes no --tools or --site "
+                         "(those are claims of a /chat token).")
     rotated = any(t.name == name and not t.active for t in state.host.tokens.list())
-    token = state.host.tokens.create(name, tools=_tool_list(state, tools), site=site)
+    token = state.host.tokens.create(name, tools=_tool_list(state, tools), site=site,
+                                     scope="viewer" if viewer else "chat")
     if rotated:
         click.echo(f"Note: {name!r} was revoked before; this new token inherits its chat "
                    "sessions and spend windows. Choose a new name for a different caller.")
-    click.echo(f"Created API token {name!r}. Copy it now: it is not stored and cannot be shown "
-               "again. Callers send it as 'Authorization: Bearer <token>'.")
+    how = ("Paste it once into the login page of /ui/ on `datamachine serve`." if viewer else
+           "Callers send it as 'Authorization: Bearer <token>'.")
+    click.echo(f"Created {'viewer' if viewer else 'API'} token {name!r}. Copy it now: it is not "
+               f"stored and cannot be shown again. {how}")
     # Last line and nothing else on it, so scripts can take it with `tail -n 1`.
     click.echo(token)
 
@@ -92,8 +102,9 @@ def tokens_list(state: State, as_json: bool) -> None:
     if not items:
         click.echo("No API tokens. Create one with `datamachine tokens create NAME`.")
         return
-    table(["name", "status", "tools", "site", "created (UTC)", "revoked (UTC)"],
-          [[t.name, "active" if t.active else "revoked",
+    table(["name", "scope", "status", "tools", "site", "created (UTC)", "revoked (UTC)"],
+          [[t.name, t.scope, "active" if t.active else "revoked",
+            "-" if t.scope == "viewer" else
             "(chat_tools)" if t.tools is None else (",".join(t.tools) or "(none)"),
             t.site or "-", _when(t.created_at), _when(t.revoked_at)] for t in items],
           whole=("name",))

@@ -55,6 +55,7 @@ from datamachine.conversation.pressure import PressureTracker, parse_budget_pres
 from datamachine.conversation.result import ConversationResult, empty_usage
 from datamachine.conversation.spec import RunSpec
 from datamachine.conversation.spending import SpendWindows, parse_spend_limits, scopes_of
+from datamachine.conversation.timeline import TIMELINE_EVENTS, RunTimeline
 from datamachine.conversation.timeouts import resolve_timeouts
 from datamachine.conversation.turns import ProviderTurnRunner, TurnGate
 from datamachine.conversation.verdict import ProductVerdict, decide
@@ -88,9 +89,11 @@ class RunEmitter(Protocol):
 
 
 def run_emitter(services: Services, sink: Any, base: dict[str, Any],
-                observers: tuple[RunObserver, ...] = ()) -> RunEmitter:
+                observers: tuple[RunObserver, ...] = (),
+                timeline: RunTimeline | None = None) -> RunEmitter:
     """The :class:`RunEmitter` of one run (``sink``: the payload's ``event_sink``;
-    ``observers``: what the ``run_observer`` hook returned for the run).
+    ``observers``: what the ``run_observer`` hook returned for the run; ``timeline``: where
+    the run records its rare events, listened to or not).
 
     A closure rather than an object with ``__call__``: calling an instance looks ``__call__``
     up and binds it on every call, and a run emits several events per turn.
@@ -102,6 +105,8 @@ def run_emitter(services: Services, sink: Any, base: dict[str, Any],
     active = sink is not None or hook is not None or bool(observers)
 
     def emit(event: str, payload: dict[str, Any]) -> None:
+        if timeline is not None and event in TIMELINE_EVENTS:
+            timeline.record(event, payload)
         if not active:
             return
         data = {**base, **payload}
@@ -124,6 +129,8 @@ def run_emitter(services: Services, sink: Any, base: dict[str, Any],
                                exc_info=True)
 
     emit.active = active  # type: ignore[attr-defined]
+    # Per-turn events only for listeners; the loop's rare ones always (the timeline's).
+    emit.listening = active  # type: ignore[attr-defined]
     emit.never_raises = True  # type: ignore[attr-defined]  # the loop calls it unguarded
     return cast(RunEmitter, emit)
 
@@ -162,7 +169,9 @@ class ConversationRun:
         self.persister, self.lock, self.session_id = self._transcript()
         base = base_log_context(spec.mode, spec.payload)
         self.observers = self._observers(base)
-        self.emit = run_emitter(services, runtime.event_sink, base, self.observers)
+        self.timeline = RunTimeline(self._current_turn)
+        self.emit = run_emitter(services, runtime.event_sink, base, self.observers,
+                                self.timeline)
         found = spec.payload.get("engine_data")
         self.engine_data: dict[str, Any] = found if isinstance(found, dict) else {}
         self.completion = CompletionRun.prepare(
@@ -215,6 +224,10 @@ class ConversationRun:
             return run
 
     # -- set-up -----------------------------------------------------------------------------
+    def _current_turn(self) -> int:
+        # Read when an event without a turn fires: the turn budget counts turns as they start.
+        return self.turn_budget.current()
+
     def _observers(self, base: dict[str, Any]) -> tuple[RunObserver, ...]:
         """What the ``run_observer`` hook returns for this run (nothing without impls)."""
         caller = self.services.pm.hook.run_observer
@@ -459,7 +472,7 @@ class ConversationRun:
             "turn_budget": self.turn_budget,
             "budgets": self.budgets,
             "tool_executor": self.executor,
-            "on_event": self.emit if self.emit.active else None,
+            "on_event": self.emit,
             "context": {"mode": spec.mode, "payload": spec.payload},
             "request": {"provider": spec.provider, "model": spec.model, "mode": spec.mode,
                         "token_name": spec.runtime.token_name},
@@ -525,7 +538,8 @@ class ConversationRun:
             # What resuming needs beyond the loop's word: the tools to offer again, by name.
             verdict.pending = {**verdict.pending, "tools": sorted(self.completion.tools),
                                "pause_id": uuid.uuid4().hex}
-        answer = verdict.for_the_loop([*self.warnings, *self.completion.warnings])
+        answer = verdict.for_the_loop([*self.warnings, *self.completion.warnings],
+                                      self.timeline.entries)
         self.verdict = verdict  # applied by the loop: its result carries our warnings
         return answer
 

@@ -61,14 +61,18 @@ class ProductVerdict:
                 "final_content": self.final_content,
                 "max_turns_reached": self.max_turns_reached, **self.diagnostics}
 
-    def for_the_loop(self, warnings: list[str]) -> StopVerdict:
+    def for_the_loop(self, warnings: list[str],
+                     timeline: list[dict[str, Any]] | None = None) -> StopVerdict:
         """The verdict as the loop applies it: its fields, the summary message and usage, and
-        the run's ``warnings`` (stored with the transcript)."""
+        the run's ``warnings`` and ``timeline`` (its recorded events; both stored with the
+        transcript)."""
         messages = ([Message.text("assistant", self.summary.text, {"type": "final_summary"})]
                     if self.summary is not None else [])
         fields = self.result_fields()
         stored = {key: fields[key] for key in _STORED_DIAGNOSTICS
                   if fields.get(key) not in (None, [], {}, 0, False)}
+        if timeline:
+            stored["timeline"] = list(timeline)
         return StopVerdict(status=self.status, budget=self.budget, flags=self.flags,
                            warning=self.warning, final_content=self.final_content,
                            messages=messages, usage=self.summary_usage, warnings=warnings,

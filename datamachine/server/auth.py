@@ -42,7 +42,7 @@ def authenticate(host: Host, authorization: str | None) -> ApiToken:
     """
     token = bearer_token(authorization)
     found = host.tokens.lookup(token) if token is not None else None
-    if found is None:
+    if found is None or found.scope != "chat":  # a viewer token logs in to /ui/ only
         raise Problem(
             401, UNAUTHORIZED_CODE,
             "Missing, invalid or revoked bearer token. Send 'Authorization: Bearer <token>' with "

@@ -18,6 +18,7 @@ import json
 import re
 import secrets
 from collections.abc import Iterable
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -32,7 +33,8 @@ from datamachine.storage._tx import (
     query_one,
 )
 
-__all__ = ["TOKEN_PREFIX", "ApiToken", "TokenStore", "check_tool_names", "hash_token"]
+__all__ = ["TOKEN_PREFIX", "TOKEN_SCOPES", "ApiToken", "TokenScope", "TokenStore",
+           "check_tool_names", "hash_token"]
 
 TOKEN_PREFIX = "dm_"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -40,7 +42,10 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 _TOOL_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _MAX_TOOLS = 1000
-_COLUMNS = "name, created_at, revoked_at, tools, site"
+_COLUMNS = "name, created_at, revoked_at, tools, site, scope"
+
+TokenScope = Literal["chat", "viewer"]
+TOKEN_SCOPES: tuple[str, ...] = get_args(TokenScope)
 
 
 class ApiToken(BaseModel):
@@ -49,6 +54,8 @@ class ApiToken(BaseModel):
     ``tools``: the tools a caller with this token may use (None: the site's setting
     ``chat_tools``); ``site``: the caller site it may claim in ``X-Datamachine-Caller-Site``
     (None: it may claim none; it is a person's or a script's token, not another site's).
+    ``scope``: ``chat``, a caller of ``/chat``; or ``viewer``, a person logging in to the run
+    viewer (``/ui/``), which ``/chat`` refuses (and the viewer refuses ``chat`` tokens).
     """
 
     model_config = ConfigDict(defer_build=True, frozen=True)
@@ -58,6 +65,7 @@ class ApiToken(BaseModel):
     revoked_at: float | None
     tools: tuple[str, ...] | None = None
     site: str | None = None
+    scope: TokenScope = "chat"
 
     @property
     def active(self) -> bool:
@@ -110,16 +118,22 @@ class TokenStore:
         self._label = db_label(db)
 
     def create(self, name: str, *, tools: Iterable[str] | None = None,
-               site: str | None = None) -> str:
+               site: str | None = None, scope: TokenScope = "chat") -> str:
         """Make a token named ``name`` and return it (``dm_...``); it is never shown again.
 
         ``tools``: the only tools its callers may use (None: the setting ``chat_tools``; an
         empty list: none). ``site``: the site id of the other site this token is for, the only
         caller site its requests may claim. An active token with that name raises
         :class:`DuplicateTokenName`; a revoked one's name may be reused (the revoked row is
-        replaced: a rotation, see the module docstring).
+        replaced: a rotation, see the module docstring). ``scope="viewer"`` makes a login to the
+        run viewer instead of a ``/chat`` token; it takes no ``tools`` or ``site``.
         """
         checked = _check_name(name)
+        if scope not in TOKEN_SCOPES:
+            raise UsageError(f"scope must be one of {', '.join(TOKEN_SCOPES)}, got {scope!r}.")
+        if scope == "viewer" and (tools is not None or site is not None):
+            raise UsageError("A viewer token logs a person in to /ui/; it takes no tools or "
+                             "site (those are claims of a /chat token).")
         allowed = None if tools is None else check_tool_names(tools)
         if site is not None:
             from datamachine.server.site import check_site_id
@@ -129,13 +143,13 @@ class TokenStore:
         now = clock.now()
         with immediate(self._db, self._lock, self._label, "create an API token") as conn:
             cursor = conn.execute(
-                "INSERT INTO api_tokens (name, token_hash, created_at, revoked_at, tools, site) "
-                "VALUES (?, ?, ?, NULL, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                "INSERT INTO api_tokens (name, token_hash, created_at, revoked_at, tools, site, "
+                "scope) VALUES (?, ?, ?, NULL, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
                 "token_hash = excluded.token_hash, created_at = excluded.created_at, "
-                "revoked_at = NULL, tools = excluded.tools, site = excluded.site "
-                "WHERE api_tokens.revoked_at IS NOT NULL",
+                "revoked_at = NULL, tools = excluded.tools, site = excluded.site, "
+                "scope = excluded.scope WHERE api_tokens.revoked_at IS NOT NULL",
                 [checked, hash_token(token), now,
-                 None if allowed is None else json.dumps(list(allowed)), site],
+                 None if allowed is None else json.dumps(list(allowed)), site, scope],
             )
             if cursor.rowcount != 1:
                 raise DuplicateTokenName(
@@ -178,6 +192,16 @@ class TokenStore:
         fields = dict(row)
         del fields["token_hash"]
         return _row_token(fields)
+
+    def get(self, name: str) -> ApiToken | None:
+        """The active token called ``name``, else None (the viewer checks on every request
+        that the token its cookie names is still the one that logged in)."""
+        if not isinstance(name, str):
+            return None
+        with self._lock:
+            row = query_one(self._db.conn, f"SELECT {_COLUMNS} FROM api_tokens "
+                                           "WHERE name = ? AND revoked_at IS NULL", [name])
+        return None if row is None else _row_token(row)
 
     def list(self) -> builtins.list[ApiToken]:
         """Every token, active and revoked, by name."""

@@ -16,9 +16,13 @@ from agents_api.jsontext import compact_json
 from agents_api.message import Message, normalize_message
 from datamachine.storage._tx import Conn, query_one, write_later, write_many_later
 
-__all__ = ["Counts", "append", "encode", "finish", "read_counts", "start"]
+__all__ = ["TITLE_LENGTH", "Counts", "append", "encode", "finish", "read_counts", "start",
+           "title_of"]
 
 MessageLike = Message | Mapping[str, Any]
+
+# How much of its first user message a transcript keeps as its title (the run viewer's list).
+TITLE_LENGTH = 200
 
 # What a finished run's row keeps of its result (beside usage and budgets).
 SUMMARY_FIELDS = ("status", "completed", "final_content", "budget", "flags", "warning", "error",
@@ -78,13 +82,28 @@ def _insert(conn: Conn, sid: str, position: int, turn: int,
             [(sid, position + i, turn, text, now) for i, text in enumerate(encoded)])
 
 
+def title_of(messages: Sequence[MessageLike]) -> str | None:
+    """The text of the first user message, cut to ``TITLE_LENGTH`` characters: what the run
+    viewer lists a transcript by (None when no user message has text)."""
+    for item in messages:
+        role = item.role if isinstance(item, Message) else item.get("role")
+        content = item.content if isinstance(item, Message) else item.get("content")
+        if role == "user" and isinstance(content, str) and content.strip():
+            # Stored as a plain column (not JSON-escaped like the envelopes): no lone
+            # surrogate (not UTF-8) or NUL (PostgreSQL text refuses it) may reach it.
+            text = content[:TITLE_LENGTH].encode("utf-8", "replace").decode("utf-8")
+            return text.replace("\x00", "\ufffd")
+    return None
+
+
 def _create(conn: Conn, sid: str, request: Mapping[str, Any],
-            now: float) -> Counts:
+            now: float, messages: Sequence[MessageLike] = ()) -> Counts:
     conn.execute(
         "INSERT INTO transcripts (id, status, provider, model, mode, created_at, updated_at, "
-        "token_name) VALUES (?, 'running', ?, ?, ?, ?, ?, ?)",
+        "token_name, title) VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?)",
         [sid, _request_field(request, "provider"), _request_field(request, "model"),
-         _request_field(request, "mode"), now, now, _request_field(request, "token_name")])
+         _request_field(request, "mode"), now, now, _request_field(request, "token_name"),
+         title_of(messages)])
     return Counts("running", 0, 0, 0)
 
 
@@ -92,7 +111,7 @@ def start(conn: Conn, sid: str, messages: Sequence[MessageLike],
           request: Mapping[str, Any], now: float) -> Counts:
     """A run begins: store its starting messages beyond the stored ones; the row is
     ``running`` with ``turn_count`` 0 (the counts of the run that starts now)."""
-    counts = read_counts(conn, sid) or _create(conn, sid, request, now)
+    counts = read_counts(conn, sid) or _create(conn, sid, request, now, messages)
     new = [encode(m) for m in messages[counts.message_count:]]
     _insert(conn, sid, counts.message_count, 0, new, now)
     # Whatever ran before (a finished run, or one that was killed) is over now.
@@ -116,7 +135,7 @@ def append(conn: Conn, sid: str, turn: int, messages: Sequence[MessageLike],
     A turn numbered at or below the row's own ``turn_count`` starts a new run on the session
     (one that did not call ``start``).
     """
-    counts = read_counts(conn, sid) or _create(conn, sid, {}, now)
+    counts = read_counts(conn, sid) or _create(conn, sid, {}, now, messages)
     encoded = [encode(m) for m in messages]
     _insert(conn, sid, counts.message_count, turn, encoded, now)
     earlier = counts.earlier_turns(turn)
@@ -135,7 +154,7 @@ def finish(conn: Conn, sid: str, messages: Sequence[MessageLike],
 
     ``result`` is a ``LoopResult`` (or anything with its attributes).
     """
-    counts = read_counts(conn, sid) or _create(conn, sid, request, now)
+    counts = read_counts(conn, sid) or _create(conn, sid, request, now, messages)
     new = [encode(m) for m in messages[counts.message_count:]]
     turn_count = int(getattr(result, "turn_count", 0) or 0)
     _insert(conn, sid, counts.message_count, turn_count, new, now)

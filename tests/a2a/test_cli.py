@@ -54,10 +54,10 @@ def test_tokens_revoke_and_list(tmp_path: Path) -> None:
     code, out = invoke(db, "tokens", "list")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["name", "status", "tools", "site", "created", "(UTC)",
+    assert lines[0].split() == ["name", "scope", "status", "tools", "site", "created", "(UTC)",
                                 "revoked", "(UTC)"]
-    assert [line.split()[:2] for line in lines[1:]] == [["peer-b", "revoked"],
-                                                       ["peer-c", "active"]]
+    assert [line.split()[:3] for line in lines[1:]] == [["peer-b", "chat", "revoked"],
+                                                       ["peer-c", "chat", "active"]]
     code, out = invoke(db, "tokens", "list", "--json")
     listed = json.loads(out)
     assert [item["name"] for item in listed] == ["peer-b", "peer-c"]
@@ -162,8 +162,9 @@ def test_tokens_create_with_tools_and_a_site(tmp_path: Path) -> None:
         assert [(t.name, t.tools) for t in host.tokens.list()] == [
             ("narrow", ("call_remote_agent",)), ("none", ())]
     code, out = invoke(db, "tokens", "list")
-    assert [line.split()[:4] for line in out.splitlines()[1:]] == [
-        ["narrow", "active", "call_remote_agent", "beta"], ["none", "active", "(none)", "-"]]
+    assert [line.split()[:5] for line in out.splitlines()[1:]] == [
+        ["narrow", "chat", "active", "call_remote_agent", "beta"],
+        ["none", "chat", "active", "(none)", "-"]]
 
 
 def test_tokens_create_refuses_unknown_tools_and_a_bad_site(tmp_path: Path) -> None:

@@ -1,0 +1,60 @@
+"""What a run keeps of its rare events for the run viewer: :class:`RunTimeline`.
+
+Budget pressure, extensions, the stopping budget, the final summary, completion nudges and
+blockers are events (docs/events.md), gone once emitted; the transcript keeps only messages.
+A run records these few events as they fire, whether or not anyone listens, and its stop
+handler stores them with the run's result summary (``result["timeline"]``), so the run's page
+shows when each fired. Per-turn events (a turn starting, a tool call) are never recorded: the
+messages already say them, and recording them would cost every turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["MAX_ENTRIES", "TIMELINE_EVENTS", "RunTimeline"]
+
+# event -> the payload keys kept (small values only: no message text beyond a nudge's).
+TIMELINE_EVENTS: dict[str, tuple[str, ...]] = {
+    "budget_pressure": ("budget", "tier", "current", "ceiling"),
+    "budget_extended": ("budget", "current", "ceiling"),
+    "budget_exceeded": ("budget", "current", "ceiling", "rail", "needed"),
+    "turn_interrupted": ("budget", "reason"),
+    "final_summary": ("budget", "source", "attempts", "error"),
+    "completion_nudge_added": ("completion_nudge_count", "completion_nudge", "reason"),
+    "blocker_reported": ("reason",),
+}
+# A run that fires more than this (a pathological pressure set-up) keeps its first ones.
+MAX_ENTRIES = 200
+_MAX_TEXT = 500
+
+
+class RunTimeline:
+    """The recorded events of one run, in order, each ``{"event", "turn", ...kept keys}``.
+
+    ``turn``: the run's finished turns, for events whose payload names no turn; pressure
+    fires while the next turn's request is built, so it is recorded on that next turn.
+    """
+
+    __slots__ = ("entries", "turn")
+
+    def __init__(self, turn: Callable[[], int]) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self.turn = turn
+
+    def record(self, event: str, payload: dict[str, Any]) -> None:
+        """Keep ``event`` if it is one of :data:`TIMELINE_EVENTS` (else nothing)."""
+        keys = TIMELINE_EVENTS.get(event)
+        if keys is None or len(self.entries) >= MAX_ENTRIES:
+            return
+        turn = payload.get("turn", payload.get("completion_nudge_turn"))
+        if not isinstance(turn, int):
+            turn = self.turn() + (1 if event == "budget_pressure" else 0)
+        entry: dict[str, Any] = {"event": event, "turn": turn}
+        for key in keys:
+            value = payload.get(key)
+            if value is None:
+                continue
+            entry[key] = value[:_MAX_TEXT] if isinstance(value, str) else value
+        self.entries.append(entry)

@@ -1,0 +1,85 @@
+"""A run records its rare events (pressure, extensions, the stop, the final summary, nudges) in
+its stored result as ``timeline``, for the run viewer, whether or not anyone listens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import bootstrap
+from datamachine import hookimpl
+from datamachine.conversation.timeline import MAX_ENTRIES, RunTimeline
+from datamachine.host import Host
+from tests.completion.helpers import call, save_note, say, turn
+from tests.conversation.work import USER, step
+
+
+class ExtendOnce:
+    @hookimpl
+    def confirm_continuation(self, budget: Any, context: dict[str, Any]) -> bool:
+        return bool(budget.ceiling() < 5)
+
+
+def _looping(turns: int) -> list[dict[str, Any]]:
+    return [{"tool_calls": [{"id": f"c{i}", "name": "step", "parameters": {"n": i}}]}
+            for i in range(turns)]
+
+
+def _stored_timeline(host: Host, session_id: str) -> list[dict[str, Any]]:
+    timeline: list[dict[str, Any]] = host.transcripts.summary(session_id).result["timeline"]
+    return timeline
+
+
+@pytest.mark.parametrize("listening", [False, True])
+def test_pressure_extension_stop_and_summary_are_stored_in_order(listening: bool) -> None:
+    events: list[str] = []
+    payload: dict[str, Any] = {"script": _looping(20), "budget_pressure": True,
+                               "transcript_session_id": "s", "extend_by": 2}
+    if listening:
+        payload["event_sink"] = lambda event, _: events.append(event)
+    with bootstrap.boot(":memory:", plugins=[ExtendOnce()], load_entrypoints=False) as host:
+        result = host.run_conversation(USER, [step], "scripted", "m", max_turns=3,
+                                       payload=payload)
+        timeline = _stored_timeline(host, "s")
+    assert result.status == "budget_exceeded"
+    assert [(e["event"], e["turn"], e.get("tier"), e.get("ceiling")) for e in timeline] == [
+        ("budget_pressure", 1, "caution", 3),
+        ("budget_pressure", 2, "warning", 3),
+        ("budget_extended", 3, None, 5),
+        ("budget_exceeded", 5, None, 5),
+        ("final_summary", 5, None, None),
+    ]
+    assert timeline[3]["rail"] == "ceiling"
+    assert timeline[4]["source"] == "fallback"
+    if listening:  # the sink saw the very same events
+        assert [e for e in events if e in {t["event"] for t in timeline}] == [
+            t["event"] for t in timeline]
+
+
+def test_a_completion_nudge_is_on_the_timeline(host: Host) -> None:
+    script = [say("I will file them shortly."), turn(call("save_note", text="n")), say("Done.")]
+    result = host.run_conversation(
+        USER, [save_note], "scripted", "m", mode="chat",
+        payload={"script": script, "transcript_session_id": "n",
+                 "completion_assertions": {"required_tool_names": ["save_note"]}})
+    assert result.status == "completed"
+    [nudge] = _stored_timeline(host, "n")
+    assert (nudge["event"], nudge["turn"], nudge["completion_nudge_count"]) == (
+        "completion_nudge_added", 1, 1)
+
+
+def test_a_plain_run_stores_no_timeline(host: Host) -> None:
+    host.run_conversation(USER, payload={"transcript_session_id": "p"})
+    assert "timeline" not in host.transcripts.summary("p").result
+
+
+def test_the_timeline_keeps_its_first_entries_and_short_values() -> None:
+    timeline = RunTimeline(lambda: 7)
+    timeline.record("turn_started", {"turn": 1})  # per-turn events are never kept
+    for _ in range(MAX_ENTRIES + 5):
+        timeline.record("completion_nudge_added", {"completion_nudge": "n" * 2000,
+                                                   "completion_nudge_count": 1})
+    assert len(timeline.entries) == MAX_ENTRIES
+    assert timeline.entries[0]["turn"] == 7
+    assert len(timeline.entries[0]["completion_nudge"]) == 500
