@@ -25,6 +25,7 @@ from __future__ import annotations
 import builtins
 import json
 import logging
+import math
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
@@ -51,8 +52,8 @@ from datamachine.storage._tx import (
 from datamachine.storage.locks import TranscriptLocks, check_session_id, prove
 from datamachine.storage.transcript_writer import TranscriptWriter, TurnHook
 
-__all__ = ["MAX_TURN", "TRANSCRIPT_STATUSES", "Transcript", "TranscriptStatus",
-           "TranscriptStore", "TranscriptSummary"]
+__all__ = ["MAX_PAGE", "MAX_TURN", "TRANSCRIPT_STATUSES", "Transcript", "TranscriptPage",
+           "TranscriptStatus", "TranscriptStore", "TranscriptSummary"]
 
 logger = logging.getLogger("datamachine.storage")
 
@@ -65,11 +66,13 @@ TRANSCRIPT_STATUSES: tuple[str, ...] = get_args(TranscriptStatus)
 # conversation_turns budget (at most 10,000), and every count stays far inside SQLite's integers.
 MAX_TURN = 1_000_000
 _MAX_SQL_INT = 2**63 - 1
+# The most transcripts one page() returns.
+MAX_PAGE = 500
 MessageLike = rows.MessageLike
 
 _COLUMNS = ("t.id, t.status, t.provider, t.model, t.mode, t.created_at, t.updated_at, "
             "t.turn_count, t.cumulative_turn_count, t.message_count, t.usage, t.budgets, "
-            "t.result, t.token_name, l.expires_at AS locked_until")
+            "t.result, t.token_name, t.title, l.expires_at AS locked_until")
 _LIVE_LOCK_JOIN = "LEFT JOIN transcript_locks l ON l.session_id = t.id AND l.expires_at > ?"
 
 
@@ -100,6 +103,17 @@ class TranscriptSummary(BaseModel):
     result: dict[str, Any]
     locked_until: float | None
     token_name: str | None = None
+    title: str | None = None
+
+
+class TranscriptPage(BaseModel):
+    """One page of :meth:`TranscriptStore.page`: ``items`` newest first, and ``next``, the
+    cursor of the page after it (None: this is the last)."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    items: list[TranscriptSummary]
+    next: str | None
 
 
 class Transcript(TranscriptSummary):
@@ -311,21 +325,72 @@ class TranscriptStore:
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise UsageError(f"limit must be a positive integer, got {brief_repr(limit)}.")
+        limit = min(limit, _MAX_SQL_INT)  # more than SQLite can count is all of them
+        where, params = self._filters(status=status, mode=mode, search=search)
+        sql = f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN}"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY t.updated_at DESC, t.id LIMIT ?"
+        params.append(limit)
+        with snapshot(self._db, self._lock, self._label) as conn:
+            found = query(conn, sql, params)
+        return self._readable(found)
+
+    def page(self, *, limit: int = 50, status: TranscriptStatus | None = None,
+             mode: str | None = None, text: str | None = None,
+             after: str | None = None) -> TranscriptPage:
+        """One page of transcripts, most recently updated first (ties by id), for browsing all
+        of them (the run viewer's list): ``limit`` (1 to 500) per page, the page after the one
+        whose ``next`` cursor is ``after``.
+
+        Filters: ``status`` (as :meth:`list`), ``mode`` (one of a run's modes), ``text`` (held
+        by the title, the final answer, the warning or the error, or the model or provider
+        name, or the start of the id; case-insensitive as :meth:`list`'s ``search``). Paging is
+        by key, not by offset: every page costs the same however deep it is, and a run that
+        finishes while someone pages moves to the top instead of shifting every page.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise UsageError(f"limit must be a whole number from 1 to {MAX_PAGE}, got "
+                             f"{brief_repr(limit)}.")
+        where, params = self._filters(status=status, mode=mode, text=text)
+        if after is not None:
+            updated_at, last_id = _parse_cursor(after)
+            where.append("(t.updated_at < ? OR (t.updated_at = ? AND t.id < ?))")
+            params += [updated_at, updated_at, last_id]
+        sql = f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN}"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY t.updated_at DESC, t.id DESC LIMIT ?"
+        params.append(limit + 1)  # one more: is there a next page?
+        with snapshot(self._db, self._lock, self._label) as conn:
+            found = query(conn, sql, params)
+        more = len(found) > limit
+        found = found[:limit]
+        cursor = (f"{float(found[-1]['updated_at'])!r}:{found[-1]['id']}"
+                  if more and found else None)
+        return TranscriptPage(items=self._readable(found), next=cursor)
+
+    def _filters(self, *, status: object = None, mode: object = None, search: object = None,
+                 text: object = None) -> tuple[builtins.list[str], builtins.list[Any]]:
+        """The WHERE terms and parameters (after the lock join's ``now``) of the filters given;
+        UsageError naming a bad one."""
         if status is not None and status not in TRANSCRIPT_STATUSES:
             raise UsageError(f"status must be one of {', '.join(TRANSCRIPT_STATUSES)}, got "
                              f"{brief_repr(status)}.")
-        for name, value in (("search", search), ("mode", mode)):
+        for name, value in (("search", search), ("mode", mode), ("text", text)):
             if value is not None and not (isinstance(value, str) and value and is_utf8(value)):
                 raise UsageError(f"{name} must be a non-empty string, got {brief_repr(value)}.")
-        limit = min(limit, _MAX_SQL_INT)  # more than SQLite can count is all of them
-        effective = ("CASE WHEN t.status = 'running' AND l.expires_at IS NULL "
-                     "THEN 'interrupted' ELSE t.status END")
         where: builtins.list[str] = []
         params: builtins.list[Any] = [clock.now()]
-        if status is not None:
-            where.append(f"{effective} = ?")
+        if status in ("running", "interrupted"):
+            # A running row is interrupted when no live lock stands behind it.
+            where.append("t.status = 'running' AND l.expires_at IS "
+                         f"{'NOT ' if status == 'running' else ''}NULL")
+        elif status is not None:
+            where.append("t.status = ?")  # the stored status is the reported one
             params.append(status)
         pg = dialect(self._db.conn) == "postgresql"
+        like = "ILIKE" if pg else "LIKE"
         if mode is not None:
             # A run given several modes stores them joined by commas: match any one of them.
             where.append(f"{'strpos' if pg else 'instr'}(',' || t.mode || ',', ',' || ? || ',') "
@@ -340,14 +405,19 @@ class TranscriptStore:
                        "'$.content') END LIKE")
             where.append("EXISTS (SELECT 1 FROM transcript_messages m WHERE m.session_id = t.id "
                          f"AND {content} ? ESCAPE '\\')")
-            params.append(_like_anywhere(search))
-        sql = f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN}"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY t.updated_at DESC, t.id LIMIT ?"
-        params.append(limit)
-        with snapshot(self._db, self._lock, self._label) as conn:
-            found = query(conn, sql, params)
+            params.append(_like_anywhere(str(search)))
+        if text is not None:
+            # The row's own columns only (no message is read): a scan of the transcripts at
+            # most. ``result`` is JSON text: the final answer, warning and error are in it.
+            anywhere = _like_anywhere(str(text))
+            where.append("(" + " OR ".join(
+                [f"t.id {like} ? ESCAPE '\\'"]
+                + [f"t.{column} {like} ? ESCAPE '\\'"
+                   for column in ("title", "model", "provider", "result")]) + ")")
+            params += [_like_start(str(text)), anywhere, anywhere, anywhere, anywhere]
+        return where, params
+
+    def _readable(self, found: Sequence[Any]) -> builtins.list[TranscriptSummary]:
         listed: builtins.list[TranscriptSummary] = []
         for row in found:
             try:
@@ -380,6 +450,25 @@ def _like_anywhere(text: str) -> str:
     return f"%{escaped}%"
 
 
+def _like_start(text: str) -> str:
+    """The ``LIKE`` pattern (escape character ``\\``) of text starting with ``text``."""
+    return _like_anywhere(text)[1:]
+
+
+def _parse_cursor(cursor: object) -> tuple[float, str]:
+    """A ``next`` cursor of :meth:`TranscriptStore.page` as (updated_at, id)."""
+    if isinstance(cursor, str):
+        stamp, sep, last_id = cursor.partition(":")
+        try:
+            updated_at = float(stamp)
+        except ValueError:
+            updated_at = math.nan
+        if sep and last_id and math.isfinite(updated_at) and is_utf8(last_id):
+            return updated_at, last_id
+    raise UsageError(f"after must be the 'next' cursor of an earlier page, got "
+                     f"{brief_repr(cursor)}.")
+
+
 def _checked_token(token: object) -> str | None:
     if token is not None and not (isinstance(token, str) and token and is_utf8(token)):
         raise UsageError(f"token must be the lock token acquire() returned, got "
@@ -404,4 +493,5 @@ def _summary_fields(row: Any) -> dict[str, Any]:
         "message_count": row["message_count"], "usage": json.loads(row["usage"]),
         "budgets": json.loads(row["budgets"]), "result": json.loads(row["result"]),
         "locked_until": row["locked_until"], "token_name": row["token_name"],
+        "title": row["title"],
     }
