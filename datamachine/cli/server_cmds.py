@@ -116,13 +116,21 @@ def tokens_list(state: State, as_json: bool) -> None:
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--ui-open", is_flag=True,
+              help="The run viewer (/ui/) without a login: only with a loopback --host.")
 @click.pass_obj
 @handle_errors
-def serve(state: State, bind: str, port: int, log_level: str) -> None:
-    """Serve POST /chat and GET /health for other agents until interrupted."""
+def serve(state: State, bind: str, port: int, log_level: str, ui_open: bool) -> None:
+    """Serve POST /chat and GET /health for other agents, and the run viewer at /ui/, until
+    interrupted."""
     from datamachine.server.app import serve as run_server
     from datamachine.server.site import check_site, ensure_site_id
+    from datamachine.server.ui.session import is_loopback_host
 
+    if ui_open and not is_loopback_host(bind):
+        raise UsageError(f"--ui-open serves the run viewer without a login, so only on a "
+                         f"loopback --host (127.0.0.1, ::1, localhost), not {bind!r}; make a "
+                         "viewer token instead: `datamachine tokens create NAME --viewer`.")
     host = state.host
     site_id = ensure_site_id(host)
     check_site(host)  # a misconfigured site says so before claiming to serve
@@ -131,10 +139,14 @@ def serve(state: State, bind: str, port: int, log_level: str) -> None:
     shutdown, notice = export_from_environment()
     if notice is not None:
         click.echo(notice, err=True)
-    click.echo(f"datamachine site {site_id}: POST /chat on http://{bind}:{port} "
-               "(Ctrl+C to stop)")
+    base = f"http://{f'[{bind}]' if ':' in bind else bind}:{port}"
+    click.echo(f"datamachine site {site_id}: POST /chat on {base} (Ctrl+C to stop)")
+    login = ("open, no login (--ui-open)" if ui_open else
+             "log in with a token from `datamachine tokens create NAME --viewer`")
+    click.echo(f"Run viewer: {base}/ui/ ({login})")
     # At the server's shutdown, the spans still batched are sent.
-    run_server(host, bind=bind, port=port, log_level=log_level, on_stop=shutdown)
+    run_server(host, bind=bind, port=port, log_level=log_level, on_stop=shutdown,
+               ui_open=ui_open)
 
 
 COMMANDS = [tokens, serve]

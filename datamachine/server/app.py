@@ -32,11 +32,11 @@ from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
 
 from agents_api.jsontext import compact_json
-from datamachine.errors import DataMachineError, RequestTooLarge
+from datamachine.errors import DataMachineError, RequestTooLarge, UsageError
 from datamachine.server.access import check_claims, reachable_tools
 from datamachine.server.auth import authenticate
 from datamachine.server.chain import (
@@ -370,8 +370,10 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
                           headers=headers)
 
 
-def create_app(host: Host) -> Starlette:
-    """The ``/chat`` app for ``host``; makes sure the host has a ``site_id`` first.
+def create_app(host: Host, *, ui_open: bool = False) -> Starlette:
+    """The ``/chat`` app for ``host`` with the run viewer at ``/ui/``; makes sure the host has
+    a ``site_id`` first. ``ui_open``: the viewer needs no login (serve it on loopback only:
+    each request must come from and name a loopback address).
 
     Settings (``max_chain_depth``, ``max_request_bytes``) are read per request, so changing
     them takes effect without a restart; the site id is fixed for the app's lifetime. A setting
@@ -385,9 +387,18 @@ def create_app(host: Host) -> Starlette:
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "site_id": site_id})
 
+    async def to_viewer(request: Request) -> Response:
+        return RedirectResponse("/ui/", status_code=307)
+
+    from datamachine.server.ui.app import RunViewer
+
+    viewer = RunViewer(host, open_access=ui_open)
     app = Starlette(
         routes=[Route("/chat", endpoint.handle, methods=["POST"]),
-                Route("/health", health, methods=["GET"])],
+                Route("/health", health, methods=["GET"]),
+                Route("/", to_viewer, methods=["GET"]),
+                Route("/ui", to_viewer, methods=["GET"]),
+                Mount("/ui", routes=viewer.routes())],
         exception_handlers={HTTPException: _http_exception},
     )
     app.state.host = host
@@ -396,18 +407,26 @@ def create_app(host: Host) -> Starlette:
 
 
 def serve(host: Host, *, bind: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
-          on_stop: Callable[[], None] | None = None, **uvicorn_options: Any) -> None:
+          on_stop: Callable[[], None] | None = None, ui_open: bool = False,
+          **uvicorn_options: Any) -> None:
     """Run the app under uvicorn until interrupted (``datamachine serve``).
 
     One process, one host: runs share the host's database connection, so the app is not meant
     for uvicorn's multi-worker mode; run several hosts (each with its own database) instead.
     ``on_stop`` runs at the server's shutdown (sending the spans still batched): uvicorn
     raises a stopping signal again once it has shut down, so code after this call may never
-    run.
+    run. ``ui_open``: the run viewer without a login, allowed only when ``bind`` is a loopback
+    address (UsageError otherwise).
     """
     import uvicorn
 
-    app = create_app(host)
+    from datamachine.server.ui.session import is_loopback_host
+
+    if ui_open and not is_loopback_host(bind):
+        raise UsageError(f"--ui-open serves the run viewer without a login, so only on a "
+                         f"loopback address (127.0.0.1, ::1, localhost), not {bind!r}; make a "
+                         "viewer token instead: `datamachine tokens create NAME --viewer`.")
+    app = create_app(host, ui_open=ui_open)
     if on_stop is not None:
         stop = on_stop
 

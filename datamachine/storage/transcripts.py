@@ -279,6 +279,24 @@ class TranscriptStore:
                 raise self._not_found(session_id)
         return [json.loads(row[0]) for row in found]
 
+    def numbered(self, session_id: str, *, limit: int | None = None
+                 ) -> builtins.list[tuple[int, dict[str, Any]]]:
+        """The stored messages with the turn that wrote each, ``(turn, envelope)`` in order
+        (turn 0: a run's starting messages; every run of a session counts from 1 again); at
+        most ``limit`` of them. TranscriptNotFound if unknown."""
+        check_session_id(session_id)
+        sql = ("SELECT turn, envelope FROM transcript_messages WHERE session_id = ? "
+               "ORDER BY position")
+        params: builtins.list[Any] = [session_id]
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        with snapshot(self._db, self._lock, self._label) as conn:
+            found = conn.execute(sql, params).fetchall()
+            if not found and not self.exists(session_id):
+                raise self._not_found(session_id)
+        return [(int(row[0]), _envelope(row[1])) for row in found]
+
     def summary(self, session_id: str) -> TranscriptSummary:
         """Metadata of one transcript, without its messages; TranscriptNotFound if unknown,
         DatabaseError naming it if its row is damaged."""
@@ -448,6 +466,17 @@ def _like_anywhere(text: str) -> str:
     """The ``LIKE`` pattern (escape character ``\\``) of text containing ``text`` literally."""
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
+
+
+def _envelope(text: str) -> dict[str, Any]:
+    """A stored envelope; a damaged one (not JSON) as a text message saying so."""
+    try:
+        found = json.loads(text)
+    except ValueError:
+        found = None
+    if isinstance(found, dict):
+        return found
+    return {"type": "text", "role": "?", "content": f"(a damaged message: {text[:200]!r})"}
 
 
 def _like_start(text: str) -> str:

@@ -1,0 +1,327 @@
+"""The run viewer: ``/ui/`` of ``datamachine serve`` (DESIGN.md 17, docs/viewer.md).
+
+Server-rendered pages (Jinja2, every value escaped), no JavaScript, nothing loaded from the
+network: one stylesheet served here, bars drawn as inline SVG. The Content-Security-Policy
+allows no script at all and styles only from this server, so even a value that escaped the
+escaping could not run. Reads and ``resume`` run in a worker thread, as ``/chat``'s runs do:
+the stores block, and a resumed run may call a model for a long time.
+
+Pages: the runs list (``/ui/``: filters, keyset pages), one run (``/ui/runs/<id>``), the login
+(``/ui/login``). Forms that change anything (login, logout, approve or decline a paused run)
+are POSTs checked for CSRF first (:mod:`datamachine.server.ui.session`).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, quote, urlencode
+
+import anyio.to_thread
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from datamachine.errors import (
+    ChatSessionNotFound,
+    DataMachineError,
+    SessionNotPaused,
+    TranscriptNotFound,
+    UsageError,
+)
+from datamachine.server.ui import present
+from datamachine.server.ui.session import Session, SessionKeys, is_loopback_host
+from datamachine.storage.transcripts import TRANSCRIPT_STATUSES
+
+if TYPE_CHECKING:
+    from datamachine.host import Host
+
+__all__ = ["MESSAGES_SHOWN", "PAGE_SIZE", "RunViewer"]
+
+logger = logging.getLogger("datamachine.server.ui")
+
+PAGE_SIZE = 50
+# The most messages one run's page shows (a longer transcript says how many were left out).
+MESSAGES_SHOWN = 2000
+_MAX_FORM_BYTES = 16 * 1024
+_HERE = Path(__file__).parent
+_CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'")
+_HEADERS = {"Content-Security-Policy": _CSP, "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "same-origin", "X-Frame-Options": "DENY",
+            "Cache-Control": "no-store"}
+
+
+class _Refused(Exception):
+    """A request the viewer answers with an error page (status, message)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class RunViewer:
+    """The ``/ui`` routes of one host. ``open_access``: no login (``--ui-open``; loopback
+    only, checked on every request)."""
+
+    def __init__(self, host: Host, *, open_access: bool = False) -> None:
+        self.host = host
+        self.open_access = open_access
+        self.keys = SessionKeys(host)
+        self.templates = Environment(loader=FileSystemLoader(_HERE / "templates"),
+                                     autoescape=select_autoescape(default=True),
+                                     trim_blocks=True, lstrip_blocks=True)
+        self.templates.globals["quote"] = lambda value: quote(str(value), safe="")
+        self.stylesheet = (_HERE / "viewer.css").read_bytes()
+
+    def routes(self) -> list[Route]:
+        """The routes, to mount under ``/ui``."""
+        return [
+            Route("/", self.runs, methods=["GET"]),
+            Route("/login", self.login_page, methods=["GET"]),
+            Route("/login", self.login, methods=["POST"]),
+            Route("/logout", self.logout, methods=["POST"]),
+            Route("/runs/{session_id}", self.run_page, methods=["GET"]),
+            Route("/runs/{session_id}/resume", self.resume, methods=["POST"]),
+            Route("/viewer.css", self.css, methods=["GET"]),
+        ]
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _page(self, request: Request, session: Session, template: str, code: int = 200,
+              **context: Any) -> HTMLResponse:
+        html = self.templates.get_template(template).render(
+            csrf=self.keys.csrf(session), viewer=session.token_name,
+            open_access=self.open_access, **context)
+        response = HTMLResponse(html, status_code=code, headers=_HEADERS)
+        if session.fresh:
+            self.keys.store(response, session, secure=request.url.scheme == "https")
+        return response
+
+    def _redirect(self, request: Request, session: Session | None, to: str,
+                  *, store: bool = False) -> Response:
+        response = RedirectResponse(to, status_code=303, headers=_HEADERS)
+        if store or (session is not None and session.fresh):
+            self.keys.store(response, session, secure=request.url.scheme == "https")
+        return response
+
+    def _check_open(self, request: Request) -> None:
+        """An open viewer answers loopback only, to a Host header that names loopback."""
+        client = request.client.host if request.client else ""
+        if not is_loopback_host(client) or not is_loopback_host(
+                _host_name(request.headers.get("host", ""))):
+            raise _Refused(403, "This run viewer is open on loopback only (--ui-open): open "
+                                "it as http://127.0.0.1 or http://localhost on this machine.")
+
+    def _visitor(self, request: Request) -> tuple[Session, bool]:
+        """The request's session, and whether it may see the runs (runs in a worker thread:
+        a logged-in session's token is checked in the database every time)."""
+        if self.open_access:
+            self._check_open(request)
+        session = self.keys.read(request)
+        if self.open_access:
+            return session, True
+        if session.token_name is None:
+            return session, False
+        token = self.host.tokens.get(session.token_name)
+        allowed = (token is not None and token.scope == "viewer"
+                   and token.created_at == session.token_created_at)
+        return session, allowed
+
+    async def _form(self, request: Request, session: Session) -> dict[str, str]:
+        """The POSTed form, after the CSRF checks (403 :class:`_Refused` else)."""
+        origin = request.headers.get("origin")
+        if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+            raise _Refused(403, "Refused: this form was sent from another site.")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > _MAX_FORM_BYTES:
+            raise _Refused(413, "Refused: the form is too large.")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > _MAX_FORM_BYTES:
+                raise _Refused(413, "Refused: the form is too large.")
+        try:
+            parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=20)
+        except (UnicodeDecodeError, ValueError):
+            raise _Refused(400, "Refused: the form could not be read.") from None
+        form = {key: values[0] for key, values in parsed.items()}
+        if session.fresh or not self.keys.csrf_ok(session, form.get("csrf")):
+            raise _Refused(403, "Refused: the form's security token is missing or stale "
+                                "(CSRF). Reload the page and send it again.")
+        return form
+
+    async def _guard(self, request: Request, action: Any) -> Response:
+        """Run ``action(session)`` for a visitor who may see the runs; else the login page."""
+        try:
+            session, allowed = await anyio.to_thread.run_sync(self._visitor, request)
+            if not allowed:
+                target = request.url.path + (f"?{request.url.query}" if request.url.query
+                                             else "")
+                return self._redirect(request, session, "/ui/login?" + urlencode(
+                    {"next": target}))
+            response: Response = await action(session)
+            return response
+        except _Refused as refused:
+            return self._error(request, refused.status, refused.message)
+
+    def _error(self, request: Request, status: int, message: str) -> HTMLResponse:
+        html = self.templates.get_template("error.html").render(
+            status=status, message=message, viewer=None, open_access=self.open_access,
+            csrf="")
+        return HTMLResponse(html, status_code=status, headers=_HEADERS)
+
+    async def css(self, request: Request) -> Response:
+        """The one stylesheet."""
+        return Response(self.stylesheet, media_type="text/css",
+                        headers={"Cache-Control": "max-age=3600",
+                                 "X-Content-Type-Options": "nosniff"})
+
+    # -- login ------------------------------------------------------------------------------
+    async def login_page(self, request: Request) -> Response:
+        """The login form (straight to the runs when no login is needed)."""
+        try:
+            session, allowed = await anyio.to_thread.run_sync(self._visitor, request)
+        except _Refused as refused:
+            return self._error(request, refused.status, refused.message)
+        if allowed:
+            return self._redirect(request, session, _safe_next(request.query_params.get("next")))
+        return self._page(request, session, "login.html",
+                          next=_safe_next(request.query_params.get("next")), error=None)
+
+    async def login(self, request: Request) -> Response:
+        """Check a viewer token once; a good one gets a new signed session cookie."""
+        try:
+            session, _ = await anyio.to_thread.run_sync(self._visitor, request)
+            form = await self._form(request, session)
+        except _Refused as refused:
+            return self._error(request, refused.status, refused.message)
+        target = _safe_next(form.get("next"))
+        token = await anyio.to_thread.run_sync(self.host.tokens.lookup,
+                                               form.get("token", "").strip())
+        if token is None or token.scope != "viewer":
+            return self._page(request, session, "login.html", code=401, next=target,
+                              error="That is not an active viewer token. Make one with "
+                                    "`datamachine tokens create NAME --viewer`.")
+        logger.info("datamachine: run viewer login by token %r", token.name)
+        return self._redirect(request, self.keys.login(token.name, token.created_at), target,
+                              store=True)
+
+    async def logout(self, request: Request) -> Response:
+        """Forget the session (the cookie is deleted)."""
+        async def action(session: Session) -> Response:
+            await self._form(request, session)
+            return self._redirect(request, None, "/ui/login", store=True)
+        return await self._guard(request, action)
+
+    # -- pages ------------------------------------------------------------------------------
+    async def runs(self, request: Request) -> Response:
+        """The runs list: newest first, filtered, one page at a time."""
+        async def action(session: Session) -> Response:
+            params = request.query_params
+            status: Any = params.get("status") or None
+            mode = params.get("mode") or None
+            text = (params.get("q") or "").strip() or None
+            after = params.get("after") or None
+            if status is not None and status not in TRANSCRIPT_STATUSES:
+                raise _Refused(400, f"Unknown status {status!r}.")
+            try:
+                page = await anyio.to_thread.run_sync(lambda: self.host.transcripts.page(
+                    limit=PAGE_SIZE, status=status, mode=mode, text=text, after=after))
+            except UsageError as exc:
+                raise _Refused(400, str(exc)) from None
+            filters = {key: value for key, value in
+                       (("status", status), ("mode", mode), ("q", text)) if value}
+            older = ("?" + urlencode({**filters, "after": page.next})
+                     if page.next is not None else None)
+            return self._page(request, session, "runs.html",
+                              rows=[present.run_row(item) for item in page.items],
+                              statuses=TRANSCRIPT_STATUSES, modes=sorted(self.host.modes),
+                              status=status or "", mode=mode or "", q=text or "",
+                              older=older, paged=after is not None,
+                              newest="?" + urlencode(filters) if filters else "./")
+        return await self._guard(request, action)
+
+    def _run_context(self, session_id: str) -> dict[str, Any]:
+        store = self.host.transcripts
+        try:
+            summary = store.summary(session_id)
+            numbered = store.numbered(session_id, limit=MESSAGES_SHOWN)
+        except TranscriptNotFound:
+            raise _Refused(404, f"No run is stored under {session_id!r}.") from None
+        except UsageError as exc:
+            raise _Refused(400, str(exc)) from None
+        try:
+            chat = self.host.chat_sessions.get(session_id)
+        except (ChatSessionNotFound, UsageError):
+            chat = None
+        marks = summary.result.get("timeline")
+        result = summary.result
+        return {
+            "run": present.run_row(summary), "summary": summary, "chat": chat,
+            "turns": present.timeline(numbered, marks if isinstance(marks, list) else []),
+            "left_out": max(0, summary.message_count - len(numbered)),
+            "pending": result.get("pending") if summary.status == "awaiting_confirmation"
+            else None,
+            "verdict": {key: result[key] for key in (
+                "status", "completed", "budget", "flags", "warning", "error", "error_code",
+                "completion_nudge_count", "completion_assertions_missing", "blocker",
+                "warnings") if result.get(key) not in (None, [], {}, "")},
+            "final": result.get("final_content") or "",
+        }
+
+    async def run_page(self, request: Request) -> Response:
+        """One run: its verdict, budgets and the timeline of its turns."""
+        session_id = request.path_params["session_id"]
+
+        async def action(session: Session) -> Response:
+            context = await anyio.to_thread.run_sync(self._run_context, session_id)
+            notice = {"approved": "Approved: the run went on.",
+                      "declined": "Declined: the run was answered."}.get(
+                request.query_params.get("answered", ""))
+            return self._page(request, session, "run.html", notice=notice, **context)
+        return await self._guard(request, action)
+
+    async def resume(self, request: Request) -> Response:
+        """Approve or decline a paused run (``host.resume``), then show it again."""
+        session_id = request.path_params["session_id"]
+
+        async def action(session: Session) -> Response:
+            form = await self._form(request, session)
+            answer = form.get("answer")
+            if answer not in ("approve", "decline"):
+                raise _Refused(400, "answer must be approve or decline.")
+            who = session.token_name or "the open viewer"
+            logger.info("datamachine: run viewer: %s %ss the paused run %r", who,
+                        answer, session_id)
+            try:
+                await anyio.to_thread.run_sync(
+                    lambda: self.host.resume(session_id, answer == "approve"))
+            except SessionNotPaused:
+                raise _Refused(409, "This run is not waiting for an answer any more (someone "
+                                    "answered it already).") from None
+            except TranscriptNotFound:
+                raise _Refused(404, f"No run is stored under {session_id!r}.") from None
+            except DataMachineError as exc:
+                raise _Refused(409, f"The run could not be resumed: {exc}") from None
+            answered = "approved" if answer == "approve" else "declined"
+            return self._redirect(request, session,
+                                  f"/ui/runs/{quote(session_id, safe='')}?answered={answered}")
+        return await self._guard(request, action)
+
+
+def _host_name(header: str) -> str:
+    """The name of a ``Host`` header, without its port (``[::1]:8000`` -> ``::1``)."""
+    if header.startswith("["):
+        return header[1:].split("]", 1)[0]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def _safe_next(target: str | None) -> str:
+    """Where to go after the login: a path of this viewer only (never another site)."""
+    if not target or not target.startswith("/ui/") or target.startswith("//") \
+            or "\\" in target:
+        return "/ui/"
+    return target

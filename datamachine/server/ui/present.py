@@ -1,0 +1,281 @@
+"""What the run viewer shows of a stored transcript, as plain values for the templates.
+
+Everything here is pure: a :class:`~datamachine.storage.transcripts.TranscriptSummary` (and a
+run's messages) in, rows, bars, reasons and a timeline out. The templates only lay them out, and
+Jinja escapes every value they print.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from datamachine.storage.transcripts import TranscriptSummary
+from datamachine.tools.results import REJECTED
+
+__all__ = ["BudgetBar", "RunRow", "TimelineItem", "TurnGroup", "budget_bars", "duration_text",
+           "run_row", "stop_reason", "timeline"]
+
+_REFUSALS = {
+    "duplicate_tool_call": "duplicate rejected",
+    "tool_runtime_rule_rejected": "rule rejected",
+    "approval_declined": "approval declined",
+    "tools_closed": "tools closed",
+    "session_aborted": "session aborted",
+}
+_MESSAGE_KINDS = {
+    "final_summary": "final summary",
+    "completion_nudge": "completion nudge",
+    "completion_policy_continue": "completion policy",
+}
+_MARK_AFTER_TURN = frozenset({"budget_extended", "budget_exceeded", "turn_interrupted",
+                              "final_summary", "completion_nudge_added", "blocker_reported"})
+_REASON_LENGTH = 160
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetBar:
+    """One budget as a bar: ``percent`` of its ceiling used (0-100), ``stopped``: the budget
+    that stopped the run."""
+
+    name: str
+    current: int | float
+    ceiling: int | float
+    percent: int
+    stopped: bool
+    exceeded: bool
+    rail: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """One line of the runs list."""
+
+    id: str
+    title: str
+    status: str
+    reason: str
+    mode: str
+    provider: str
+    model: str
+    turns: int
+    tokens: int | None
+    cost: str | None
+    started: str
+    duration: str
+    bars: list[BudgetBar]
+
+
+@dataclass(slots=True)
+class TimelineItem:
+    """One entry of a turn: ``kind`` is ``message``, ``tool_call``, ``tool_result`` or
+    ``mark`` (a recorded event); ``label`` what it is, ``text`` its words, ``detail`` the
+    collapsible JSON (parameters, a result), ``flag`` a refusal or a special message."""
+
+    kind: str
+    label: str
+    text: str = ""
+    detail: str = ""
+    flag: str = ""
+    ok: bool = True
+
+
+@dataclass(slots=True)
+class TurnGroup:
+    """The messages of one turn, in order (turn 0: what the run was given)."""
+
+    turn: int
+    items: list[TimelineItem] = field(default_factory=list)
+
+
+def _number(value: object) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
+
+
+def budget_bars(budgets: dict[str, Any], stopping: str | None) -> list[BudgetBar]:
+    """The run's budgets as bars, in the order the run reported them."""
+    bars: list[BudgetBar] = []
+    for name, snapshot in budgets.items():
+        if not isinstance(snapshot, dict):
+            continue
+        current, ceiling = _number(snapshot.get("current")), _number(snapshot.get("ceiling"))
+        if current is None or ceiling is None:
+            continue
+        percent = 100 if ceiling <= 0 else max(0, min(100, round(100 * current / ceiling)))
+        rail = snapshot.get("rail")
+        bars.append(BudgetBar(name=str(name), current=current, ceiling=ceiling, percent=percent,
+                              stopped=name == stopping, exceeded=snapshot.get("exceeded") is True,
+                              rail=rail if isinstance(rail, str) else None))
+    return bars
+
+
+def _short(text: str, length: int = _REASON_LENGTH) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= length else text[:length - 1] + "…"
+
+
+def stop_reason(summary: TranscriptSummary) -> str:
+    """Why the run stopped (or what it is doing), in one line a person reads."""
+    result, status = summary.result, summary.status
+    budget = result.get("budget")
+    if status == "running":
+        return "Running now."
+    if status == "interrupted":
+        return "Interrupted: its process stopped mid-run (no lock stands behind it)."
+    if status == "awaiting_confirmation":
+        found = result.get("pending")
+        pending: dict[str, Any] = found if isinstance(found, dict) else {}
+        kind = str(pending.get("kind") or "an answer").replace("_", " ")
+        what = pending.get("budget") or (pending.get("tool_call") or {}).get("name")
+        return _short(f"Waiting for a person: {kind}{f' ({what})' if what else ''}.")
+    if status == "budget_exceeded" and isinstance(budget, str):
+        snapshot = summary.budgets.get(budget, {})
+        used = (f" at {snapshot.get('current')}/{snapshot.get('ceiling')}"
+                if isinstance(snapshot, dict) and "current" in snapshot else "")
+        rail = snapshot.get("rail") if isinstance(snapshot, dict) else None
+        rail_text = {"hard_ceiling": " (hard ceiling)", "time": " (time ran out)"}.get(
+            str(rail), "")
+        return _short(f"Budget {budget} spent{used}{rail_text}.")
+    if status == "error":
+        code, error = result.get("error_code"), result.get("error")
+        return _short(f"Error{f' {code}' if code else ''}: {error or 'no message'}")
+    if status == "completed":
+        nudges = result.get("completion_nudge_count") or 0
+        return "Answered." if not nudges else f"Answered after {nudges} completion nudge(s)."
+    for key in ("warning", "error"):
+        if isinstance(result.get(key), str) and result[key]:
+            return _short(result[key])
+    missing = result.get("completion_assertions_missing")
+    if missing:
+        return _short(f"Completion assertions not met: {json.dumps(missing)}")
+    return status.replace("_", " ").capitalize() + "."
+
+
+def duration_text(seconds: float) -> str:
+    """``seconds`` the way a person reads a duration."""
+    if seconds < 1:
+        return f"{max(0, round(seconds * 1000))} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
+
+
+def when(timestamp: float) -> str:
+    """A stored moment as UTC text."""
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def run_row(summary: TranscriptSummary) -> RunRow:
+    """The runs list's line for one transcript."""
+    usage = summary.usage
+    tokens = usage.get("total_tokens")
+    cost = usage.get("cost_usd")
+    return RunRow(
+        id=summary.id, title=summary.title or "(no user message)", status=summary.status,
+        reason=stop_reason(summary), mode=summary.mode or "-", provider=summary.provider or "-",
+        model=summary.model or "-", turns=summary.cumulative_turn_count,
+        tokens=tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
+        cost=(f"${cost:,.4f}" if isinstance(cost, int | float) and not isinstance(cost, bool)
+              else None),
+        started=when(summary.created_at),
+        duration=duration_text(summary.updated_at - summary.created_at),
+        bars=budget_bars(summary.budgets, summary.result.get("budget")))
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _item(envelope: dict[str, Any]) -> TimelineItem:
+    kind, role = envelope.get("type"), str(envelope.get("role", "?"))
+    payload = _mapping(envelope.get("payload"))
+    metadata = _mapping(envelope.get("metadata"))
+    content = envelope.get("content")
+    text = content if isinstance(content, str) else _pretty(content)
+    if kind == "tool_call":
+        call_id = metadata.get("tool_call_id")
+        return TimelineItem("tool_call", str(payload.get("tool_name", "?")),
+                            detail=_pretty(payload.get("parameters", {})),
+                            flag=f"call {call_id}" if call_id else "")
+    if kind == "tool_result":
+        rejected = payload.get(REJECTED) is True
+        flag = (_REFUSALS.get(str(payload.get("error_type")), "rejected") if rejected else "")
+        ok = payload.get("success") is True
+        shown = payload.get("result") if ok and "result" in payload else text
+        return TimelineItem("tool_result", str(payload.get("tool_name", "?")),
+                            text=_short(text, 200),
+                            detail=shown if isinstance(shown, str) else _pretty(shown),
+                            flag=flag, ok=ok)
+    return TimelineItem("message", role, text=text,
+                        flag=_MESSAGE_KINDS.get(str(metadata.get("type")), ""))
+
+
+def mark_text(mark: dict[str, Any]) -> str:
+    """One recorded event as a sentence."""
+    event, budget = mark.get("event"), mark.get("budget", "")
+    used = f"{mark.get('current')}/{mark.get('ceiling')}"
+    if event == "budget_pressure":
+        return f"Pressure {mark.get('tier')} on {budget} ({used}): the model was warned."
+    if event == "budget_extended":
+        return f"{budget} extended: ceiling now {mark.get('ceiling')} (at {mark.get('current')})."
+    if event == "budget_exceeded":
+        rail = mark.get("rail")
+        return f"{budget} spent ({used}{f', {rail}' if rail else ''}): the run stops."
+    if event == "turn_interrupted":
+        return f"The turn was cut off: {budget} ran out."
+    if event == "final_summary":
+        error = f", {mark['error']}" if mark.get("error") else ""
+        return (f"Final summary by the {mark.get('source', 'model')} "
+                f"after {mark.get('attempts', 1)} attempt(s){error}.")
+    if event == "completion_nudge_added":
+        return f"Completion nudge {mark.get('completion_nudge_count')}: the task was not done."
+    if event == "blocker_reported":
+        return f"Blocker reported: {mark.get('reason', '')}"
+    return str(event)
+
+
+def timeline(numbered: list[tuple[int, dict[str, Any]]],
+             marks: list[dict[str, Any]]) -> list[TurnGroup]:
+    """The run's messages grouped by turn, with the recorded events placed in their turns.
+
+    A chat session holds several runs, each counting turns from 1 again: a group starts
+    wherever the turn number changes. ``marks`` are the last run's (the stored result's), so
+    they go into the turns after the last run's start.
+    """
+    groups: list[TurnGroup] = []
+    for turn, envelope in numbered:
+        if not groups or groups[-1].turn != turn:
+            groups.append(TurnGroup(turn))
+        groups[-1].items.append(_item(envelope))
+    last_start = max((i for i, g in enumerate(groups) if g.turn == 0), default=0)
+    by_turn = {g.turn: g for g in groups[last_start:]}
+    in_front: dict[int, int] = {}  # marks placed before a turn's messages so far, per group
+    for mark in marks:
+        if not isinstance(mark, dict):
+            continue
+        found_turn = mark.get("turn")
+        turn = found_turn if isinstance(found_turn, int) else 0
+        group = by_turn.get(turn)
+        if group is None:
+            group = TurnGroup(turn)
+            by_turn[group.turn] = group
+            groups.append(group)
+        item = TimelineItem("mark", str(mark.get("event", "")).replace("_", " "),
+                            text=mark_text(mark))
+        if mark.get("event") in _MARK_AFTER_TURN:
+            group.items.append(item)
+        else:
+            placed = in_front.get(id(group), 0)
+            group.items.insert(placed, item)
+            in_front[id(group)] = placed + 1
+    return groups

@@ -1,0 +1,136 @@
+"""Who is looking at the run viewer: the signed cookie, the login, and CSRF.
+
+Every visitor gets one cookie, ``dm_ui``: HttpOnly, SameSite=Strict, ``Secure`` when served
+over https, signed with a key this site makes once and keeps in ``site_secrets`` (never in the
+settings, which are listed and exported). It holds a random nonce and, after a login, the
+viewer token's name and creation time; nothing secret. A request is logged in while that token
+is still active and was made at that moment: revoking it (or rotating the name) ends every
+session it opened on the next request, with no cache to expire. A session lasts at most
+:data:`MAX_AGE` seconds after the login.
+
+CSRF: every form carries a token derived from the nonce with the site key (HMAC), which a page
+from another site can neither read nor compute; a POST whose token does not match, or whose
+``Origin`` is not this server, is refused with 403 before anything happens. SameSite=Strict
+already keeps the cookie off cross-site requests; the token is the check that does not depend
+on the browser. Logging in starts a new nonce (no session fixation).
+
+``--ui-open`` skips the login on loopback only: ``serve`` refuses it on any other interface,
+and each request must come from a loopback address with a ``Host`` header naming one (a DNS
+name pointed at 127.0.0.1 by another site, DNS rebinding, is refused).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+
+from agents_api import clock
+from datamachine.storage._tx import connection_lock, db_label, immediate, query_one
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from datamachine.host import Host
+
+__all__ = ["COOKIE", "MAX_AGE", "Session", "SessionKeys", "is_loopback_host", "site_secret"]
+
+COOKIE = "dm_ui"
+MAX_AGE = 12 * 3600
+_SECRET_NAME = "ui_cookie_key"
+
+
+def site_secret(host: Host, name: str) -> str:
+    """The site's secret called ``name``, made (32 random bytes, hex) and stored on first use;
+    one transaction, so hosts starting together on one database agree on one."""
+    lock = connection_lock(host.handle)
+    with lock:
+        row = query_one(host.handle.conn, "SELECT value FROM site_secrets WHERE name = ?",
+                        [name])
+    if row is not None:
+        return str(row["value"])
+    with immediate(host.handle, lock, db_label(host.handle), "create a site secret",
+                   (f"secret:{name}",)) as conn:
+        row = query_one(conn, "SELECT value FROM site_secrets WHERE name = ?", [name])
+        if row is not None:
+            return str(row["value"])
+        value = secrets.token_hex(32)
+        conn.execute("INSERT INTO site_secrets (name, value, created_at) VALUES (?, ?, ?)",
+                     [name, value, clock.now()])
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """One visitor: ``nonce`` (what its CSRF token is made from), and the viewer token it
+    logged in with (``token_name`` and that token's ``token_created_at``), if any."""
+
+    nonce: str
+    token_name: str | None = None
+    token_created_at: float | None = None
+    fresh: bool = False  # made for this request: the response must set the cookie
+
+
+class SessionKeys:
+    """Signs and reads the cookie and makes CSRF tokens, with the site's key."""
+
+    def __init__(self, host: Host) -> None:
+        key = site_secret(host, _SECRET_NAME)
+        self._key = bytes.fromhex(key)
+        self._serializer = URLSafeTimedSerializer(key, salt="datamachine-ui-session")
+
+    def read(self, request: Request) -> Session:
+        """The request's session, or a fresh one (no or a bad, expired or forged cookie)."""
+        raw = request.cookies.get(COOKIE)
+        if raw:
+            try:
+                data: Any = self._serializer.loads(raw, max_age=MAX_AGE)
+            except BadSignature:  # also SignatureExpired
+                data = None
+            if isinstance(data, dict) and isinstance(data.get("n"), str):
+                name, made = data.get("t"), data.get("c")
+                if isinstance(name, str) and isinstance(made, int | float):
+                    return Session(data["n"], name, float(made))
+                return Session(data["n"])
+        return Session(secrets.token_urlsafe(16), fresh=True)
+
+    def login(self, token_name: str, token_created_at: float) -> Session:
+        """A new session for a viewer token (a new nonce: the old one is never reused)."""
+        return Session(secrets.token_urlsafe(16), token_name, token_created_at, fresh=True)
+
+    def store(self, response: Response, session: Session | None, *, secure: bool) -> None:
+        """Set the cookie of ``session`` on ``response`` (None: delete it)."""
+        if session is None:
+            response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict",
+                                   secure=secure)
+            return
+        data: dict[str, Any] = {"n": session.nonce}
+        if session.token_name is not None:
+            data.update(t=session.token_name, c=session.token_created_at)
+        response.set_cookie(COOKIE, self._serializer.dumps(data), max_age=MAX_AGE, path="/ui",
+                            httponly=True, samesite="strict", secure=secure)
+
+    def csrf(self, session: Session) -> str:
+        """The CSRF token of ``session``'s forms."""
+        return hmac.new(self._key, b"csrf:" + session.nonce.encode(), hashlib.sha256).hexdigest()
+
+    def csrf_ok(self, session: Session, given: object) -> bool:
+        """Whether ``given`` (a form's field) is ``session``'s CSRF token."""
+        return isinstance(given, str) and hmac.compare_digest(given, self.csrf(session))
+
+
+def is_loopback_host(name: str) -> bool:
+    """Whether ``name`` (a bind address or a ``Host`` header's name, no port) is loopback."""
+    name = name.strip().strip("[]").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
