@@ -426,13 +426,24 @@ class TranscriptStore:
             params.append(_like_anywhere(str(search)))
         if text is not None:
             # The row's own columns only (no message is read): a scan of the transcripts at
-            # most. ``result`` is JSON text: the final answer, warning and error are in it.
+            # most. The answer, warning and error live in ``result`` (JSON): a plain LIKE on
+            # the whole text picks the candidates cheaply, the field reads then decide (the
+            # JSON also holds keys and tool names a search must not match).
             anywhere = _like_anywhere(str(text))
+            fields = [f"{_json_field(pg, 't.result', key)} {like} ? ESCAPE '\\'"
+                      for key in ("final_content", "warning", "error")]
+            in_result = "(" + " OR ".join(fields) + ")"
+            if not any(c in str(text) for c in '"\\') and str(text).isprintable():
+                in_result = f"(t.result {like} ? ESCAPE '\\' AND {in_result})"
+                result_params = [anywhere] * 4
+            else:  # JSON escapes these characters: the plain text is not in the stored one
+                result_params = [anywhere] * 3
             where.append("(" + " OR ".join(
                 [f"t.id {like} ? ESCAPE '\\'"]
-                + [f"t.{column} {like} ? ESCAPE '\\'"
-                   for column in ("title", "model", "provider", "result")]) + ")")
-            params += [_like_start(str(text)), anywhere, anywhere, anywhere, anywhere]
+                + [f"t.{column} {like} ? ESCAPE '\\'" for column in ("title", "model",
+                                                                       "provider")]
+                + [in_result]) + ")")
+            params += [_like_start(str(text)), anywhere, anywhere, anywhere, *result_params]
         return where, params
 
     def _readable(self, found: Sequence[Any]) -> builtins.list[TranscriptSummary]:
@@ -466,6 +477,13 @@ def _like_anywhere(text: str) -> str:
     """The ``LIKE`` pattern (escape character ``\\``) of text containing ``text`` literally."""
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
+
+
+def _json_field(pg: bool, column: str, key: str) -> str:
+    """SQL for the text of ``column``'s JSON field ``key`` (NULL when it is not JSON)."""
+    if pg:
+        return f"datamachine_json_field({column}, '{key}')"
+    return f"CASE WHEN json_valid({column}) THEN json_extract({column}, '$.{key}') END"
 
 
 def _envelope(text: str) -> dict[str, Any]:

@@ -93,3 +93,19 @@ def test_a_held_lock_makes_a_running_row_running(backend_host: Host) -> None:
 def test_bad_arguments_name_the_field(host: Host, arguments: dict[str, Any], field: str) -> None:
     with pytest.raises(UsageError, match=f"^{field} must"):
         host.transcripts.page(**arguments)
+
+
+def test_text_finds_the_answer_not_the_keys_of_the_stored_result(backend_host: Host) -> None:
+    result = backend_host.run_conversation(
+        [{"role": "user", "content": "What is it?"}], [], "scripted", "m",
+        payload={"transcript_session_id": "answered",
+                 "script": [{"content": 'The answer is "forty-two" \\o/'}]})
+    assert result.status == "completed"
+
+    def ids(text: str) -> list[str]:
+        return [i.id for i in backend_host.transcripts.page(text=text).items]
+
+    assert ids("FORTY-TWO") == ["answered"]
+    assert ids('"forty-two" \\o/') == ["answered"]  # quotes and backslashes, JSON-escaped
+    assert ids("final_content") == []                # a key of the stored result
+    assert ids("completed") == []                    # a value that is not the answer

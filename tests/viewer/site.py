@@ -1,0 +1,163 @@
+"""A site with runs of every kind for the run viewer's tests, served on loopback.
+
+:class:`ViewerModel` is a rule-based stand-in model (a ``text_result`` hookimpl), so the runs
+are real runs of the real loop, stored by the real stores:
+
+- "weather": looks up Paris twice (the second call is rejected as a duplicate), then answers;
+- "research": searches forever, under budget pressure, until its turn budget stops it;
+- "delete": calls ``delete_file``, which needs approval: with ``confirmation="pause"`` the run
+  pauses, and the viewer's Approve button resumes it;
+- "hostile": answers with HTML and script, which the viewer must show as text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+import bootstrap
+from datamachine import ProviderRequest, Tool, hookimpl, tool
+from datamachine.host import Host
+from datamachine.server.app import create_app
+from tests.a2a.live import LiveServer
+
+HOSTILE = ('<script>window.pwned = 1</script><img src="x" onerror="window.pwned = 2">'
+           '<b>bold?</b>')
+DELETED: list[str] = []
+
+
+@tool
+def lookup_weather(city: str) -> dict[str, Any]:
+    """The weather in a city.
+
+    Args:
+        city: The city.
+    """
+    return {"city": city, "temp_c": 14, "sky": "light rain"}
+
+
+@tool
+def search_web(query: str) -> list[str]:
+    """Search the web.
+
+    Args:
+        query: What to look for.
+    """
+    return [f"{query}: an overview"]
+
+
+def _delete_file(path: str) -> str:
+    DELETED.append(path)
+    return f"deleted {path}"
+
+
+DELETE_FILE = Tool(name="delete_file", description="Delete a file.", function=_delete_file,
+                   runtime={"requires_approval": True})
+
+
+class ViewerModel:
+    """The stand-in model and the site's tools (see the module docstring)."""
+
+    @hookimpl
+    def register_tools(self) -> list[Any]:
+        return [lookup_weather, search_web, DELETE_FILE]
+
+    @hookimpl
+    def text_result(self, request: ProviderRequest) -> Any:
+        prompt = next(m["content"] for m in request.messages if m["role"] == "user")
+        last = request.messages[-1]
+        turn = request.turn
+        if prompt.startswith("Compare the weather"):
+            if turn <= 2:
+                return {"content": "Checking Paris.", "tool_calls": [
+                    {"id": f"w{turn}", "name": "lookup_weather",
+                     "parameters": {"city": "Paris"}}]}
+            return {"content": "Paris: 14 °C and light rain."}
+        if prompt.startswith("Research"):
+            if last["content"].startswith("[BUDGET EXHAUSTED]"):
+                return {"content": "I searched three angles; the rest is still open."}
+            return {"content": "", "tool_calls": [
+                {"id": f"s{turn}", "name": "search_web",
+                 "parameters": {"query": f"bicycles part {turn}"}}]}
+        if prompt.startswith("Delete"):
+            if last["role"] == "tool":
+                return {"content": f"Done: {last['content']}"}
+            return {"content": "I will delete it.", "tool_calls": [
+                {"id": "d1", "name": "delete_file", "parameters": {"path": "/tmp/old.log"}}]}
+        return {"content": HOSTILE}
+
+
+@dataclass
+class ViewerSite:
+    """A booted host with its runs, served with the viewer; ``token``: a viewer token."""
+
+    host: Host
+    server: LiveServer
+    token: str
+    runs: dict[str, str]  # kind -> session id
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+def make_runs(host: Host) -> dict[str, str]:
+    """One run of every kind (see the module docstring); kind -> session id."""
+    def run(kind: str, prompt: str, **payload: Any) -> str:
+        result = host.run_conversation(
+            [{"role": "user", "content": prompt}], [lookup_weather, search_web, DELETE_FILE],
+            "scripted", "stand-in", mode="chat", max_turns=payload.pop("max_turns", None),
+            payload={"transcript_session_id": f"{kind}-run", **payload})
+        assert result.transcript_session_id is not None
+        return result.transcript_session_id
+
+    return {
+        "weather": run("weather", "Compare the weather in Paris and Oslo."),
+        "research": run("research", "Research the history of the bicycle.", max_turns=3,
+                        budget_pressure=True),
+        "paused": run("paused", "Delete the old log file.", confirmation="pause"),
+        "hostile": run("hostile", "Say something <i>hostile</i>."),
+    }
+
+
+@contextmanager
+def viewer_site(tmp_path: Path, *, ui_open: bool = False) -> Iterator[ViewerSite]:
+    """Boot, fill and serve a site; stop and close it at the end."""
+    DELETED.clear()
+    host = bootstrap.boot(db_path=tmp_path / "viewer.db", plugins=[ViewerModel()],
+                          load_entrypoints=False)
+    try:
+        runs = make_runs(host)
+        token = host.tokens.create("alice", scope="viewer")
+        server = LiveServer(host)
+        server.app.app = create_app(host, ui_open=ui_open)
+        server.start()
+        try:
+            yield ViewerSite(host, server, token, runs)
+        finally:
+            server.stop()
+    finally:
+        host.close()
+
+
+def csrf_of(html: str) -> str:
+    """The CSRF token of the first form of a page."""
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found is not None, "the page has no form with a CSRF token"
+    return found.group(1)
+
+
+def logged_in(site: ViewerSite) -> httpx.Client:
+    """An HTTP client (no redirects followed) with a viewer session."""
+    client = httpx.Client(base_url=site.url, follow_redirects=False)
+    page = client.get("/ui/login")
+    answer = client.post("/ui/login", data={"token": site.token, "csrf": csrf_of(page.text),
+                                            "next": "/ui/"})
+    assert answer.status_code == 303, answer.text
+    return client
