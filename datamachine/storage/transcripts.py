@@ -373,8 +373,9 @@ class TranscriptStore:
         where, params = self._filters(status=status, mode=mode, text=text)
         if after is not None:
             updated_at, last_id = _parse_cursor(after)
-            where.append("(t.updated_at < ? OR (t.updated_at = ? AND t.id < ?))")
-            params += [updated_at, updated_at, last_id]
+            # A row value: both SQLite and PostgreSQL walk the (updated_at, id) index from it.
+            where.append("(t.updated_at, t.id) < (?, ?)")
+            params += [updated_at, last_id]
         sql = f"SELECT {_COLUMNS} FROM transcripts t {_LIVE_LOCK_JOIN}"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -426,24 +427,30 @@ class TranscriptStore:
             params.append(_like_anywhere(str(search)))
         if text is not None:
             # The row's own columns only (no message is read): a scan of the transcripts at
-            # most. The answer, warning and error live in ``result`` (JSON): a plain LIKE on
-            # the whole text picks the candidates cheaply, the field reads then decide (the
-            # JSON also holds keys and tool names a search must not match).
-            anywhere = _like_anywhere(str(text))
-            fields = [f"{_json_field(pg, 't.result', key)} {like} ? ESCAPE '\\'"
+            # most, with each backend's fastest case-insensitive substring test (SQLite's LIKE;
+            # PostgreSQL's strpos on lower(), which beats its ILIKE by a third). The answer,
+            # warning and error live in ``result`` (JSON): the whole text picks the candidates
+            # cheaply, the field reads then decide (the JSON also holds keys and tool names a
+            # search must not match).
+            def holds(column: str) -> str:
+                if pg:
+                    return f"strpos(lower({column}), lower(?)) > 0"
+                return f"{column} LIKE ? ESCAPE '\\'"
+
+            fields = [holds(_json_field(pg, "t.result", key))
                       for key in ("final_content", "warning", "error")]
             in_result = "(" + " OR ".join(fields) + ")"
-            if not any(c in str(text) for c in '"\\') and str(text).isprintable():
-                in_result = f"(t.result {like} ? ESCAPE '\\' AND {in_result})"
-                result_params = [anywhere] * 4
-            else:  # JSON escapes these characters: the plain text is not in the stored one
-                result_params = [anywhere] * 3
-            where.append("(" + " OR ".join(
-                [f"t.id {like} ? ESCAPE '\\'"]
-                + [f"t.{column} {like} ? ESCAPE '\\'" for column in ("title", "model",
-                                                                       "provider")]
-                + [in_result]) + ")")
-            params += [_like_start(str(text)), anywhere, anywhere, anywhere, *result_params]
+            needle = str(text)
+            if not any(c in needle for c in '"\\') and needle.isprintable():
+                # JSON escapes none of its characters: the stored text holds it as typed.
+                in_result = f"({holds('t.result')} AND {in_result})"
+            term = ("(" + " OR ".join([f"t.id {like} ? ESCAPE '\\'", holds("t.title"),
+                                       holds("t.model"), holds("t.provider"), in_result])
+                    + ")")
+            where.append(term)
+            # The id's prefix pattern, then the text (a LIKE pattern on SQLite) for the others.
+            params += [_like_start(needle)] + [needle if pg else _like_anywhere(needle)] * (
+                term.count("?") - 1)
         return where, params
 
     def _readable(self, found: Sequence[Any]) -> builtins.list[TranscriptSummary]:

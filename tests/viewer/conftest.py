@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,3 +24,42 @@ def open_site(tmp_path: Path) -> Iterator[ViewerSite]:
     """The same, served with ``--ui-open``."""
     with viewer_site(tmp_path, ui_open=True) as served:
         yield served
+
+
+# Read at import: every test runs with the DATAMACHINE_* variables cleared (tests/conftest.py).
+CHROMIUM = os.environ.get("DATAMACHINE_CHROMIUM", "/usr/bin/chromium")
+REQUIRE_BROWSER = bool(os.environ.get("DATAMACHINE_REQUIRE_BROWSER"))
+SCREENSHOTS = os.environ.get("DATAMACHINE_SCREENSHOTS")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """The system's headless Chromium, driven by Playwright (nothing is downloaded).
+
+    Skipped when it is missing, unless ``DATAMACHINE_REQUIRE_BROWSER`` is set (``.ci/run``
+    installs Debian's ``chromium`` and sets it, so CI fails instead of skipping)."""
+    if not Path(CHROMIUM).exists():
+        if REQUIRE_BROWSER:
+            pytest.fail(f"No Chromium at {CHROMIUM}: install Debian's chromium package (or set "
+                        "DATAMACHINE_CHROMIUM).")
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where the browser tests save their screenshots: ``DATAMACHINE_SCREENSHOTS`` (how the
+    ones in docs/images are made), else the test's temporary folder."""
+    target = Path(SCREENSHOTS) if SCREENSHOTS else tmp_path / "shots"
+    target.mkdir(parents=True, exist_ok=True)
+    return target

@@ -157,6 +157,8 @@ class RunViewer:
         """Run ``action(session)`` for a visitor who may see the runs; else the login page."""
         try:
             session, allowed = await anyio.to_thread.run_sync(self._visitor, request)
+            if not allowed and request.method == "POST":
+                raise _Refused(403, "Refused: sign in to the run viewer first.")
             if not allowed:
                 target = request.url.path + (f"?{request.url.query}" if request.url.query
                                              else "")
