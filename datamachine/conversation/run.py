@@ -154,6 +154,7 @@ class ConversationRun:
     ``resumption``: where a paused run stopped, for the run that resumes it.
     """
 
+
     def __init__(self, services: Services, spec: RunSpec, *,
                  writer: TranscriptWriter | None = None, turn_gate: TurnGate | None = None,
                  cumulative_base: int = 0, resumption: Resumption | None = None) -> None:
@@ -169,7 +170,7 @@ class ConversationRun:
         self.persister, self.lock, self.session_id = self._transcript()
         base = base_log_context(spec.mode, spec.payload)
         self.observers = self._observers(base)
-        self.timeline = RunTimeline(self._current_turn)
+        self.timeline = RunTimeline()
         self.emit = run_emitter(services, runtime.event_sink, base, self.observers,
                                 self.timeline)
         found = spec.payload.get("engine_data")
@@ -186,6 +187,10 @@ class ConversationRun:
             ceiling_override=(spec.max_turns if spec.max_turns is not None
                               else self.ceiling_overrides.get(CONVERSATION_TURNS)),
             warnings=self.warnings)
+        # The budget's own method, not one of this run: a run the timeline pointed back at
+        # would live until the cyclic garbage collector found it (and every collection would
+        # walk it), instead of going the moment its caller drops it.
+        self.timeline.turn = self.turn_budget.current
         self.budgets = self._other_budgets()
         # What a confirmed extension adds by default: the budget's ceiling at the start.
         self.ceilings = {b.name(): b.ceiling() for b in (self.turn_budget, *self.budgets)}
@@ -224,10 +229,6 @@ class ConversationRun:
             return run
 
     # -- set-up -----------------------------------------------------------------------------
-    def _current_turn(self) -> int:
-        # Read when an event without a turn fires: the turn budget counts turns as they start.
-        return self.turn_budget.current()
-
     def _observers(self, base: dict[str, Any]) -> tuple[RunObserver, ...]:
         """What the ``run_observer`` hook returns for this run (nothing without impls)."""
         caller = self.services.pm.hook.run_observer

@@ -33,13 +33,14 @@ _MAX_TEXT = 500
 class RunTimeline:
     """The recorded events of one run, in order, each ``{"event", "turn", ...kept keys}``.
 
-    ``turn``: the run's finished turns, for events whose payload names no turn; pressure
-    fires while the next turn's request is built, so it is recorded on that next turn.
+    ``turn``: the run's finished turns (the turn budget's ``current``), for events whose
+    payload names no turn; pressure fires while the next turn's request is built, so it is
+    recorded on that next turn.
     """
 
     __slots__ = ("entries", "turn")
 
-    def __init__(self, turn: Callable[[], int]) -> None:
+    def __init__(self, turn: Callable[[], int] = lambda: 0) -> None:
         self.entries: list[dict[str, Any]] = []
         self.turn = turn
 

@@ -83,3 +83,21 @@ def test_the_timeline_keeps_its_first_entries_and_short_values() -> None:
     assert len(timeline.entries) == MAX_ENTRIES
     assert timeline.entries[0]["turn"] == 7
     assert len(timeline.entries[0]["completion_nudge"]) == 500
+
+
+def test_a_finished_run_is_freed_at_once_not_by_the_cycle_collector(host: Host) -> None:
+    """The timeline once held a method of its run: every run became a reference cycle that
+    lived until the cyclic collector ran (and cost every collection a walk through it)."""
+    import gc
+
+    from datamachine.conversation.run import ConversationRun
+
+    gc.collect()
+    gc.disable()
+    try:
+        host.run_conversation(USER, [step], "scripted", "m", max_turns=2,
+                              payload={"script": _looping(3), "budget_pressure": True})
+        alive = [o for o in gc.get_objects() if isinstance(o, ConversationRun)]
+    finally:
+        gc.enable()
+    assert alive == []
