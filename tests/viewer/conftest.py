@@ -35,9 +35,13 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-sync", "--no-first-run"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """The system's headless Chromium, driven by Playwright (nothing is downloaded).
+
+    Module-scoped, never longer: Playwright's synchronous API keeps an event loop marked as
+    running on the main thread while it is started, and every synchronous run after it would
+    refuse to start ("inside a running event loop").
 
     Skipped when it is missing, unless ``DATAMACHINE_REQUIRE_BROWSER`` is set (``.ci/run``
     installs Debian's ``chromium`` and sets it, so CI fails instead of skipping)."""
