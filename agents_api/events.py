@@ -22,7 +22,7 @@ class Emitter:
 
     A sink that declares ``never_raises = True`` (it guards itself, as datamachine's run
     emitter does) is called directly; any other is wrapped so its exceptions are logged. A sink
-    that declares ``listening = False`` is handed only the events the loop emits whatever
+    that declares ``per_turn_events = False`` is handed only the events the loop emits whatever
     happens (budgets, lock contention, the terminal event), never the per-turn ones, whose
     payloads are then not built (datamachine records the former with every run).
     """
@@ -30,7 +30,7 @@ class Emitter:
     __slots__ = ("emit", "listening")
 
     def __init__(self, sink: EventSink | None) -> None:
-        self.listening = sink is not None and getattr(sink, "listening", True) is not False
+        self.listening = sink is not None and getattr(sink, "per_turn_events", True) is not False
         if sink is None:
             self.emit: Callable[[str, dict[str, Any]], None] = _nothing
         elif getattr(sink, "never_raises", False) is True:

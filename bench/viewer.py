@@ -153,7 +153,7 @@ def main() -> None:
                 ("mode=system (10 %)", "/ui/?mode=system"),
                 ("text matching 1 in 97 runs", "/ui/?q=team+42"),
                 ("text matching nothing (reads every row)", "/ui/?q=no-such-words"),
-                ("one run's page", f"/ui/runs/{some_id}"),
+                ("one run's page", f"/ui/run?id={some_id}"),
             ]
             print(f"{'request':44} {'median ms':>10} {'worst ms':>9}")
             for label, path in cases:

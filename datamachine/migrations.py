@@ -239,7 +239,8 @@ def m010_run_viewer(db: Database) -> None:
 
     ``transcripts.title``: the text of the session's first user message (at most 200
     characters), so the runs list shows and searches what each run was asked without reading
-    its messages; filled here for the transcripts stored before it. ``transcripts_recent``
+    its messages; filled here for the transcripts stored before it (the first user message
+    whose content is non-blank text, as new rows get it). ``transcripts_recent``
     (``updated_at, id``) replaces ``transcripts_updated_at``: the list pages by that pair.
     ``api_tokens.scope``: ``chat`` (the ``/chat`` endpoint, every token made before) or
     ``viewer`` (a login to ``/ui/``, never accepted by ``/chat``). ``site_secrets``: keys the
@@ -250,11 +251,13 @@ def m010_run_viewer(db: Database) -> None:
     db.execute(
         f"""
         UPDATE transcripts SET title = (
-            SELECT substr(json_extract(m.envelope, '$.content'), 1, {TITLE_LENGTH})
+            SELECT replace(substr(json_extract(m.envelope, '$.content'), 1, {TITLE_LENGTH}),
+                           char(0), char(65533))
             FROM transcript_messages m
             WHERE m.session_id = transcripts.id AND json_valid(m.envelope)
               AND json_extract(m.envelope, '$.role') = 'user'
               AND json_type(m.envelope, '$.content') = 'text'
+              AND trim(json_extract(m.envelope, '$.content')) != ''
             ORDER BY m.position LIMIT 1)
         """
     )

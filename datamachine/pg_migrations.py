@@ -136,11 +136,24 @@ PG_MIGRATIONS: dict[str, tuple[str, ...]] = {
     "m009_rejected_mark": (),
     "m010_run_viewer": (
         "ALTER TABLE transcripts ADD COLUMN title text",
+        # The JSON type of one field of a stored envelope (NULL when it is not JSON), as
+        # SQLite's json_type().
+        """CREATE FUNCTION datamachine_json_type(document text, field text) RETURNS text
+           LANGUAGE plpgsql IMMUTABLE AS $$
+           BEGIN
+               RETURN jsonb_typeof(document::jsonb -> field);
+           EXCEPTION WHEN others THEN
+               RETURN NULL;
+           END $$""",
+        # As SQLite's: the first user message whose content is non-blank text (not a list of
+        # parts), its first 200 characters (TITLE_LENGTH).
         """UPDATE transcripts SET title = (
             SELECT left(datamachine_json_field(m.envelope, 'content'), 200)
             FROM transcript_messages m
             WHERE m.session_id = transcripts.id
               AND datamachine_json_field(m.envelope, 'role') = 'user'
+              AND datamachine_json_type(m.envelope, 'content') = 'string'
+              AND btrim(datamachine_json_field(m.envelope, 'content')) != ''
             ORDER BY m.position LIMIT 1)""",
         "DROP INDEX transcripts_updated_at",
         "CREATE INDEX transcripts_recent ON transcripts (updated_at, id)",

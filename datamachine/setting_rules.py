@@ -38,6 +38,18 @@ def _text(key: str, value: Any) -> None:
         raise InvalidSetting(f"Setting {key!r} must be a string, got {brief_repr(value)}.")
 
 
+def _origin(key: str, value: Any) -> None:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value) if isinstance(value, str) else None
+    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname
+            or parts.path not in ("", "/") or parts.query or parts.fragment
+            or parts.username is not None):
+        raise InvalidSetting(
+            f"Setting {key!r} must be the origin people open the viewer at, scheme and host "
+            f"(and port) only, like 'https://runs.example.com', got {brief_repr(value)}.")
+
+
 def _chat_turns(key: str, value: Any) -> None:
     if value != "unlimited":
         validate_budget_value(f"setting {key!r}", value)
@@ -216,6 +228,10 @@ CORE_SETTINGS: tuple[SettingSpec, ...] = (
                 description="This site's id in agent-to-agent chains (1-64 letters, digits, "
                             "'.', '_', ':' or '-'); generated (a uuid4 hex) and stored at the "
                             "first boot."),
+    SettingSpec(name="viewer_origin", type="string", default=None, validator=_origin,
+                description="The origin people open the run viewer at when a reverse proxy "
+                            "serves it (https://runs.example.com): its forms' Origin is "
+                            "accepted, and https there makes the login cookie Secure."),
     SettingSpec(name="spend_limits", type="array", default=None, validator=_spend_limits,
                 description="Spend limits over time windows: a list of {\"name\", "
                             "\"budget\", \"window\", \"limit\" or \"limit_usd\", "

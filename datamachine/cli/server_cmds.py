@@ -26,7 +26,8 @@ def _when(timestamp: float | None) -> str:
 
 @click.group()
 def tokens() -> None:
-    """Bearer tokens for this site's /chat endpoint (only their hashes are stored)."""
+    """Bearer tokens for this site's /chat endpoint, and viewer logins to its /ui/ (only their
+    hashes are stored)."""
 
 
 def _tool_list(state: State, raw: str | None) -> list[str] | None:
@@ -53,7 +54,7 @@ def _tool_list(state: State, raw: str | None) -> list[str] | None:
                    "requests may claim. Without it the token may claim no caller site.")
 @click.option("--viewer", is_flag=True,
               help="A login to the run viewer (/ui/ of `datamachine serve`) for a person, "
-                   "instead of a /chat token; /chat refuses it.")
+                   "instead of a /chat token; /chat refuses it. Takes no --tools or --site.")
 @click.pass_obj
 @handle_errors
 def tokens_create(state: State, name: str, tools: str | None, site: str | None,
@@ -62,7 +63,8 @@ def tokens_create(state: State, name: str, tools: str | None, site: str | None,
     if viewer and (tools is not None or site is not None):
         raise UsageError("--viewer makes a login to /ui/; it takes no --tools or --site "
                          "(those are claims of a /chat token).")
-    rotated = any(t.name == name and not t.active for t in state.host.tokens.list())
+    rotated = not viewer and any(t.name == name and not t.active
+                                 for t in state.host.tokens.list())
     token = state.host.tokens.create(name, tools=_tool_list(state, tools), site=site,
                                      scope="viewer" if viewer else "chat")
     if rotated:
@@ -94,7 +96,8 @@ def tokens_revoke(state: State, name: str) -> None:
 @click.pass_obj
 @handle_errors
 def tokens_list(state: State, as_json: bool) -> None:
-    """Every token by name, active and revoked (never the tokens themselves)."""
+    """Every token by name, its scope (chat or viewer), active and revoked (never the tokens
+    themselves)."""
     items = state.host.tokens.list()
     if as_json:
         emit_json([item.model_dump() for item in items])
@@ -113,9 +116,12 @@ def tokens_list(state: State, as_json: bool) -> None:
 @click.command()
 @click.option("--host", "bind", default="127.0.0.1", show_default=True,
               help="Interface to listen on (0.0.0.0 for every interface).")
-@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True,
+              help="Port to listen on.")
 @click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+              help="What the server logs to stderr: requests, viewer logins and answers, "
+                   "failures.")
 @click.option("--ui-open", is_flag=True,
               help="The run viewer (/ui/) without a login: only with a loopback --host.")
 @click.pass_obj
@@ -127,6 +133,7 @@ def serve(state: State, bind: str, port: int, log_level: str, ui_open: bool) -> 
     from datamachine.server.site import check_site, ensure_site_id
     from datamachine.server.ui.session import is_loopback_host
 
+    bind = bind.strip().removeprefix("[").removesuffix("]")  # "[::1]" is the address ::1
     if ui_open and not is_loopback_host(bind):
         raise UsageError(f"--ui-open serves the run viewer without a login, so only on a "
                          f"loopback --host (127.0.0.1, ::1, localhost), not {bind!r}; make a "
@@ -144,9 +151,23 @@ def serve(state: State, bind: str, port: int, log_level: str, ui_open: bool) -> 
     login = ("open, no login (--ui-open)" if ui_open else
              "log in with a token from `datamachine tokens create NAME --viewer`")
     click.echo(f"Run viewer: {base}/ui/ ({login})")
+    _log_to_stderr(log_level)
     # At the server's shutdown, the spans still batched are sent.
     run_server(host, bind=bind, port=port, log_level=log_level, on_stop=shutdown,
                ui_open=ui_open)
+
+
+def _log_to_stderr(level: str) -> None:
+    """datamachine's own log lines (viewer logins and answers, failures) beside uvicorn's:
+    nothing else gives the ``datamachine`` loggers a handler in a served process."""
+    import logging
+
+    logger = logging.getLogger("datamachine")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(level.upper())
 
 
 COMMANDS = [tokens, serve]

@@ -106,7 +106,11 @@ def run_emitter(services: Services, sink: Any, base: dict[str, Any],
 
     def emit(event: str, payload: dict[str, Any]) -> None:
         if timeline is not None and event in TIMELINE_EVENTS:
-            timeline.record(event, payload)
+            try:
+                timeline.record(event, payload)
+            except Exception:  # the loop calls this unguarded (never_raises)
+                logger.warning("datamachine: recording %r on the run's timeline failed", event,
+                               exc_info=True)
         if not active:
             return
         data = {**base, **payload}
@@ -130,7 +134,7 @@ def run_emitter(services: Services, sink: Any, base: dict[str, Any],
 
     emit.active = active  # type: ignore[attr-defined]
     # Per-turn events only for listeners; the loop's rare ones always (the timeline's).
-    emit.listening = active  # type: ignore[attr-defined]
+    emit.per_turn_events = active  # type: ignore[attr-defined]
     emit.never_raises = True  # type: ignore[attr-defined]  # the loop calls it unguarded
     return cast(RunEmitter, emit)
 
@@ -187,15 +191,12 @@ class ConversationRun:
             ceiling_override=(spec.max_turns if spec.max_turns is not None
                               else self.ceiling_overrides.get(CONVERSATION_TURNS)),
             warnings=self.warnings)
-        # The budget's own method, not one of this run: a run the timeline pointed back at
-        # would live until the cyclic garbage collector found it (and every collection would
-        # walk it), instead of going the moment its caller drops it.
-        self.timeline.turn = self.turn_budget.current
         self.budgets = self._other_budgets()
         # What a confirmed extension adds by default: the budget's ceiling at the start.
         self.ceilings = {b.name(): b.ceiling() for b in (self.turn_budget, *self.budgets)}
         if resumption is not None:
             self._resume_budgets(resumption)
+        self._number_timeline()
         self.meter = self._meter()
         self.executor = self._executor()
         self.runner = self._turn_runner()
@@ -391,6 +392,18 @@ class ConversationRun:
             executor.approved_call = resumption.approved_call
             executor.declined_call = resumption.declined_call
         return executor
+
+    def _number_timeline(self) -> None:
+        """The timeline numbers turns as the stored messages do: from 1 in every run (a
+        resumed run's budget carries the paused run's count), after ``cumulative_base``
+        turns of the session's earlier runs.
+
+        Closes over the budget, never over the run: a run the timeline pointed back at would
+        live until the cyclic garbage collector found it (and every collection would walk
+        it), instead of going the moment its caller drops it."""
+        budget, start = self.turn_budget, self.turn_budget.current()
+        self.timeline.turn = lambda: budget.current() - start
+        self.timeline.run_base = self.cumulative_base
 
     def _resume_budgets(self, resumption: Resumption) -> None:
         """Counts and ceilings carry on from the paused run; an approval extends the budget

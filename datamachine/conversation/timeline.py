@@ -25,34 +25,38 @@ TIMELINE_EVENTS: dict[str, tuple[str, ...]] = {
     "completion_nudge_added": ("completion_nudge_count", "completion_nudge", "reason"),
     "blocker_reported": ("reason",),
 }
-# A run that fires more than this (a pathological pressure set-up) keeps its first ones.
+# A run that fires more than this (a pathological pressure set-up) keeps its first ones, and
+# always its stop; a session keeps the last ones of all its runs.
 MAX_ENTRIES = 200
+_ALWAYS_KEPT = frozenset({"budget_exceeded", "turn_interrupted", "final_summary"})
 _MAX_TEXT = 500
 
 
 class RunTimeline:
     """The recorded events of one run, in order, each ``{"event", "turn", ...kept keys}``.
 
-    ``turn``: the run's finished turns (the turn budget's ``current``), for events whose
-    payload names no turn; pressure fires while the next turn's request is built, so it is
-    recorded on that next turn.
+    ``turn``: the run's finished turns, numbered as the stored messages are (from 1 in every
+    run), for events whose payload names no turn; pressure fires while the next turn's request
+    is built, so it is recorded on that next turn. ``run_base``: the session's turns before
+    this run; each entry carries it, so a session's runs tell their entries apart.
     """
 
-    __slots__ = ("entries", "turn")
+    __slots__ = ("entries", "run_base", "turn")
 
     def __init__(self, turn: Callable[[], int] = lambda: 0) -> None:
         self.entries: list[dict[str, Any]] = []
         self.turn = turn
+        self.run_base = 0
 
     def record(self, event: str, payload: dict[str, Any]) -> None:
         """Keep ``event`` if it is one of :data:`TIMELINE_EVENTS` (else nothing)."""
         keys = TIMELINE_EVENTS.get(event)
-        if keys is None or len(self.entries) >= MAX_ENTRIES:
+        if keys is None or (len(self.entries) >= MAX_ENTRIES and event not in _ALWAYS_KEPT):
             return
         turn = payload.get("turn", payload.get("completion_nudge_turn"))
         if not isinstance(turn, int):
             turn = self.turn() + (1 if event == "budget_pressure" else 0)
-        entry: dict[str, Any] = {"event": event, "turn": turn}
+        entry: dict[str, Any] = {"event": event, "turn": turn, "run_base": self.run_base}
         for key in keys:
             value = payload.get(key)
             if value is None:

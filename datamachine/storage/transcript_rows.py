@@ -8,6 +8,7 @@ run's ``cumulative_turn_count``): a turn's messages and its counts land in one c
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,8 @@ MessageLike = Message | Mapping[str, Any]
 
 # How much of its first user message a transcript keeps as its title (the run viewer's list).
 TITLE_LENGTH = 200
+# The most timeline entries a session keeps over all its runs (the last ones).
+SESSION_TIMELINE = 1000
 
 # What a finished run's row keeps of its result (beside usage and budgets).
 SUMMARY_FIELDS = ("status", "completed", "final_content", "budget", "flags", "warning", "error",
@@ -60,6 +63,38 @@ def _request_field(request: Mapping[str, Any], key: str) -> str | None:
     if isinstance(value, list | tuple):  # a list of modes is accepted; store them joined
         value = ",".join(str(v) for v in value)
     return None if value is None else str(value)
+
+
+def _stored_result(conn: Conn, sid: str) -> dict[str, Any]:
+    """The result summary the session's last run stored ({} when none is readable)."""
+    row = query_one(conn, "SELECT result FROM transcripts WHERE id = ?", [sid])
+    try:
+        stored = json.loads(row["result"]) if row is not None else None
+    except (TypeError, ValueError):
+        return {}
+    return stored if isinstance(stored, dict) else {}
+
+
+def _earlier_timeline(stored: Mapping[str, Any], earlier: int) -> list[Any]:
+    """The stored timeline entries of the session's runs before the one finishing now (those
+    numbered from fewer than ``earlier`` turns)."""
+    found = stored.get("timeline")
+    if not isinstance(found, list):
+        return []
+    return [entry for entry in found if isinstance(entry, dict)
+            and isinstance(entry.get("run_base"), int) and entry["run_base"] < earlier]
+
+
+def _added(before: object, usage: Mapping[str, Any]) -> dict[str, Any]:
+    """Every run's usage of a session so far: the stored total plus this run's, key by key
+    (numbers only)."""
+    total = dict(before) if isinstance(before, dict) else {}
+    for key, value in usage.items():
+        previous = total.get(key, 0)
+        if (isinstance(value, int | float) and not isinstance(value, bool)
+                and isinstance(previous, int | float) and not isinstance(previous, bool)):
+            total[key] = previous + value
+    return total
 
 
 def read_counts(conn: Conn, sid: str) -> Counts | None:
@@ -163,6 +198,18 @@ def finish(conn: Conn, sid: str, messages: Sequence[MessageLike],
     # Product diagnostics a stop handler settled (a blocker, completion state).
     summary.update(getattr(result, "metadata", None) or {})
     summary["cumulative_turn_count"] = cumulative
+    usage = dict(getattr(result, "usage", None) or {})
+    earlier = counts.earlier_turns()
+    if earlier:  # a later run of the session: it adds to what the earlier runs kept
+        stored = _stored_result(conn, sid)
+        kept = _earlier_timeline(stored, earlier)
+        if kept:
+            own = summary.get("timeline")
+            summary["timeline"] = [*kept, *(own if isinstance(own, list) else [])][
+                -SESSION_TIMELINE:]
+        summary["session_usage"] = _added(stored.get("session_usage"), usage)
+    elif usage:
+        summary["session_usage"] = usage
     write_later(
         conn,
         "UPDATE transcripts SET status = ?, provider = COALESCE(?, provider), "
@@ -172,5 +219,5 @@ def finish(conn: Conn, sid: str, messages: Sequence[MessageLike],
         [str(getattr(result, "status", "completed")), _request_field(request, "provider"),
          _request_field(request, "model"), _request_field(request, "mode"), now, turn_count,
          cumulative, counts.message_count + len(new),
-         compact_json(getattr(result, "usage", None) or {}),
+         compact_json(usage),
          compact_json(getattr(result, "budgets", None) or {}), compact_json(summary), sid])

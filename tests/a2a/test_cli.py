@@ -93,13 +93,14 @@ def test_serve_answers_chat_with_a_cli_token(tmp_path: Path) -> None:
     assert f"datamachine site {health.json()['site_id']}: POST /chat on {url}" in output
 
 
-def _serve(db: Path) -> tuple[subprocess.Popen[str], str]:
+def _serve(db: Path, *options: str, log_level: str = "warning"
+           ) -> tuple[subprocess.Popen[str], str]:
     """``datamachine serve`` on ``db`` and a free port, once its /health answers."""
     port = _free_port()
     env = {**os.environ, "DATAMACHINE_DB": str(db), "DATAMACHINE_LOAD_PLUGINS": ""}
     process = subprocess.Popen(
         [sys.executable, "-m", "datamachine", "serve", "--port", str(port),
-         "--log-level", "warning"],
+         "--log-level", log_level, *options],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + SERVE_START_TIMEOUT

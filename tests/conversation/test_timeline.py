@@ -101,3 +101,35 @@ def test_a_finished_run_is_freed_at_once_not_by_the_cycle_collector(host: Host) 
     finally:
         gc.enable()
     assert alive == []
+
+
+def test_a_resumed_run_keeps_the_paused_runs_entries_numbered_as_its_messages(
+        host: Host) -> None:
+    paused = host.run_conversation(
+        USER, [step], "scripted", "m", max_turns=3,
+        payload={"script": _looping(20), "budget_pressure": True, "confirmation": "pause",
+                 "transcript_session_id": "r"})
+    assert paused.status == "awaiting_confirmation"
+    before = _stored_timeline(host, "r")
+    assert [(e["event"], e["turn"], e["run_base"]) for e in before] == [
+        ("budget_pressure", 1, 0), ("budget_pressure", 2, 0)]
+    declined = host.resume("r", False, payload={"script": _looping(20)})
+    assert declined.status == "budget_exceeded"
+    after = _stored_timeline(host, "r")
+    assert after[:2] == before  # the paused run's entries are still there
+    # The declining run made no turn of its own: its stop is on its turn 0, after 3 turns.
+    assert [(e["event"], e["turn"], e["run_base"]) for e in after[2:]] == [
+        ("budget_exceeded", 0, 3), ("final_summary", 0, 3)]
+
+
+def test_every_run_of_a_chat_session_keeps_its_entries(host: Host) -> None:
+    session = host.chat_sessions.create()
+    for _ in range(2):
+        result = host.chat(session.id, "go", [step], "scripted", "m",
+                           payload={"script": _looping(4),
+                                    "budget_ceilings": {"conversation_turns": 2}})
+        assert result.status == "budget_exceeded"
+    timeline = _stored_timeline(host, session.id)
+    assert [(e["event"], e["turn"], e["run_base"]) for e in timeline] == [
+        ("budget_exceeded", 2, 0), ("final_summary", 2, 0),
+        ("budget_exceeded", 2, 2), ("final_summary", 2, 2)]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from sqlite_utils import Database
 
+import bootstrap
 from datamachine.db import open_handle
 from datamachine.errors import UsageError
 from datamachine.host import Host
@@ -96,3 +97,42 @@ def test_a_viewer_token_takes_no_chat_claims(host: Host, claims: dict[str, objec
     with pytest.raises(UsageError, match="scope must be one of chat, viewer"):
         host.tokens.create("bob", scope="admin")  # type: ignore[arg-type]
     assert host.tokens.list() == []
+
+
+def test_m010_titles_the_transcripts_stored_before_it_on_postgresql(pg_url: str) -> None:
+    import psycopg
+
+    def envelope(role: str, content: object) -> str:
+        return json.dumps({"schema": "agents-api.message", "version": 1, "type": "text",
+                           "role": role, "content": content, "payload": {}, "metadata": {}})
+
+    with psycopg.connect(pg_url, autocommit=True,
+                         options="-c search_path=datamachine") as conn:
+        # The database as m009 left it: m010 undone, and rows written before it.
+        for statement in (
+                "ALTER TABLE transcripts DROP COLUMN title",
+                "DROP FUNCTION datamachine_json_type(text, text)",
+                "DROP INDEX transcripts_recent",
+                "CREATE INDEX transcripts_updated_at ON transcripts (updated_at)",
+                "ALTER TABLE api_tokens DROP COLUMN scope",
+                "DROP TABLE site_secrets",
+                "DELETE FROM datamachine_migrations WHERE name = 'm010_run_viewer'"):
+            conn.execute(statement)
+        for sid in ("a", "b", "c"):
+            conn.execute("INSERT INTO transcripts (id, status, created_at, updated_at) "
+                         "VALUES (%s, 'completed', 0, 0)", [sid])
+        rows = [("a", 0, envelope("system", "rules")), ("a", 1, envelope("user", "  ")),
+                ("a", 2, envelope("user", [{"type": "text", "text": "parts"}])),
+                ("a", 3, envelope("user", "y" * 300)),
+                ("b", 0, "not json"), ("b", 1, envelope("user", "[not a list]")),
+                ("c", 0, envelope("assistant", "no user message"))]
+        for sid, position, text in rows:
+            conn.execute("INSERT INTO transcript_messages (session_id, position, turn, "
+                         "envelope, created_at) VALUES (%s, %s, 0, %s, 0)",
+                         [sid, position, text])
+    host = bootstrap.boot(db_path=pg_url, load_entrypoints=False)  # migrates
+    try:
+        titles = {s.id: s.title for s in host.transcripts.list()}
+    finally:
+        host.close()
+    assert titles == {"a": "y" * TITLE_LENGTH, "b": "[not a list]", "c": None}

@@ -109,3 +109,15 @@ def test_text_finds_the_answer_not_the_keys_of_the_stored_result(backend_host: H
     assert ids('"forty-two" \\o/') == ["answered"]  # quotes and backslashes, JSON-escaped
     assert ids("final_content") == []                # a key of the stored result
     assert ids("completed") == []                    # a value that is not the answer
+
+
+def test_a_sessions_usage_adds_up_over_its_runs(backend_host: Host) -> None:
+    session = backend_host.chat_sessions.create()
+    for _ in range(2):
+        backend_host.chat(session.id, "hi", [], "scripted", "m",
+                          payload={"script": [{"content": "hello", "usage": {
+                              "prompt_tokens": 10, "completion_tokens": 5,
+                              "total_tokens": 15}}]})
+    summary = backend_host.transcripts.summary(session.id)
+    assert summary.usage["total_tokens"] == 15                       # the last run's
+    assert summary.result["session_usage"]["total_tokens"] == 30     # every run's

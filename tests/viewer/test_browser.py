@@ -51,7 +51,7 @@ def test_log_in_filter_open_a_run_and_expand_a_tool_call(browser: Any, site: Vie
     page.wait_for_url("**q=weather**")
     assert page.locator("tr.run").count() == 1
     page.click("tr.run a.title")
-    page.wait_for_url(f"{site.url}/ui/runs/weather-run")
+    page.wait_for_url(f"{site.url}/ui/run?id=weather-run")
 
     call = page.locator("details.tool_call").first
     parameters = call.locator("pre")
@@ -61,7 +61,7 @@ def test_log_in_filter_open_a_run_and_expand_a_tool_call(browser: Any, site: Vie
     assert '"city": "Paris"' in parameters.inner_text()
     assert page.locator(".flag", has_text="duplicate rejected").count() == 1
 
-    page.goto(f"{site.url}/ui/runs/research-run")
+    page.goto(f"{site.url}/ui/run?id=research-run")
     assert page.locator(".item.mark").count() == 4  # two pressure tiers, the stop, the summary
     page.screenshot(path=shots / "viewer-run.png", full_page=True)
     phone = browser.new_page(viewport=PHONE)
@@ -79,11 +79,11 @@ def test_approve_resumes_a_paused_run(browser: Any, site: ViewerSite, shots: Pat
     page.select_option("select[name=status]", "awaiting_confirmation")
     page.click("form.filters button")
     page.click("tr.run a.title")
-    page.wait_for_url(f"{site.url}/ui/runs/paused-run")
+    page.wait_for_url(f"{site.url}/ui/run?id=paused-run")
     assert page.locator(".pending").inner_text().count("delete_file") == 1
     page.screenshot(path=shots / "viewer-paused.png", full_page=True)
     page.click("button.approve")
-    page.wait_for_url(f"{site.url}/ui/runs/paused-run?answered=approved")
+    page.wait_for_url(f"{site.url}/ui/run?id=paused-run&answered=approved")
     assert page.locator(".notice").inner_text() == "Approved: the run went on."
     assert page.locator(".pending").count() == 0
     assert page.locator(".badge").first.inner_text() == "completed"
@@ -132,7 +132,7 @@ def test_a_transcript_holding_script_runs_nothing_and_shows_it_as_text(
     violations: list[str] = []
     page.on("console", lambda message: violations.append(message.text))
     _log_in(page, site)
-    for path in ("/ui/", "/ui/runs/hostile-run"):
+    for path in ("/ui/", "/ui/run?id=hostile-run"):
         page.goto(f"{site.url}{path}")
         assert page.evaluate("typeof window.pwned") == "undefined"
         assert page.locator("main script, main img, main b, main i").count() == 0
@@ -172,11 +172,12 @@ def test_a_cross_site_post_is_refused(browser: Any, site: ViewerSite) -> None:
     page = browser.new_page(viewport=WIDE)
     _log_in(page, site)  # the person is signed in to the viewer in this browser
     attack = f"""<!doctype html><body>
-      <form id="f" method="post" action="{site.url}/ui/runs/paused-run/resume">
+      <form id="f" method="post" action="{site.url}/ui/resume">
+        <input name="id" value="paused-run">
         <input name="answer" value="approve"><input name="csrf" value="{'0' * 64}">
       </form><script>document.getElementById('f').submit()</script></body>"""
     with _other_site(attack) as evil:
-        with page.expect_response(f"{site.url}/ui/runs/paused-run/resume") as answer:
+        with page.expect_response(f"{site.url}/ui/resume") as answer:
             page.goto(evil)
         assert answer.value.status == 403
     assert site.host.transcripts.summary("paused-run").status == "awaiting_confirmation"

@@ -20,7 +20,7 @@ def _ids(html: str) -> list[str]:
 
 def test_every_page_needs_a_login_first(site: ViewerSite) -> None:
     client = httpx.Client(base_url=site.url)
-    for path in ("/ui/", "/ui/runs/weather-run", "/ui/?status=completed"):
+    for path in ("/ui/", "/ui/run?id=weather-run", "/ui/?status=completed"):
         answer = client.get(path, follow_redirects=False)
         assert answer.status_code == 303
         assert answer.headers["location"].startswith("/ui/login?next=")
@@ -31,17 +31,17 @@ def test_every_page_needs_a_login_first(site: ViewerSite) -> None:
 def test_a_login_sets_a_signed_httponly_strict_cookie_and_returns_to_next(
         site: ViewerSite) -> None:
     client = httpx.Client(base_url=site.url, follow_redirects=False)
-    page = client.get("/ui/login?next=/ui/runs/weather-run")
+    page = client.get("/ui/login?next=/ui/run?id=weather-run")
     answer = client.post("/ui/login", data={"token": site.token, "csrf": csrf_of(page.text),
-                                            "next": "/ui/runs/weather-run"})
+                                            "next": "/ui/run?id=weather-run"})
     assert answer.status_code == 303
-    assert answer.headers["location"] == "/ui/runs/weather-run"
+    assert answer.headers["location"] == "/ui/run?id=weather-run"
     cookie = answer.headers["set-cookie"].lower()
     assert "httponly" in cookie
     assert "samesite=strict" in cookie
     assert "path=/ui" in cookie
     assert site.token not in answer.headers["set-cookie"]  # the token itself is never kept
-    assert client.get("/ui/runs/weather-run").status_code == 200
+    assert client.get("/ui/run?id=weather-run").status_code == 200
 
 
 @pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/", "/chat",
@@ -58,10 +58,12 @@ def test_a_chat_token_a_wrong_token_and_a_revoked_one_do_not_log_in(site: Viewer
     chat_token = site.host.tokens.create("peer")
     client = httpx.Client(base_url=site.url, follow_redirects=False)
     page = client.get("/ui/login")
-    for token in (chat_token, "dm_nonsense", ""):
+    for token, why in ((chat_token, "That is a /chat token"),
+                       ("dm_nonsense", "not an active viewer token"),
+                       ("", "not an active viewer token")):
         answer = client.post("/ui/login", data={"token": token, "csrf": csrf_of(page.text)})
         assert answer.status_code == 401
-        assert "not an active viewer token" in answer.text
+        assert why in answer.text
     # A session stops working the moment its token is revoked, and a new token of the same
     # name (a rotation) does not revive it.
     logged = logged_in(site)
@@ -96,36 +98,36 @@ def test_logout_needs_its_csrf_token_then_ends_the_session(site: ViewerSite) -> 
 
 def test_resume_refuses_a_post_without_csrf_or_from_another_origin(site: ViewerSite) -> None:
     client = logged_in(site)
-    page = client.get("/ui/runs/paused-run")
+    page = client.get("/ui/run?id=paused-run")
     csrf = csrf_of(page.text)
     refused = [
-        client.post("/ui/runs/paused-run/resume", data={"answer": "approve"}),
-        client.post("/ui/runs/paused-run/resume", data={"answer": "approve", "csrf": "0" * 64}),
-        client.post("/ui/runs/paused-run/resume", data={"answer": "approve", "csrf": csrf},
+        client.post("/ui/resume", data={"id": "paused-run", "answer": "approve"}),
+        client.post("/ui/resume", data={"id": "paused-run", "answer": "approve", "csrf": "0" * 64}),
+        client.post("/ui/resume", data={"id": "paused-run", "answer": "approve", "csrf": csrf},
                     headers={"Origin": "http://evil.example"}),
     ]
     assert [answer.status_code for answer in refused] == [403, 403, 403]
     assert site.host.transcripts.summary("paused-run").status == "awaiting_confirmation"
     assert DELETED == []
-    answer = client.post("/ui/runs/paused-run/resume", data={"answer": "approve", "csrf": csrf},
+    answer = client.post("/ui/resume", data={"id": "paused-run", "answer": "approve", "csrf": csrf},
                          headers={"Origin": site.url})
     assert answer.status_code == 303
-    assert answer.headers["location"] == "/ui/runs/paused-run?answered=approved"
+    assert answer.headers["location"] == "/ui/run?id=paused-run&answered=approved"
     assert site.host.transcripts.summary("paused-run").status == "completed"
     assert DELETED == ["/tmp/old.log"]
-    again = client.post("/ui/runs/paused-run/resume", data={"answer": "decline", "csrf": csrf})
+    again = client.post("/ui/resume", data={"id": "paused-run", "answer": "decline", "csrf": csrf})
     assert again.status_code == 409
     assert "not waiting for an answer" in again.text
 
 
 def test_decline_answers_the_paused_call_as_declined(site: ViewerSite) -> None:
     client = logged_in(site)
-    csrf = csrf_of(client.get("/ui/runs/paused-run").text)
-    client.post("/ui/runs/paused-run/resume", data={"answer": "decline", "csrf": csrf})
+    csrf = csrf_of(client.get("/ui/run?id=paused-run").text)
+    client.post("/ui/resume", data={"id": "paused-run", "answer": "decline", "csrf": csrf})
     assert DELETED == []
-    page = client.get("/ui/runs/paused-run?answered=declined")
+    page = client.get("/ui/run?id=paused-run&answered=declined")
     assert "approval declined" in page.text
-    assert "Declined: the run was answered." in page.text
+    assert "Declined: the run was told no." in page.text
 
 
 def test_the_list_filters_and_pages(site: ViewerSite) -> None:
@@ -156,20 +158,20 @@ def test_the_list_filters_and_pages(site: ViewerSite) -> None:
 
 def test_a_run_page_shows_the_timeline_the_verdict_and_the_budgets(site: ViewerSite) -> None:
     client = logged_in(site)
-    research = client.get("/ui/runs/research-run").text
+    research = client.get("/ui/run?id=research-run").text
     assert "Pressure caution on conversation_turns (1/3)" in research
     assert "Pressure warning on conversation_turns (2/3)" in research
     assert "conversation_turns spent (3/3, ceiling): the run stops." in research
     assert "Final summary by the model after 1 attempt(s)." in research
     assert 'class="bar stopped" data-budget="conversation_turns" data-percent="100"' in research
     assert "final summary" in research
-    weather = client.get("/ui/runs/weather-run").text
+    weather = client.get("/ui/run?id=weather-run").text
     assert "duplicate rejected" in weather
     assert "<details" in weather
-    paused = client.get("/ui/runs/paused-run").text
+    paused = client.get("/ui/run?id=paused-run").text
     assert "Waiting for a person" in paused
     assert "tool approval" in paused
-    missing = client.get("/ui/runs/no-such-run")
+    missing = client.get("/ui/run?id=no-such-run")
     assert missing.status_code == 404
 
 
@@ -177,13 +179,13 @@ def test_a_chat_session_shows_its_turn_count_and_limit(site: ViewerSite) -> None
     session = site.host.chat_sessions.create(max_turns=7)
     site.host.chat(session.id, "Compare the weather in Paris and Oslo.",
                    [site.host.tools.tools()["lookup_weather"]], "scripted", "stand-in")
-    page = logged_in(site).get(f"/ui/runs/{session.id}").text
+    page = logged_in(site).get(f"/ui/run?id={session.id}").text
     assert "3 of 7 turns · active" in page
 
 
 def test_html_and_script_in_a_transcript_are_shown_as_text(site: ViewerSite) -> None:
     client = logged_in(site)
-    for path in ("/ui/", "/ui/runs/hostile-run"):
+    for path in ("/ui/", "/ui/run?id=hostile-run"):
         page = client.get(path)
         assert "<script>window.pwned" not in page.text
         assert "<img" not in page.text
@@ -191,7 +193,7 @@ def test_html_and_script_in_a_transcript_are_shown_as_text(site: ViewerSite) -> 
         assert page.headers["content-security-policy"].startswith("default-src 'none'")
         assert page.headers["x-frame-options"] == "DENY"
     assert "&lt;script&gt;window.pwned = 1&lt;/script&gt;" in client.get(
-        "/ui/runs/hostile-run").text
+        "/ui/run?id=hostile-run").text
 
 
 def test_the_open_viewer_needs_no_login_but_only_answers_loopback_names(
@@ -206,7 +208,7 @@ def test_the_open_viewer_needs_no_login_but_only_answers_loopback_names(
     assert client.get("/ui/", headers={"Host": f"localhost:{open_site.server.port}"}
                       ).status_code == 200
     # Its forms still need their CSRF token.
-    assert client.post("/ui/runs/paused-run/resume", data={"answer": "approve"}
+    assert client.post("/ui/resume", data={"id": "paused-run", "answer": "approve"}
                        ).status_code == 403
     assert DELETED == []
 

@@ -6,7 +6,7 @@ allows no script at all and styles only from this server, so even a value that e
 escaping could not run. Reads and ``resume`` run in a worker thread, as ``/chat``'s runs do:
 the stores block, and a resumed run may call a model for a long time.
 
-Pages: the runs list (``/ui/``: filters, keyset pages), one run (``/ui/runs/<id>``), the login
+Pages: the runs list (``/ui/``: filters, keyset pages), one run (``/ui/run?id=<id>``), the login
 (``/ui/login``). Forms that change anything (login, logout, approve or decline a paused run)
 are POSTs checked for CSRF first (:mod:`datamachine.server.ui.session`).
 """
@@ -14,6 +14,7 @@ are POSTs checked for CSRF first (:mod:`datamachine.server.ui.session`).
 from __future__ import annotations
 
 import logging
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, urlencode
@@ -33,7 +34,7 @@ from datamachine.errors import (
 )
 from datamachine.server.ui import present
 from datamachine.server.ui.session import Session, SessionKeys, is_loopback_host
-from datamachine.storage.transcripts import TRANSCRIPT_STATUSES
+from datamachine.storage.transcripts import TRANSCRIPT_STATUSES, TranscriptSummary
 
 if TYPE_CHECKING:
     from datamachine.host import Host
@@ -49,6 +50,8 @@ _MAX_FORM_BYTES = 16 * 1024
 _HERE = Path(__file__).parent
 _CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
         "frame-ancestors 'none'; base-uri 'none'")
+_PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto",
+                  "x-real-ip")
 _HEADERS = {"Content-Security-Policy": _CSP, "X-Content-Type-Options": "nosniff",
             "Referrer-Policy": "same-origin", "X-Frame-Options": "DENY",
             "Cache-Control": "no-store"}
@@ -75,6 +78,7 @@ class RunViewer:
                                      autoescape=select_autoescape(default=True),
                                      trim_blocks=True, lstrip_blocks=True)
         self.templates.globals["quote"] = lambda value: quote(str(value), safe="")
+        self.templates.globals["shell_quote"] = shlex.quote
         self.stylesheet = (_HERE / "viewer.css").read_bytes()
 
     def routes(self) -> list[Route]:
@@ -84,31 +88,48 @@ class RunViewer:
             Route("/login", self.login_page, methods=["GET"]),
             Route("/login", self.login, methods=["POST"]),
             Route("/logout", self.logout, methods=["POST"]),
-            Route("/runs/{session_id}", self.run_page, methods=["GET"]),
-            Route("/runs/{session_id}/resume", self.resume, methods=["POST"]),
+            # The id goes in the query, never the path: an id may hold "/" or be "..".
+            Route("/run", self.run_page, methods=["GET"]),
+            Route("/resume", self.resume, methods=["POST"]),
             Route("/viewer.css", self.css, methods=["GET"]),
+            Route("/favicon.ico", self.no_icon, methods=["GET"]),
         ]
 
     # -- plumbing ---------------------------------------------------------------------------
     def _page(self, request: Request, session: Session, template: str, code: int = 200,
-              **context: Any) -> HTMLResponse:
+              *, signed_in: bool = True, **context: Any) -> HTMLResponse:
         html = self.templates.get_template(template).render(
-            csrf=self.keys.csrf(session), viewer=session.token_name,
+            csrf=self.keys.csrf(session), viewer=session.token_name if signed_in else None,
             open_access=self.open_access, **context)
         response = HTMLResponse(html, status_code=code, headers=_HEADERS)
         if session.fresh:
-            self.keys.store(response, session, secure=request.url.scheme == "https")
+            self.keys.store(response, session, secure=self._secure(request))
         return response
+
+    def _public_origin(self) -> str | None:
+        value = self.host.settings.get("viewer_origin")
+        return value.rstrip("/") if isinstance(value, str) else None
+
+    def _secure(self, request: Request) -> bool:
+        """Whether the cookie is ``Secure``: the request came over https, or people open the
+        viewer at an https origin (a reverse proxy ends TLS before this server)."""
+        origin = self._public_origin()
+        return request.url.scheme == "https" or (origin or "").startswith("https:")
 
     def _redirect(self, request: Request, session: Session | None, to: str,
                   *, store: bool = False) -> Response:
         response = RedirectResponse(to, status_code=303, headers=_HEADERS)
         if store or (session is not None and session.fresh):
-            self.keys.store(response, session, secure=request.url.scheme == "https")
+            self.keys.store(response, session, secure=self._secure(request))
         return response
 
     def _check_open(self, request: Request) -> None:
-        """An open viewer answers loopback only, to a Host header that names loopback."""
+        """An open viewer answers loopback only, to a Host header that names loopback, and
+        never through a proxy (which would make every visitor look like loopback)."""
+        if any(name in request.headers for name in _PROXY_HEADERS):
+            raise _Refused(403, "This run viewer is open on loopback only (--ui-open), and this "
+                                "request came through a proxy. Behind a proxy, serve it with a "
+                                "login: `datamachine tokens create NAME --viewer`.")
         client = request.client.host if request.client else ""
         if not is_loopback_host(client) or not is_loopback_host(
                 _host_name(request.headers.get("host", ""))):
@@ -133,8 +154,11 @@ class RunViewer:
     async def _form(self, request: Request, session: Session) -> dict[str, str]:
         """The POSTed form, after the CSRF checks (403 :class:`_Refused` else)."""
         origin = request.headers.get("origin")
-        if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
-            raise _Refused(403, "Refused: this form was sent from another site.")
+        if origin is not None and origin not in (f"{request.url.scheme}://{request.url.netloc}",
+                                                 self._public_origin()):
+            raise _Refused(403, "Refused: this form was sent from another site (behind a "
+                                "reverse proxy, set the setting viewer_origin to the address "
+                                "people open the viewer at).")
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > _MAX_FORM_BYTES:
             raise _Refused(413, "Refused: the form is too large.")
@@ -181,6 +205,10 @@ class RunViewer:
                         headers={"Cache-Control": "max-age=3600",
                                  "X-Content-Type-Options": "nosniff"})
 
+    async def no_icon(self, request: Request) -> Response:
+        """No icon (browsers ask for one; an empty answer keeps their consoles quiet)."""
+        return Response(status_code=204, headers={"Cache-Control": "max-age=86400"})
+
     # -- login ------------------------------------------------------------------------------
     async def login_page(self, request: Request) -> Response:
         """The login form (straight to the runs when no login is needed)."""
@@ -190,7 +218,7 @@ class RunViewer:
             return self._error(request, refused.status, refused.message)
         if allowed:
             return self._redirect(request, session, _safe_next(request.query_params.get("next")))
-        return self._page(request, session, "login.html",
+        return self._page(request, session, "login.html", signed_in=False,
                           next=_safe_next(request.query_params.get("next")), error=None)
 
     async def login(self, request: Request) -> Response:
@@ -204,19 +232,25 @@ class RunViewer:
         token = await anyio.to_thread.run_sync(self.host.tokens.lookup,
                                                form.get("token", "").strip())
         if token is None or token.scope != "viewer":
-            return self._page(request, session, "login.html", code=401, next=target,
-                              error="That is not an active viewer token. Make one with "
-                                    "`datamachine tokens create NAME --viewer`.")
+            error = ("That is a /chat token; the viewer takes a viewer token, made with: "
+                     "datamachine tokens create NAME --viewer" if token is not None else
+                     "That is not an active viewer token. Make one on this site with: "
+                     "datamachine tokens create NAME --viewer")
+            return self._page(request, session, "login.html", code=401, signed_in=False,
+                              next=target, error=error)
         logger.info("datamachine: run viewer login by token %r", token.name)
         return self._redirect(request, self.keys.login(token.name, token.created_at), target,
                               store=True)
 
     async def logout(self, request: Request) -> Response:
-        """Forget the session (the cookie is deleted)."""
-        async def action(session: Session) -> Response:
+        """Forget the session (the cookie is deleted): its CSRF token is all it needs, so a
+        session whose token was revoked meanwhile can still sign out."""
+        try:
+            session = self.keys.read(request)
             await self._form(request, session)
-            return self._redirect(request, None, "/ui/login", store=True)
-        return await self._guard(request, action)
+        except _Refused as refused:
+            return self._error(request, refused.status, refused.message)
+        return self._redirect(request, None, "/ui/login", store=True)
 
     # -- pages ------------------------------------------------------------------------------
     async def runs(self, request: Request) -> Response:
@@ -239,7 +273,7 @@ class RunViewer:
             older = ("?" + urlencode({**filters, "after": page.next})
                      if page.next is not None else None)
             return self._page(request, session, "runs.html",
-                              rows=[present.run_row(item) for item in page.items],
+                              rows=[_row_or_damaged(item) for item in page.items],
                               statuses=TRANSCRIPT_STATUSES, modes=sorted(self.host.modes),
                               status=status or "", mode=mode or "", q=text or "",
                               older=older, paged=after is not None,
@@ -255,18 +289,20 @@ class RunViewer:
             raise _Refused(404, f"No run is stored under {session_id!r}.") from None
         except UsageError as exc:
             raise _Refused(400, str(exc)) from None
+        except DataMachineError as exc:  # a damaged row: say which, never a bare 500
+            raise _Refused(500, str(exc)) from None
         try:
             chat = self.host.chat_sessions.get(session_id)
         except (ChatSessionNotFound, UsageError):
             chat = None
         marks = summary.result.get("timeline")
         result = summary.result
+        pending = result.get("pending") if summary.status == "awaiting_confirmation" else None
         return {
-            "run": present.run_row(summary), "summary": summary, "chat": chat,
+            "run": _row_or_damaged(summary), "summary": summary, "chat": chat,
             "turns": present.timeline(numbered, marks if isinstance(marks, list) else []),
             "left_out": max(0, summary.message_count - len(numbered)),
-            "pending": result.get("pending") if summary.status == "awaiting_confirmation"
-            else None,
+            "pending": present.pending_view(pending),
             "verdict": {key: result[key] for key in (
                 "status", "completed", "budget", "flags", "warning", "error", "error_code",
                 "completion_nudge_count", "completion_assertions_missing", "blocker",
@@ -276,42 +312,61 @@ class RunViewer:
 
     async def run_page(self, request: Request) -> Response:
         """One run: its verdict, budgets and the timeline of its turns."""
-        session_id = request.path_params["session_id"]
+        session_id = request.query_params.get("id", "")
 
         async def action(session: Session) -> Response:
             context = await anyio.to_thread.run_sync(self._run_context, session_id)
             notice = {"approved": "Approved: the run went on.",
-                      "declined": "Declined: the run was answered."}.get(
+                      "declined": "Declined: the run was told no."}.get(
                 request.query_params.get("answered", ""))
             return self._page(request, session, "run.html", notice=notice, **context)
         return await self._guard(request, action)
 
     async def resume(self, request: Request) -> Response:
         """Approve or decline a paused run (``host.resume``), then show it again."""
-        session_id = request.path_params["session_id"]
-
         async def action(session: Session) -> Response:
             form = await self._form(request, session)
-            answer = form.get("answer")
+            session_id, answer = form.get("id", ""), form.get("answer")
             if answer not in ("approve", "decline"):
                 raise _Refused(400, "answer must be approve or decline.")
             who = session.token_name or "the open viewer"
             logger.info("datamachine: run viewer: %s %ss the paused run %r", who,
                         answer, session_id)
             try:
-                await anyio.to_thread.run_sync(
+                result = await anyio.to_thread.run_sync(
                     lambda: self.host.resume(session_id, answer == "approve"))
             except SessionNotPaused:
-                raise _Refused(409, "This run is not waiting for an answer any more (someone "
-                                    "answered it already).") from None
+                raise _Refused(409, "This run is not waiting for an answer (it was answered "
+                                    "already, or never paused).") from None
             except TranscriptNotFound:
                 raise _Refused(404, f"No run is stored under {session_id!r}.") from None
+            except UsageError as exc:
+                missing = "tools this process does not have" in str(exc)
+                raise _Refused(409, (
+                    "This site cannot answer the run: it paused with tools this site does "
+                    "not register. Answer it from the program that ran it, or install the "
+                    f"plugin that registers them. ({exc})") if missing else
+                    f"The run could not be resumed: {exc}") from None
             except DataMachineError as exc:
                 raise _Refused(409, f"The run could not be resumed: {exc}") from None
+            if result.status == "transcript_lock_contention":
+                raise _Refused(409, "Someone else is answering or running this session right "
+                                    "now; nothing was done. Reload the run in a moment.")
             answered = "approved" if answer == "approve" else "declined"
-            return self._redirect(request, session,
-                                  f"/ui/runs/{quote(session_id, safe='')}?answered={answered}")
+            return self._redirect(request, session, "/ui/run?" + urlencode(
+                {"id": session_id, "answered": answered}))
         return await self._guard(request, action)
+
+
+def _row_or_damaged(summary: TranscriptSummary) -> present.RunRow:
+    """The list's line of a run; a row whose values the viewer cannot show (written by hand,
+    by an older bug) is a line saying so, never a failed page."""
+    try:
+        return present.run_row(summary)
+    except (TypeError, ValueError, OverflowError, AttributeError) as exc:
+        logger.warning("datamachine: run viewer cannot show the transcript %r: %s",
+                       summary.id, exc)
+        return present.damaged_row(summary.id, summary.status)
 
 
 def _host_name(header: str) -> str:

@@ -8,10 +8,13 @@ Jinja escapes every value they print.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from datamachine.conversation.metering import format_usd
+from datamachine.storage.transcript_rows import TITLE_LENGTH
 from datamachine.storage.transcripts import TranscriptSummary
 from datamachine.tools.results import REJECTED
 
@@ -32,7 +35,10 @@ _MESSAGE_KINDS = {
 }
 _MARK_AFTER_TURN = frozenset({"budget_extended", "budget_exceeded", "turn_interrupted",
                               "final_summary", "completion_nudge_added", "blocker_reported"})
+_BEFORE_SUMMARY = frozenset({"budget_exceeded", "turn_interrupted"})
 _REASON_LENGTH = 160
+# The most characters of one message or tool payload a run's page shows.
+MAX_SHOWN = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,16 +90,19 @@ class TimelineItem:
 
 @dataclass(slots=True)
 class TurnGroup:
-    """The messages of one turn, in order (turn 0: what the run was given)."""
+    """The messages of one turn, in order (turn 0: what the run was given); ``run``: which
+    run of the session (from 1), ``opens_run``: the first group of a later run."""
 
     turn: int
     items: list[TimelineItem] = field(default_factory=list)
+    run: int = 1
+    opens_run: bool = False
 
 
 def _number(value: object) -> int | float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return value
+    return value if math.isfinite(value) else None
 
 
 def budget_bars(budgets: dict[str, Any], stopping: str | None) -> list[BudgetBar]:
@@ -127,10 +136,9 @@ def stop_reason(summary: TranscriptSummary) -> str:
     if status == "interrupted":
         return "Interrupted: its process stopped mid-run (no lock stands behind it)."
     if status == "awaiting_confirmation":
-        found = result.get("pending")
-        pending: dict[str, Any] = found if isinstance(found, dict) else {}
-        kind = str(pending.get("kind") or "an answer").replace("_", " ")
-        what = pending.get("budget") or (pending.get("tool_call") or {}).get("name")
+        view = pending_view(result.get("pending")) or {}
+        kind = str(view.get("kind") or "an answer").replace("_", " ")
+        what = view.get("budget") or (view.get("tool_call") or {}).get("name")
         return _short(f"Waiting for a person: {kind}{f' ({what})' if what else ''}.")
     if status == "budget_exceeded" and isinstance(budget, str):
         snapshot = summary.budgets.get(budget, {})
@@ -155,6 +163,29 @@ def stop_reason(summary: TranscriptSummary) -> str:
     return status.replace("_", " ").capitalize() + "."
 
 
+def pending_view(pending: object) -> dict[str, Any] | None:
+    """What a paused run waits for, with the shapes the page expects (a stored value of
+    another shape shows as missing instead of failing the page)."""
+    if not isinstance(pending, dict):
+        return None
+    call = pending.get("tool_call")
+    tool_call = None
+    if isinstance(call, dict):
+        parameters = call.get("parameters")
+        tool_call = {"name": str(call.get("name", "?")),
+                     "parameters": _pretty(parameters if parameters is not None else {})}
+    return {"kind": str(pending.get("kind") or ""), "budget": pending.get("budget"),
+            "extend_by": pending.get("extend_by"), "tool_call": tool_call}
+
+
+def damaged_row(session_id: str, status: str) -> RunRow:
+    """The list's line of a run whose stored values cannot be shown."""
+    return RunRow(id=session_id, title="(a damaged row)", status=status,
+                  reason="Its stored values cannot be shown; see `datamachine transcripts "
+                         "show` for it.", mode="-", provider="-", model="-", turns=0,
+                  tokens=None, cost=None, started="-", duration="-", bars=[])
+
+
 def duration_text(seconds: float) -> str:
     """``seconds`` the way a person reads a duration."""
     if seconds < 1:
@@ -173,16 +204,20 @@ def when(timestamp: float) -> str:
 
 def run_row(summary: TranscriptSummary) -> RunRow:
     """The runs list's line for one transcript."""
-    usage = summary.usage
+    found = summary.result.get("session_usage")
+    usage = found if isinstance(found, dict) else summary.usage  # every run of the session
     tokens = usage.get("total_tokens")
     cost = usage.get("cost_usd")
+    title = summary.title or "(no user message)"
+    if len(title) >= TITLE_LENGTH:
+        title += "…"
     return RunRow(
-        id=summary.id, title=summary.title or "(no user message)", status=summary.status,
+        id=summary.id, title=title, status=summary.status,
         reason=stop_reason(summary), mode=summary.mode or "-", provider=summary.provider or "-",
         model=summary.model or "-", turns=summary.cumulative_turn_count,
         tokens=tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
-        cost=(f"${cost:,.4f}" if isinstance(cost, int | float) and not isinstance(cost, bool)
-              else None),
+        cost=(format_usd(cost * 1_000_000) if isinstance(cost, int | float)
+              and not isinstance(cost, bool) and math.isfinite(cost) else None),
         started=when(summary.created_at),
         duration=duration_text(summary.updated_at - summary.created_at),
         bars=budget_bars(summary.budgets, summary.result.get("budget")))
@@ -196,6 +231,13 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
+def _cut(text: str) -> str:
+    if len(text) <= MAX_SHOWN:
+        return text
+    return (f"{text[:MAX_SHOWN]}\n… ({len(text) - MAX_SHOWN:,} more characters: "
+            "`datamachine transcripts show` prints it whole)")
+
+
 def _item(envelope: dict[str, Any]) -> TimelineItem:
     kind, role = envelope.get("type"), str(envelope.get("role", "?"))
     payload = _mapping(envelope.get("payload"))
@@ -205,7 +247,7 @@ def _item(envelope: dict[str, Any]) -> TimelineItem:
     if kind == "tool_call":
         call_id = metadata.get("tool_call_id")
         return TimelineItem("tool_call", str(payload.get("tool_name", "?")),
-                            detail=_pretty(payload.get("parameters", {})),
+                            detail=_cut(_pretty(payload.get("parameters", {}))),
                             flag=f"call {call_id}" if call_id else "")
     if kind == "tool_result":
         rejected = payload.get(REJECTED) is True
@@ -213,10 +255,10 @@ def _item(envelope: dict[str, Any]) -> TimelineItem:
         ok = payload.get("success") is True
         shown = payload.get("result") if ok and "result" in payload else text
         return TimelineItem("tool_result", str(payload.get("tool_name", "?")),
-                            text=_short(text, 200),
-                            detail=shown if isinstance(shown, str) else _pretty(shown),
+                            text=_short(text[:1000], 200),
+                            detail=_cut(shown if isinstance(shown, str) else _pretty(shown)),
                             flag=flag, ok=ok)
-    return TimelineItem("message", role, text=text,
+    return TimelineItem("message", role, text=_cut(text),
                         flag=_MESSAGE_KINDS.get(str(metadata.get("type")), ""))
 
 
@@ -246,36 +288,55 @@ def mark_text(mark: dict[str, Any]) -> str:
 
 def timeline(numbered: list[tuple[int, dict[str, Any]]],
              marks: list[dict[str, Any]]) -> list[TurnGroup]:
-    """The run's messages grouped by turn, with the recorded events placed in their turns.
+    """The messages grouped by turn, with the recorded events placed in their turns.
 
-    A chat session holds several runs, each counting turns from 1 again: a group starts
-    wherever the turn number changes. ``marks`` are the last run's (the stored result's), so
-    they go into the turns after the last run's start.
+    A session holds several runs (chat messages, a continuation, a resumed pause), each
+    numbering its turns from 1 again: a run starts where turn 0 comes back or the turn number
+    falls. Each run starts after the turns of the runs before it, which is how an event finds
+    its run (``run_base``; an entry stored without one belongs to the last run).
     """
-    groups: list[TurnGroup] = []
+    runs: list[tuple[int, list[TurnGroup]]] = []  # (turns before the run, its groups)
+    base, previous = 0, None
     for turn, envelope in numbered:
-        if not groups or groups[-1].turn != turn:
-            groups.append(TurnGroup(turn))
-        groups[-1].items.append(_item(envelope))
-    last_start = max((i for i, g in enumerate(groups) if g.turn == 0), default=0)
-    by_turn = {g.turn: g for g in groups[last_start:]}
+        if previous is None or turn != previous:
+            starts = previous is None or (turn == 0 and previous != 0) or (
+                turn != 0 and previous != 0 and turn < previous)
+            if starts:
+                if runs:
+                    base += max(group.turn for group in runs[-1][1])
+                runs.append((base, []))
+            group = TurnGroup(turn, run=len(runs), opens_run=len(runs) > 1 and not runs[-1][1])
+            runs[-1][1].append(group)
+            previous = turn
+        runs[-1][1][-1].items.append(_item(envelope))
+    if not runs:
+        runs.append((0, []))
+    by_base = {run_base: (number, groups)
+               for number, (run_base, groups) in enumerate(runs, start=1)}
     in_front: dict[int, int] = {}  # marks placed before a turn's messages so far, per group
     for mark in marks:
         if not isinstance(mark, dict):
             continue
+        run_base = mark.get("run_base")
+        number, groups = by_base.get(run_base if isinstance(run_base, int) else -1,
+                                     (len(runs), runs[-1][1]))
         found_turn = mark.get("turn")
         turn = found_turn if isinstance(found_turn, int) else 0
-        group = by_turn.get(turn)
-        if group is None:
-            group = TurnGroup(turn)
-            by_turn[group.turn] = group
+        found = next((g for g in groups if g.turn == turn), None)
+        group = found if found is not None else TurnGroup(turn, run=number)
+        if found is None:
             groups.append(group)
         item = TimelineItem("mark", str(mark.get("event", "")).replace("_", " "),
                             text=mark_text(mark))
-        if mark.get("event") in _MARK_AFTER_TURN:
+        if mark.get("event") in _BEFORE_SUMMARY:
+            # The stop comes before the final summary it asked for.
+            at = next((i for i, it in enumerate(group.items) if it.flag == "final summary"),
+                      len(group.items))
+            group.items.insert(at, item)
+        elif mark.get("event") in _MARK_AFTER_TURN:
             group.items.append(item)
         else:
             placed = in_front.get(id(group), 0)
             group.items.insert(placed, item)
             in_front[id(group)] = placed + 1
-    return groups
+    return [group for _, groups in runs for group in groups]

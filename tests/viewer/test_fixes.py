@@ -1,0 +1,136 @@
+"""The run viewer's edges: logs of a served process, odd ids, damaged rows, a resume that
+loses a race, proxies, sign-out after a revoke, and multi-run sessions on the timeline."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+
+from datamachine.server.ui import present
+from tests.a2a.test_cli import _serve, invoke
+from tests.viewer.site import DELETED, ViewerSite, csrf_of, logged_in
+
+
+def test_a_served_viewer_logs_logins_and_answers(tmp_path: Path) -> None:
+    db = tmp_path / "served.db"
+    token = invoke(db, "tokens", "create", "alice", "--viewer")[1].strip().splitlines()[-1]
+    process, url = _serve(db, log_level="info")
+    try:
+        client = httpx.Client(base_url=url, follow_redirects=True, timeout=30)
+        page = client.get("/ui/login")
+        assert client.post("/ui/login", data={"token": token, "csrf": csrf_of(page.text)}
+                           ).status_code == 200
+        assert client.get("/ui/").status_code == 200
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=20)[0]
+    assert f"Run viewer: {url}/ui/ (log in with a token" in output
+    assert "INFO:     datamachine: run viewer login by token 'alice'" in output
+
+
+def test_ids_with_slashes_and_dots_open_and_resume(site: ViewerSite) -> None:
+    for odd in ("team/a", ".."):
+        site.host.transcripts.begin(odd, [{"role": "user", "content": f"odd {odd}"}])
+    client = logged_in(site)
+    listed = client.get("/ui/").text
+    for odd in ("team/a", ".."):
+        href = re.search(rf'href="(/ui/run\?id=[^"]+)">odd {re.escape(odd)}<', listed)
+        assert href is not None
+        assert client.get(href.group(1).replace("&amp;", "&")).status_code == 200
+
+
+def test_a_damaged_row_is_a_line_saying_so_not_a_failed_list(site: ViewerSite) -> None:
+    site.host.handle.conn.execute(
+        "UPDATE transcripts SET budgets = ? WHERE id = 'weather-run'",
+        ['{"cost": {"current": NaN, "ceiling": 1}, "turns": {"current": 1e999, "ceiling": 2}}'])
+    site.host.handle.conn.execute(
+        "UPDATE transcripts SET result = ? WHERE id = 'paused-run'",
+        ['{"status": "awaiting_confirmation", "pending": {"kind": "tool_approval", '
+         '"tool_call": "not a dict"}}'])
+    site.host.handle.conn.commit()
+    client = logged_in(site)
+    page = client.get("/ui/")
+    assert page.status_code == 200
+    assert 'data-id="weather-run"' in page.text
+    assert client.get("/ui/run?id=paused-run").status_code == 200
+    assert client.get("/ui/run?id=weather-run").status_code == 200
+
+
+def test_a_resume_that_loses_the_race_says_so(site: ViewerSite) -> None:
+    client = logged_in(site)
+    csrf = csrf_of(client.get("/ui/run?id=paused-run").text)
+    held = site.host.transcripts.acquire("paused-run", 60)  # someone else is answering
+    assert held is not None
+    answer = client.post("/ui/resume", data={"id": "paused-run", "answer": "approve",
+                                             "csrf": csrf})
+    assert answer.status_code == 409
+    assert "nothing was done" in answer.text
+    site.host.transcripts.release("paused-run", held)
+    assert site.host.transcripts.summary("paused-run").status == "awaiting_confirmation"
+    assert DELETED == []
+
+
+def test_the_open_viewer_refuses_requests_through_a_proxy(open_site: ViewerSite) -> None:
+    client = httpx.Client(base_url=open_site.url)
+    for header in ("X-Forwarded-For", "Forwarded", "X-Real-IP"):
+        answer = client.get("/ui/", headers={header: "127.0.0.1"})
+        assert answer.status_code == 403
+        assert "through a proxy" in answer.text
+
+
+def test_the_public_origin_setting_admits_a_proxys_forms(site: ViewerSite) -> None:
+    client = logged_in(site)
+    csrf = csrf_of(client.get("/ui/").text)
+    proxied = {"Origin": "https://runs.example.com"}
+    assert client.post("/ui/logout", data={"csrf": csrf}, headers=proxied).status_code == 403
+    site.host.settings.set("viewer_origin", "https://runs.example.com")
+    assert client.post("/ui/logout", data={"csrf": csrf}, headers=proxied).status_code == 303
+
+
+def test_a_revoked_session_can_still_sign_out(site: ViewerSite) -> None:
+    client = logged_in(site)
+    csrf = csrf_of(client.get("/ui/").text)
+    site.host.tokens.revoke("alice")
+    login = client.get("/ui/login")
+    assert "signed in as" not in login.text
+    assert client.post("/ui/logout", data={"csrf": csrf}).status_code == 303
+
+
+def test_a_chat_token_at_the_login_is_told_what_it_is(site: ViewerSite) -> None:
+    chat = site.host.tokens.create("peer")
+    client = httpx.Client(base_url=site.url)
+    page = client.get("/ui/login")
+    answer = client.post("/ui/login", data={"token": chat, "csrf": csrf_of(page.text)})
+    assert answer.status_code == 401
+    assert "That is a /chat token" in answer.text
+
+
+def _envelope(role: str, text: str, kind: str = "") -> dict[str, object]:
+    return {"type": "text", "role": role, "content": text,
+            "metadata": {"type": kind} if kind else {}}
+
+
+def test_each_run_of_a_session_gets_its_own_marks_and_the_stop_precedes_the_summary() -> None:
+    numbered = [
+        (0, _envelope("user", "first")), (1, _envelope("assistant", "a")),
+        (2, _envelope("assistant", "b")), (2, _envelope("assistant", "sum", "final_summary")),
+        (0, _envelope("user", "second")), (1, _envelope("assistant", "c")),
+        (2, _envelope("assistant", "d")),
+        (1, _envelope("assistant", "x")),  # a resumed run: its turn 1 again, no new prompt
+    ]
+    marks = [
+        {"event": "budget_pressure", "turn": 2, "run_base": 0, "tier": "warning"},
+        {"event": "budget_exceeded", "turn": 2, "run_base": 0},
+        {"event": "budget_pressure", "turn": 1, "run_base": 2, "tier": "caution"},
+    ]
+    groups = present.timeline(numbered, marks)
+    shape = [(g.run, g.turn, [i.kind if i.kind != "message" else i.text for i in g.items])
+             for g in groups]
+    assert shape == [
+        (1, 0, ["first"]), (1, 1, ["a"]), (1, 2, ["mark", "b", "mark", "sum"]),
+        (2, 0, ["second"]), (2, 1, ["mark", "c"]), (2, 2, ["d"]),
+        (3, 1, ["x"]),
+    ]
+    assert [g.opens_run for g in groups] == [False, False, False, True, False, False, True]
