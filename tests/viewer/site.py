@@ -70,6 +70,13 @@ class ViewerModel:
 
     @hookimpl
     def text_result(self, request: ProviderRequest) -> Any:
+        answer = self._answer(request)
+        size = sum(len(str(m.get("content", ""))) for m in request.messages)
+        answer["usage"] = {"prompt_tokens": 40 + size // 4, "completion_tokens": 25,
+                           "total_tokens": 65 + size // 4}
+        return answer
+
+    def _answer(self, request: ProviderRequest) -> dict[str, Any]:
         prompt = next(m["content"] for m in request.messages if m["role"] == "user")
         last = request.messages[-1]
         turn = request.turn
@@ -133,6 +140,7 @@ def viewer_site(tmp_path: Path, *, ui_open: bool = False) -> Iterator[ViewerSite
     host = bootstrap.boot(db_path=tmp_path / "viewer.db", plugins=[ViewerModel()],
                           load_entrypoints=False)
     try:
+        host.settings.set("prices", {"stand-in": {"input": 2.5, "output": 10.0}})
         runs = make_runs(host)
         token = host.tokens.create("alice", scope="viewer")
         server = LiveServer(host)
