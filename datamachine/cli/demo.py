@@ -9,6 +9,7 @@ SQLite. Nothing here reaches the network.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import click
@@ -115,6 +116,13 @@ def demo(state: State, as_json: bool) -> None:
         where = host.db_path or ":memory:"
         click.echo(f"Transcripts are stored in {where}. Read one back with: "
                    f"datamachine transcripts show {second.transcript_session_id}")
+        if host.db_path is not None:
+            from datamachine.db import default_db_target
+
+            given = ("" if str(default_db_target()) == str(host.db_path)
+                     else f"--db {shlex.quote(str(host.db_path))} ")
+            click.echo(f"Or browse every run: datamachine {given}serve --ui-open, then open "
+                       "http://127.0.0.1:8000/ui/")
     # The demo itself succeeded when both runs ended the way they were designed to.
     expected = first.status == "completed" and second.status == "budget_exceeded"
     raise SystemExit(0 if expected else exit_code_for("error"))
