@@ -20,6 +20,15 @@ def site(tmp_path: Path) -> Iterator[ViewerSite]:
 
 
 @pytest.fixture
+def backend_site(backend: str, tmp_path: Path, request: pytest.FixtureRequest
+                 ) -> Iterator[ViewerSite]:
+    """The same site on each storage backend (SQLite, PostgreSQL)."""
+    db = request.getfixturevalue("pg_url") if backend == "postgresql" else None
+    with viewer_site(tmp_path, db=db) as served:
+        yield served
+
+
+@pytest.fixture
 def open_site(tmp_path: Path) -> Iterator[ViewerSite]:
     """The same, served with ``--ui-open``."""
     with viewer_site(tmp_path, ui_open=True) as served:

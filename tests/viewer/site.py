@@ -134,10 +134,12 @@ def make_runs(host: Host) -> dict[str, str]:
 
 
 @contextmanager
-def viewer_site(tmp_path: Path, *, ui_open: bool = False) -> Iterator[ViewerSite]:
-    """Boot, fill and serve a site; stop and close it at the end."""
+def viewer_site(tmp_path: Path, *, ui_open: bool = False,
+                db: str | None = None) -> Iterator[ViewerSite]:
+    """Boot, fill and serve a site (on ``db``, else a new SQLite file); stop and close it at
+    the end."""
     DELETED.clear()
-    host = bootstrap.boot(db_path=tmp_path / "viewer.db", plugins=[ViewerModel()],
+    host = bootstrap.boot(db_path=db or tmp_path / "viewer.db", plugins=[ViewerModel()],
                           load_entrypoints=False)
     try:
         host.settings.set("prices", {"stand-in": {"input": 2.5, "output": 10.0}})

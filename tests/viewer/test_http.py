@@ -96,8 +96,9 @@ def test_logout_needs_its_csrf_token_then_ends_the_session(site: ViewerSite) -> 
     assert client.get("/ui/").status_code == 303
 
 
-def test_resume_refuses_a_post_without_csrf_or_from_another_origin(site: ViewerSite) -> None:
-    client = logged_in(site)
+def test_resume_refuses_a_post_without_csrf_or_from_another_origin(
+        backend_site: ViewerSite) -> None:
+    client = logged_in(backend_site)
     page = client.get("/ui/run?id=paused-run")
     csrf = csrf_of(page.text)
     refused = [
@@ -107,13 +108,13 @@ def test_resume_refuses_a_post_without_csrf_or_from_another_origin(site: ViewerS
                     headers={"Origin": "http://evil.example"}),
     ]
     assert [answer.status_code for answer in refused] == [403, 403, 403]
-    assert site.host.transcripts.summary("paused-run").status == "awaiting_confirmation"
+    assert backend_site.host.transcripts.summary("paused-run").status == "awaiting_confirmation"
     assert DELETED == []
     answer = client.post("/ui/resume", data={"id": "paused-run", "answer": "approve", "csrf": csrf},
-                         headers={"Origin": site.url})
+                         headers={"Origin": backend_site.url})
     assert answer.status_code == 303
     assert answer.headers["location"] == "/ui/run?id=paused-run&answered=approved"
-    assert site.host.transcripts.summary("paused-run").status == "completed"
+    assert backend_site.host.transcripts.summary("paused-run").status == "completed"
     assert DELETED == ["/tmp/old.log"]
     again = client.post("/ui/resume", data={"id": "paused-run", "answer": "decline", "csrf": csrf})
     assert again.status_code == 409
@@ -130,15 +131,15 @@ def test_decline_answers_the_paused_call_as_declined(site: ViewerSite) -> None:
     assert "Declined: the run was told no." in page.text
 
 
-def test_the_list_filters_and_pages(site: ViewerSite) -> None:
-    client = logged_in(site)
+def test_the_list_filters_and_pages(backend_site: ViewerSite) -> None:
+    client = logged_in(backend_site)
 
     def listed(query: str) -> list[str]:
         page = client.get(f"/ui/{query}")
         assert page.status_code == 200
         return _ids(page.text)
 
-    assert set(listed("")) == set(site.runs.values())
+    assert set(listed("")) == set(backend_site.runs.values())
     assert listed("?status=budget_exceeded") == ["research-run"]
     assert listed("?status=awaiting_confirmation") == ["paused-run"]
     assert listed("?q=weather") == ["weather-run"]
@@ -147,7 +148,8 @@ def test_the_list_filters_and_pages(site: ViewerSite) -> None:
     assert client.get("/ui/?status=done").status_code == 400
     assert client.get("/ui/?after=garbage").status_code == 400
     for i in range(60):
-        site.host.transcripts.begin(f"extra-{i:02d}", [{"role": "user", "content": f"x {i}"}])
+        backend_site.host.transcripts.begin(f"extra-{i:02d}",
+                                            [{"role": "user", "content": f"x {i}"}])
     first = client.get("/ui/").text
     assert 'rel="next"' in first
     older = first.split('rel="next" href="')[1].split('"')[0].replace("&amp;", "&")
@@ -156,8 +158,9 @@ def test_the_list_filters_and_pages(site: ViewerSite) -> None:
     assert len(ids) == len(set(ids)) == 64
 
 
-def test_a_run_page_shows_the_timeline_the_verdict_and_the_budgets(site: ViewerSite) -> None:
-    client = logged_in(site)
+def test_a_run_page_shows_the_timeline_the_verdict_and_the_budgets(
+        backend_site: ViewerSite) -> None:
+    client = logged_in(backend_site)
     research = client.get("/ui/run?id=research-run").text
     assert "Pressure caution on conversation_turns (1/3)" in research
     assert "Pressure warning on conversation_turns (2/3)" in research
@@ -175,11 +178,11 @@ def test_a_run_page_shows_the_timeline_the_verdict_and_the_budgets(site: ViewerS
     assert missing.status_code == 404
 
 
-def test_a_chat_session_shows_its_turn_count_and_limit(site: ViewerSite) -> None:
-    session = site.host.chat_sessions.create(max_turns=7)
-    site.host.chat(session.id, "Compare the weather in Paris and Oslo.",
-                   [site.host.tools.tools()["lookup_weather"]], "scripted", "stand-in")
-    page = logged_in(site).get(f"/ui/run?id={session.id}").text
+def test_a_chat_session_shows_its_turn_count_and_limit(backend_site: ViewerSite) -> None:
+    session = backend_site.host.chat_sessions.create(max_turns=7)
+    backend_site.host.chat(session.id, "Compare the weather in Paris and Oslo.",
+                   [backend_site.host.tools.tools()["lookup_weather"]], "scripted", "stand-in")
+    page = logged_in(backend_site).get(f"/ui/run?id={session.id}").text
     assert "3 of 7 turns · active" in page
 
 
