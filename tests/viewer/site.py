@@ -61,6 +61,10 @@ DELETE_FILE = Tool(name="delete_file", description="Delete a file.", function=_d
                    runtime={"requires_approval": True})
 
 
+WIPE_DISK = Tool(name="wipe_disk", description="Wipe the disk.", function=lambda: "wiped",
+                 runtime={"requires_approval": True})
+
+
 class ViewerModel:
     """The stand-in model and the site's tools (see the module docstring)."""
 
@@ -92,6 +96,9 @@ class ViewerModel:
             return {"content": "", "tool_calls": [
                 {"id": f"s{turn}", "name": "search_web",
                  "parameters": {"query": f"bicycles part {turn}"}}]}
+        if prompt.startswith("Wipe"):  # a tool of the program's own, not the site's
+            return {"content": "", "tool_calls": [
+                {"id": "w1", "name": "wipe_disk", "parameters": {}}]}
         if prompt.startswith("Delete"):
             if last["role"] == "tool":
                 return {"content": f"Done: {last['content']}"}

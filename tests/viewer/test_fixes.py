@@ -134,3 +134,28 @@ def test_each_run_of_a_session_gets_its_own_marks_and_the_stop_precedes_the_summ
         (3, 1, ["x"]),
     ]
     assert [g.opens_run for g in groups] == [False, False, False, True, False, False, True]
+
+
+def test_a_pause_with_tools_the_site_lacks_says_so_instead_of_offering_buttons(
+        site: ViewerSite) -> None:
+    from tests.viewer.site import WIPE_DISK
+
+    result = site.host.run_conversation(
+        [{"role": "user", "content": "Wipe the disk."}], [WIPE_DISK], "scripted", "stand-in",
+        payload={"transcript_session_id": "wipe-run", "confirmation": "pause"})
+    assert result.status == "awaiting_confirmation"
+    from datamachine.conversation.pausing import paused_runs
+
+    paused_runs(site.host).forget("wipe-run")  # as if another process had run it
+    client = logged_in(site)
+    page = client.get("/ui/run?id=wipe-run").text
+    assert "cannot answer it" in page
+    assert "wipe_disk" in page
+    assert 'class="approve"' not in page
+    answer = client.post("/ui/resume", data={"id": "wipe-run", "answer": "decline",
+                                             "csrf": csrf_of(page)})
+    assert answer.status_code == 409
+    assert 'href="/ui/run?id=wipe-run">Back to the run' in answer.text
+    paused = client.get("/ui/run?id=paused-run").text
+    assert "resume(session_id" not in paused  # the warning for programs is not shown
+    assert 'class="approve"' in paused

@@ -58,12 +58,14 @@ _HEADERS = {"Content-Security-Policy": _CSP, "X-Content-Type-Options": "nosniff"
 
 
 class _Refused(Exception):
-    """A request the viewer answers with an error page (status, message)."""
+    """A request the viewer answers with an error page (status, message, and a page to go
+    back to)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, back: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.back = back
 
 
 class RunViewer:
@@ -191,12 +193,13 @@ class RunViewer:
             response: Response = await action(session)
             return response
         except _Refused as refused:
-            return self._error(request, refused.status, refused.message)
+            return self._error(request, refused.status, refused.message, refused.back)
 
-    def _error(self, request: Request, status: int, message: str) -> HTMLResponse:
+    def _error(self, request: Request, status: int, message: str,
+               back: str | None = None) -> HTMLResponse:
         html = self.templates.get_template("error.html").render(
             status=status, message=message, viewer=None, open_access=self.open_access,
-            csrf="")
+            csrf="", back=back)
         return HTMLResponse(html, status_code=status, headers=_HEADERS)
 
     async def css(self, request: Request) -> Response:
@@ -298,17 +301,33 @@ class RunViewer:
         marks = summary.result.get("timeline")
         result = summary.result
         pending = result.get("pending") if summary.status == "awaiting_confirmation" else None
+        verdict = {key: result[key] for key in (
+            "status", "completed", "budget", "flags", "warning", "error", "error_code",
+            "completion_nudge_count", "completion_assertions_missing", "blocker",
+            "warnings") if result.get(key) not in (None, [], {}, "")}
+        if pending is not None:
+            verdict.pop("warning", None)  # it tells a program how to resume: the card does
         return {
             "run": _row_or_damaged(summary), "summary": summary, "chat": chat,
             "turns": present.timeline(numbered, marks if isinstance(marks, list) else []),
             "left_out": max(0, summary.message_count - len(numbered)),
             "pending": present.pending_view(pending),
-            "verdict": {key: result[key] for key in (
-                "status", "completed", "budget", "flags", "warning", "error", "error_code",
-                "completion_nudge_count", "completion_assertions_missing", "blocker",
-                "warnings") if result.get(key) not in (None, [], {}, "")},
+            "missing_tools": self._missing_tools(session_id, pending),
+            "verdict": verdict,
             "final": result.get("final_content") or "",
         }
+
+    def _missing_tools(self, session_id: str, pending: object) -> list[str]:
+        """The paused run's tools this process cannot offer again (resuming would fail)."""
+        if not isinstance(pending, dict) or not isinstance(pending.get("tools"), list):
+            return []
+        from datamachine.conversation.pausing import paused_runs
+
+        kept = paused_runs(self.host).get(session_id, pending.get("pause_id"))
+        if kept is not None:
+            return []
+        known = set(self.host.tools.names())
+        return sorted(str(name) for name in pending["tools"] if name not in known)
 
     async def run_page(self, request: Request) -> Response:
         """One run: its verdict, budgets and the timeline of its turns."""
@@ -326,36 +345,45 @@ class RunViewer:
         """Approve or decline a paused run (``host.resume``), then show it again."""
         async def action(session: Session) -> Response:
             form = await self._form(request, session)
-            session_id, answer = form.get("id", ""), form.get("answer")
-            if answer not in ("approve", "decline"):
-                raise _Refused(400, "answer must be approve or decline.")
-            who = session.token_name or "the open viewer"
-            logger.info("datamachine: run viewer: %s %ss the paused run %r", who,
-                        answer, session_id)
+            session_id = form.get("id", "")
             try:
-                result = await anyio.to_thread.run_sync(
-                    lambda: self.host.resume(session_id, answer == "approve"))
-            except SessionNotPaused:
-                raise _Refused(409, "This run is not waiting for an answer (it was answered "
-                                    "already, or never paused).") from None
-            except TranscriptNotFound:
-                raise _Refused(404, f"No run is stored under {session_id!r}.") from None
-            except UsageError as exc:
-                missing = "tools this process does not have" in str(exc)
-                raise _Refused(409, (
-                    "This site cannot answer the run: it paused with tools this site does "
-                    "not register. Answer it from the program that ran it, or install the "
-                    f"plugin that registers them. ({exc})") if missing else
-                    f"The run could not be resumed: {exc}") from None
-            except DataMachineError as exc:
-                raise _Refused(409, f"The run could not be resumed: {exc}") from None
-            if result.status == "transcript_lock_contention":
-                raise _Refused(409, "Someone else is answering or running this session right "
-                                    "now; nothing was done. Reload the run in a moment.")
-            answered = "approved" if answer == "approve" else "declined"
-            return self._redirect(request, session, "/ui/run?" + urlencode(
-                {"id": session_id, "answered": answered}))
+                return await self._answer(request, session, session_id, form.get("answer"))
+            except _Refused as refused:
+                refused.back = "/ui/run?" + urlencode({"id": session_id})
+                raise
         return await self._guard(request, action)
+
+    async def _answer(self, request: Request, session: Session, session_id: str,
+                      answer: str | None) -> Response:
+        """``host.resume`` with a person's answer; a redirect to the run after it."""
+        if answer not in ("approve", "decline"):
+            raise _Refused(400, "answer must be approve or decline.")
+        who = session.token_name or "the open viewer"
+        logger.info("datamachine: run viewer: %s %ss the paused run %r", who,
+                    answer, session_id)
+        try:
+            result = await anyio.to_thread.run_sync(
+                lambda: self.host.resume(session_id, answer == "approve"))
+        except SessionNotPaused:
+            raise _Refused(409, "This run is not waiting for an answer (it was answered "
+                                "already, or never paused).") from None
+        except TranscriptNotFound:
+            raise _Refused(404, f"No run is stored under {session_id!r}.") from None
+        except UsageError as exc:
+            missing = "tools this process does not have" in str(exc)
+            raise _Refused(409, (
+                "This site cannot answer the run: it paused with tools this site does "
+                "not register. Answer it from the program that ran it, or install the "
+                f"plugin that registers them. ({exc})") if missing else
+                f"The run could not be resumed: {exc}") from None
+        except DataMachineError as exc:
+            raise _Refused(409, f"The run could not be resumed: {exc}") from None
+        if result.status == "transcript_lock_contention":
+            raise _Refused(409, "Someone else is answering or running this session right "
+                                "now; nothing was done. Reload the run in a moment.")
+        answered = "approved" if answer == "approve" else "declined"
+        return self._redirect(request, session, "/ui/run?" + urlencode(
+            {"id": session_id, "answered": answered}))
 
 
 def _row_or_damaged(summary: TranscriptSummary) -> present.RunRow:
