@@ -144,9 +144,11 @@ def resume(
     tools: Any = None,
     *,
     payload: dict[str, Any] | None = None,
+    pause_id: str | None = None,
 ) -> ConversationResult:
     """Answer a paused run and continue it (default host; see ``Host.resume``)."""
-    return get_default_host().resume(session_id, approve, extend_by, tools, payload=payload)
+    return get_default_host().resume(session_id, approve, extend_by, tools, payload=payload,
+                                     pause_id=pause_id)
 
 
 async def aresume(
@@ -156,7 +158,8 @@ async def aresume(
     tools: Any = None,
     *,
     payload: dict[str, Any] | None = None,
+    pause_id: str | None = None,
 ) -> ConversationResult:
     """Async twin of :func:`resume` (default host)."""
     return await get_default_host().aresume(session_id, approve, extend_by, tools,
-                                            payload=payload)
+                                            payload=payload, pause_id=pause_id)

@@ -210,15 +210,19 @@ class Host(Services):
         tools: Any = None,
         *,
         payload: dict[str, Any] | None = None,
+        pause_id: str | None = None,
     ) -> ConversationResult:
         """Answer a paused run (status ``awaiting_confirmation``) and continue it: approved, the
         budget is extended (``extend_by``), the chat count reset or the tool run; declined, the
         run stops (see ``datamachine.conversation.resume``). ``tools=None``: the paused run's
-        tools by name; ``payload``: runtime options for the resumed run."""
+        tools by name; ``payload``: runtime options for the resumed run; ``pause_id``: answer
+        only that pause (``result.pending["pause_id"]``), else SessionNotPaused: a person's
+        answer to a question shown earlier never answers the next one."""
         from agents_api.drive import drive_sync
         from datamachine.conversation.resume import resume_steps
 
-        return drive_sync(resume_steps(self, session_id, approve, extend_by, tools, payload))
+        return drive_sync(resume_steps(self, session_id, approve, extend_by, tools, payload,
+                                       pause_id=pause_id))
 
     async def aresume(
         self,
@@ -228,13 +232,14 @@ class Host(Services):
         tools: Any = None,
         *,
         payload: dict[str, Any] | None = None,
+        pause_id: str | None = None,
     ) -> ConversationResult:
         """Async twin of :meth:`resume` (for ``async def`` endpoints)."""
         from agents_api.drive import drive_async
         from datamachine.conversation.resume import resume_steps
 
         return await drive_async(resume_steps(self, session_id, approve, extend_by, tools,
-                                              payload))
+                                              payload, pause_id=pause_id))
 
     def close(self) -> None:
         """Stop what plugins started (``host_closing``), close the providers' connection pools

@@ -49,14 +49,19 @@ __all__ = ["resume_steps"]
 
 def resume_steps(services: Services, session_id: str, approve: bool,
                  extend_by: int | None = None, tools: Any = None,
-                 payload: dict[str, Any] | None = None) -> Steps[ConversationResult]:
+                 payload: dict[str, Any] | None = None, *,
+                 pause_id: str | None = None) -> Steps[ConversationResult]:
     """Answer the paused run of ``session_id`` and continue it (as steps; see the module).
 
     ``tools=None``: the paused run's tools, by name (those this process still holds, else the
     host's registered tools). ``payload``: runtime options for the resumed run (an
     ``event_sink``, a ``script``) over those the paused run kept in this process.
+    ``pause_id``: answer only that pause (read under the lock), else SessionNotPaused.
     """
     _check_arguments(session_id, approve, extend_by)
+    if pause_id is not None and not isinstance(pause_id, str):
+        raise UsageError(f"pause_id must be the pause's id (result.pending['pause_id']), got "
+                         f"{type(pause_id).__name__}.")
     ttl = check_session_payload(payload).transcript_lock_ttl
     store = services.transcripts
     known = store.summary(session_id)  # an unknown id fails before any write
@@ -67,6 +72,11 @@ def resume_steps(services: Services, session_id: str, approve: bool,
     try:
         record = store.get_transcript(session_id)  # read now that nothing can change it
         pending = _pending(record)
+        if pause_id is not None and pending.get("pause_id") != pause_id:
+            raise SessionNotPaused(
+                f"Session {session_id!r} is not waiting for the answer to pause {pause_id!r} "
+                "any more: it was answered and paused again. Read its pending question again "
+                "before answering.", session_id=session_id, status=record.status)
         gate = chat_gate(services, session_id, pause=True)
     except BaseException:  # not paused, or an aborted chat session: give the lock back
         store.release(session_id, token)

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import httpx
+import pytest
 
 from datamachine.server.ui import present
 from tests.a2a.test_cli import _serve, invoke
@@ -159,3 +160,31 @@ def test_a_pause_with_tools_the_site_lacks_says_so_instead_of_offering_buttons(
     paused = client.get("/ui/run?id=paused-run").text
     assert "resume(session_id" not in paused  # the warning for programs is not shown
     assert 'class="approve"' in paused
+
+
+def test_a_stale_answer_never_answers_the_next_question(site: ViewerSite) -> None:
+    from datamachine.errors import SessionNotPaused
+
+    client = logged_in(site)
+    stale = client.get("/ui/run?id=research-run")  # not paused: no form, so make a pause
+    assert 'class="approve"' not in stale.text
+    paused = site.host.run_conversation(
+        [{"role": "user", "content": "Research the history of tea."}], [], "scripted",
+        "stand-in", max_turns=1,
+        payload={"transcript_session_id": "tea", "confirmation": "pause"})
+    assert paused.status == "awaiting_confirmation"
+    first_pause = paused.pending["pause_id"]
+    page = client.get("/ui/run?id=tea").text
+    assert f'name="pause" value="{first_pause}"' in page
+    # Someone else approves; the run pauses again with a new question.
+    again = site.host.resume("tea", True, extend_by=1, pause_id=first_pause)
+    assert again.status == "awaiting_confirmation"
+    assert again.pending["pause_id"] != first_pause
+    answer = client.post("/ui/resume", data={"id": "tea", "answer": "approve",
+                                             "pause": first_pause, "csrf": csrf_of(page)})
+    assert answer.status_code == 409
+    assert "paused again with a new question" in answer.text
+    assert site.host.transcripts.summary("tea").result["pending"]["pause_id"] == (
+        again.pending["pause_id"])
+    with pytest.raises(SessionNotPaused, match="answered and paused again"):
+        site.host.resume("tea", True, pause_id=first_pause)

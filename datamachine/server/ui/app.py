@@ -346,27 +346,32 @@ class RunViewer:
         async def action(session: Session) -> Response:
             form = await self._form(request, session)
             session_id = form.get("id", "")
+            if not session_id:
+                raise _Refused(400, "The form names no run (id).")
             try:
-                return await self._answer(request, session, session_id, form.get("answer"))
+                return await self._answer(request, session, session_id, form.get("answer"),
+                                          form.get("pause") or None)
             except _Refused as refused:
                 refused.back = "/ui/run?" + urlencode({"id": session_id})
                 raise
         return await self._guard(request, action)
 
     async def _answer(self, request: Request, session: Session, session_id: str,
-                      answer: str | None) -> Response:
-        """``host.resume`` with a person's answer; a redirect to the run after it."""
+                      answer: str | None, pause_id: str | None) -> Response:
+        """``host.resume`` with a person's answer to the pause they saw (``pause_id``); a
+        redirect to the run after it."""
         if answer not in ("approve", "decline"):
             raise _Refused(400, "answer must be approve or decline.")
         who = session.token_name or "the open viewer"
-        logger.info("datamachine: run viewer: %s %ss the paused run %r", who,
-                    answer, session_id)
         try:
             result = await anyio.to_thread.run_sync(
-                lambda: self.host.resume(session_id, answer == "approve"))
+                lambda: self.host.resume(session_id, answer == "approve", pause_id=pause_id))
         except SessionNotPaused:
-            raise _Refused(409, "This run is not waiting for an answer (it was answered "
-                                "already, or never paused).") from None
+            logger.info("datamachine: run viewer: %s's %s of %r came too late (not paused "
+                        "there any more)", who, answer, session_id)
+            raise _Refused(409, "This run is not waiting for that answer any more (it was "
+                                "answered already, or paused again with a new question, or "
+                                "never paused). Nothing was done: look at it again.") from None
         except TranscriptNotFound:
             raise _Refused(404, f"No run is stored under {session_id!r}.") from None
         except UsageError as exc:
@@ -382,6 +387,8 @@ class RunViewer:
             raise _Refused(409, "Someone else is answering or running this session right "
                                 "now; nothing was done. Reload the run in a moment.")
         answered = "approved" if answer == "approve" else "declined"
+        logger.info("datamachine: run viewer: %s %s the paused run %r; it ended %s", who,
+                    answered, session_id, result.status)
         return self._redirect(request, session, "/ui/run?" + urlencode(
             {"id": session_id, "answered": answered}))
 

@@ -174,8 +174,10 @@ def pending_view(pending: object) -> dict[str, Any] | None:
         parameters = call.get("parameters")
         tool_call = {"name": str(call.get("name", "?")),
                      "parameters": _pretty(parameters if parameters is not None else {})}
+    pause_id = pending.get("pause_id")
     return {"kind": str(pending.get("kind") or ""), "budget": pending.get("budget"),
-            "extend_by": pending.get("extend_by"), "tool_call": tool_call}
+            "extend_by": pending.get("extend_by"), "tool_call": tool_call,
+            "pause_id": pause_id if isinstance(pause_id, str) else ""}
 
 
 def damaged_row(session_id: str, status: str) -> RunRow:
