@@ -173,12 +173,14 @@ def test_a_stale_answer_never_answers_the_next_question(site: ViewerSite) -> Non
         "stand-in", max_turns=1,
         payload={"transcript_session_id": "tea", "confirmation": "pause"})
     assert paused.status == "awaiting_confirmation"
+    assert paused.pending is not None
     first_pause = paused.pending["pause_id"]
     page = client.get("/ui/run?id=tea").text
     assert f'name="pause" value="{first_pause}"' in page
     # Someone else approves; the run pauses again with a new question.
     again = site.host.resume("tea", True, extend_by=1, pause_id=first_pause)
     assert again.status == "awaiting_confirmation"
+    assert again.pending is not None
     assert again.pending["pause_id"] != first_pause
     answer = client.post("/ui/resume", data={"id": "tea", "answer": "approve",
                                              "pause": first_pause, "csrf": csrf_of(page)})

@@ -118,7 +118,7 @@ def test_resume_refuses_a_post_without_csrf_or_from_another_origin(
     assert DELETED == ["/tmp/old.log"]
     again = client.post("/ui/resume", data={"id": "paused-run", "answer": "decline", "csrf": csrf})
     assert again.status_code == 409
-    assert "not waiting for an answer" in again.text
+    assert "not waiting for that answer" in again.text
 
 
 def test_decline_answers_the_paused_call_as_declined(site: ViewerSite) -> None:
