@@ -242,10 +242,13 @@ def m010_run_viewer(db: Database) -> None:
     its messages; filled here for the transcripts stored before it (the first user message
     whose content is non-blank text, as new rows get it). ``transcripts_recent``
     (``updated_at, id``) replaces ``transcripts_updated_at``: the list pages by that pair.
-    ``api_tokens.scope``: ``chat`` (the ``/chat`` endpoint, every token made before) or
-    ``viewer`` (a login to ``/ui/``, never accepted by ``/chat``). ``site_secrets``: keys the
-    site makes for itself once (the viewer's cookie signing key), outside the settings, which
-    are listed and exported.
+    ``transcripts.timeline``: the rare events every run of the session recorded (JSON, a
+    column of its own so listings never read it); ``transcript_messages.run_base``: the
+    session's turns before the run that wrote the message, which tells its runs apart (NULL
+    for messages stored before). ``api_tokens.scope``: ``chat`` (the ``/chat`` endpoint,
+    every token made before) or ``viewer`` (a login to ``/ui/``, never accepted by ``/chat``).
+    ``site_secrets``: keys the site makes for itself once (the viewer's cookie signing key),
+    outside the settings, which are listed and exported.
     """
     db.execute("ALTER TABLE transcripts ADD COLUMN title TEXT")
     db.execute(
@@ -257,10 +260,13 @@ def m010_run_viewer(db: Database) -> None:
             WHERE m.session_id = transcripts.id AND json_valid(m.envelope)
               AND json_extract(m.envelope, '$.role') = 'user'
               AND json_type(m.envelope, '$.content') = 'text'
-              AND trim(json_extract(m.envelope, '$.content')) != ''
+              AND trim(json_extract(m.envelope, '$.content'), ' ' || char(9, 10, 11, 12, 13))
+                  != ''
             ORDER BY m.position LIMIT 1)
         """
     )
+    db.execute("ALTER TABLE transcripts ADD COLUMN timeline TEXT")
+    db.execute("ALTER TABLE transcript_messages ADD COLUMN run_base INTEGER")
     db.execute("DROP INDEX transcripts_updated_at")
     db.execute("CREATE INDEX transcripts_recent ON transcripts (updated_at, id)")
     db.execute("ALTER TABLE api_tokens ADD COLUMN scope TEXT NOT NULL DEFAULT 'chat' "

@@ -153,8 +153,11 @@ PG_MIGRATIONS: dict[str, tuple[str, ...]] = {
             WHERE m.session_id = transcripts.id
               AND datamachine_json_field(m.envelope, 'role') = 'user'
               AND datamachine_json_type(m.envelope, 'content') = 'string'
-              AND btrim(datamachine_json_field(m.envelope, 'content')) != ''
+              AND btrim(datamachine_json_field(m.envelope, 'content'), E' \\t\\n\\x0B\\f\\r')
+                  != ''
             ORDER BY m.position LIMIT 1)""",
+        "ALTER TABLE transcripts ADD COLUMN timeline text",
+        "ALTER TABLE transcript_messages ADD COLUMN run_base bigint",
         "DROP INDEX transcripts_updated_at",
         "CREATE INDEX transcripts_recent ON transcripts (updated_at, id)",
         "ALTER TABLE api_tokens ADD COLUMN scope text NOT NULL DEFAULT 'chat' "

@@ -114,13 +114,15 @@ def demo(state: State, as_json: bool) -> None:
         print_run_summary("2. A runaway agent, stopped by its turn budget", second, host)
         click.echo()
         where = host.db_path or ":memory:"
-        click.echo(f"Transcripts are stored in {where}. Read one back with: "
-                   f"datamachine transcripts show {second.transcript_session_id}")
+        given = ""
         if host.db_path is not None:
             from datamachine.db import default_db_target
 
-            given = ("" if str(default_db_target()) == str(host.db_path)
-                     else f"--db {shlex.quote(str(host.db_path))} ")
+            if str(default_db_target()) != str(host.db_path):
+                given = f"--db {shlex.quote(str(host.db_path))} "
+        click.echo(f"Transcripts are stored in {where}. Read one back with: "
+                   f"datamachine {given}transcripts show {second.transcript_session_id}")
+        if host.db_path is not None:
             click.echo(f"Or browse every run: datamachine {given}serve --ui-open, then open "
                        "http://127.0.0.1:8000/ui/")
     # The demo itself succeeded when both runs ended the way they were designed to.

@@ -6,6 +6,7 @@ of the CLI.
 
 from __future__ import annotations
 
+import logging
 import sys
 from datetime import UTC, datetime
 
@@ -151,23 +152,37 @@ def serve(state: State, bind: str, port: int, log_level: str, ui_open: bool) -> 
     login = ("open, no login (--ui-open)" if ui_open else
              "log in with a token from `datamachine tokens create NAME --viewer`")
     click.echo(f"Run viewer: {base}/ui/ ({login})")
-    _log_to_stderr(log_level)
-    # At the server's shutdown, the spans still batched are sent.
-    run_server(host, bind=bind, port=port, log_level=log_level, on_stop=shutdown,
-               ui_open=ui_open)
+    handler = _log_to_stderr(log_level)
+    try:
+        # At the server's shutdown, the spans still batched are sent.
+        run_server(host, bind=bind, port=port, log_level=log_level, on_stop=shutdown,
+                   ui_open=ui_open)
+    finally:
+        for name in _OWN_LOGGERS:
+            logging.getLogger(name).removeHandler(handler)
 
 
-def _log_to_stderr(level: str) -> None:
+_OWN_LOGGERS = ("datamachine", "agents_api")
+
+
+class _UvicornStyle(logging.Formatter):
+    """``INFO:     message``, as uvicorn prints its own lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname + ':':<9} {super().format(record)}"
+
+
+def _log_to_stderr(level: str) -> logging.Handler:
     """datamachine's own log lines (viewer logins and answers, failures) beside uvicorn's:
-    nothing else gives the ``datamachine`` loggers a handler in a served process."""
-    import logging
-
-    logger = logging.getLogger("datamachine")
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+    nothing else gives its loggers a handler in a served process. Returns the handler, which
+    the caller removes when the server stops."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(_UvicornStyle("%(message)s"))
+    for name in _OWN_LOGGERS:
+        logger = logging.getLogger(name)
         logger.addHandler(handler)
-    logger.setLevel(level.upper())
+        logger.setLevel(level.upper())
+    return handler
 
 
 COMMANDS = [tokens, serve]

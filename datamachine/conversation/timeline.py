@@ -3,9 +3,10 @@
 Budget pressure, extensions, the stopping budget, the final summary, completion nudges and
 blockers are events (docs/events.md), gone once emitted; the transcript keeps only messages.
 A run records these few events as they fire, whether or not anyone listens, and its stop
-handler stores them with the run's result summary (``result["timeline"]``), so the run's page
-shows when each fired. Per-turn events (a turn starting, a tool call) are never recorded: the
-messages already say them, and recording them would cost every turn.
+handler stores them with the transcript (its ``timeline`` column, read by
+``TranscriptStore.timeline``), so the run's page shows when each fired. Per-turn events (a
+turn starting, a tool call) are never recorded: the messages already say them, and recording
+them would cost every turn.
 """
 
 from __future__ import annotations

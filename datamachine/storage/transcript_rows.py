@@ -65,24 +65,22 @@ def _request_field(request: Mapping[str, Any], key: str) -> str | None:
     return None if value is None else str(value)
 
 
-def _stored_result(conn: Conn, sid: str) -> dict[str, Any]:
-    """The result summary the session's last run stored ({} when none is readable)."""
-    row = query_one(conn, "SELECT result FROM transcripts WHERE id = ?", [sid])
+def _json_object(text: object) -> dict[str, Any]:
+    """A stored JSON object ({} when it is missing or not readable)."""
     try:
-        stored = json.loads(row["result"]) if row is not None else None
-    except (TypeError, ValueError):
+        found = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
         return {}
-    return stored if isinstance(stored, dict) else {}
+    return found if isinstance(found, dict) else {}
 
 
-def _earlier_timeline(stored: Mapping[str, Any], earlier: int) -> list[Any]:
-    """The stored timeline entries of the session's runs before the one finishing now (those
-    numbered from fewer than ``earlier`` turns)."""
-    found = stored.get("timeline")
-    if not isinstance(found, list):
+def _json_list(text: object) -> list[Any]:
+    """A stored JSON list of objects ([] when it is missing or not readable)."""
+    try:
+        found = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
         return []
-    return [entry for entry in found if isinstance(entry, dict)
-            and isinstance(entry.get("run_base"), int) and entry["run_base"] < earlier]
+    return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
 
 
 def _added(before: object, usage: Mapping[str, Any]) -> dict[str, Any]:
@@ -101,20 +99,25 @@ def read_counts(conn: Conn, sid: str) -> Counts | None:
     """The row's status and counts, or None when the session has no transcript yet."""
     row = query_one(conn, "SELECT status, message_count, turn_count, cumulative_turn_count "
                           "FROM transcripts WHERE id = ?", [sid])
-    if row is None:
-        return None
+    return None if row is None else _counts(row)
+
+
+def _counts(row: Any) -> Counts:
     return Counts(row["status"], int(row["message_count"]), int(row["turn_count"]),
                   int(row["cumulative_turn_count"]))
 
 
 def _insert(conn: Conn, sid: str, position: int, turn: int,
-            encoded: Sequence[str], now: float) -> None:
+            encoded: Sequence[str], now: float, run_base: int) -> None:
+    # ``run_base``: the session's turns before the run that writes them, which tells the
+    # session's runs apart (each numbers its turns from 1 again).
     if encoded:
         write_many_later(
             conn,
-            "INSERT INTO transcript_messages (session_id, position, turn, envelope, created_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [(sid, position + i, turn, text, now) for i, text in enumerate(encoded)])
+            "INSERT INTO transcript_messages (session_id, position, turn, envelope, created_at, "
+            "run_base) VALUES (?, ?, ?, ?, ?, ?)",
+            [(sid, position + i, turn, text, now, run_base)
+             for i, text in enumerate(encoded)])
 
 
 def title_of(messages: Sequence[MessageLike]) -> str | None:
@@ -148,9 +151,9 @@ def start(conn: Conn, sid: str, messages: Sequence[MessageLike],
     ``running`` with ``turn_count`` 0 (the counts of the run that starts now)."""
     counts = read_counts(conn, sid) or _create(conn, sid, request, now, messages)
     new = [encode(m) for m in messages[counts.message_count:]]
-    _insert(conn, sid, counts.message_count, 0, new, now)
     # Whatever ran before (a finished run, or one that was killed) is over now.
     earlier = counts.cumulative_turn_count
+    _insert(conn, sid, counts.message_count, 0, new, now, earlier)
     write_later(
         conn,
         "UPDATE transcripts SET status = 'running', provider = COALESCE(?, provider), "
@@ -172,8 +175,8 @@ def append(conn: Conn, sid: str, turn: int, messages: Sequence[MessageLike],
     """
     counts = read_counts(conn, sid) or _create(conn, sid, {}, now, messages)
     encoded = [encode(m) for m in messages]
-    _insert(conn, sid, counts.message_count, turn, encoded, now)
     earlier = counts.earlier_turns(turn)
+    _insert(conn, sid, counts.message_count, turn, encoded, now, earlier)
     after = Counts("running", counts.message_count + len(encoded), turn, earlier + turn)
     write_later(
         conn,
@@ -189,35 +192,39 @@ def finish(conn: Conn, sid: str, messages: Sequence[MessageLike],
 
     ``result`` is a ``LoopResult`` (or anything with its attributes).
     """
-    counts = read_counts(conn, sid) or _create(conn, sid, request, now, messages)
+    found = query_one(conn, "SELECT status, message_count, turn_count, cumulative_turn_count, "
+                            "usage, result, timeline FROM transcripts WHERE id = ?", [sid])
+    counts = (_counts(found) if found is not None
+              else _create(conn, sid, request, now, messages))
     new = [encode(m) for m in messages[counts.message_count:]]
     turn_count = int(getattr(result, "turn_count", 0) or 0)
-    _insert(conn, sid, counts.message_count, turn_count, new, now)
-    cumulative = counts.earlier_turns() + turn_count
+    earlier = counts.earlier_turns()
+    _insert(conn, sid, counts.message_count, turn_count, new, now, earlier)
+    cumulative = earlier + turn_count
     summary = {key: getattr(result, key) for key in SUMMARY_FIELDS if hasattr(result, key)}
-    # Product diagnostics a stop handler settled (a blocker, completion state).
+    # Product diagnostics a stop handler settled (a blocker, completion state); the
+    # timeline has a column of its own, so listings never read it.
     summary.update(getattr(result, "metadata", None) or {})
+    own = summary.pop("timeline", None)
     summary["cumulative_turn_count"] = cumulative
     usage = dict(getattr(result, "usage", None) or {})
-    earlier = counts.earlier_turns()
-    if earlier:  # a later run of the session: it adds to what the earlier runs kept
-        stored = _stored_result(conn, sid)
-        kept = _earlier_timeline(stored, earlier)
-        if kept:
-            own = summary.get("timeline")
-            summary["timeline"] = [*kept, *(own if isinstance(own, list) else [])][
-                -SESSION_TIMELINE:]
-        summary["session_usage"] = _added(stored.get("session_usage"), usage)
-    elif usage:
-        summary["session_usage"] = usage
+    timeline = own if isinstance(own, list) else []
+    if found is not None:  # every finish is a run of its own: it adds to the earlier ones'
+        timeline = [*_json_list(found["timeline"]), *timeline][-SESSION_TIMELINE:]
+        before = _json_object(found["result"])
+        if before:  # a run finished here before: the session's usage goes on from it
+            summed = before.get("session_usage")
+            summary["session_usage"] = _added(
+                summed if isinstance(summed, dict) else _json_object(found["usage"]), usage)
     write_later(
         conn,
         "UPDATE transcripts SET status = ?, provider = COALESCE(?, provider), "
         "model = COALESCE(?, model), mode = COALESCE(?, mode), updated_at = ?, turn_count = ?, "
-        "cumulative_turn_count = ?, message_count = ?, usage = ?, budgets = ?, result = ? "
-        "WHERE id = ?",
+        "cumulative_turn_count = ?, message_count = ?, usage = ?, budgets = ?, result = ?, "
+        "timeline = ? WHERE id = ?",
         [str(getattr(result, "status", "completed")), _request_field(request, "provider"),
          _request_field(request, "model"), _request_field(request, "mode"), now, turn_count,
          cumulative, counts.message_count + len(new),
          compact_json(usage),
-         compact_json(getattr(result, "budgets", None) or {}), compact_json(summary), sid])
+         compact_json(getattr(result, "budgets", None) or {}), compact_json(summary),
+         compact_json(timeline) if timeline else None, sid])

@@ -280,12 +280,14 @@ class TranscriptStore:
         return [json.loads(row[0]) for row in found]
 
     def numbered(self, session_id: str, *, limit: int | None = None
-                 ) -> builtins.list[tuple[int, dict[str, Any]]]:
-        """The stored messages with the turn that wrote each, ``(turn, envelope)`` in order
-        (turn 0: a run's starting messages; every run of a session counts from 1 again); at
-        most ``limit`` of them. TranscriptNotFound if unknown."""
+                 ) -> builtins.list[tuple[int | None, int, dict[str, Any]]]:
+        """The stored messages with the run and turn that wrote each, ``(run_base, turn,
+        envelope)`` in order: ``run_base`` is the session's turns before that run (None for
+        messages stored before migration m010), ``turn`` counts from 1 in every run (0:
+        a run's starting messages). At most ``limit`` of them. TranscriptNotFound if
+        unknown."""
         check_session_id(session_id)
-        sql = ("SELECT turn, envelope FROM transcript_messages WHERE session_id = ? "
+        sql = ("SELECT run_base, turn, envelope FROM transcript_messages WHERE session_id = ? "
                "ORDER BY position")
         params: builtins.list[Any] = [session_id]
         if limit is not None:
@@ -295,7 +297,25 @@ class TranscriptStore:
             found = conn.execute(sql, params).fetchall()
             if not found and not self.exists(session_id):
                 raise self._not_found(session_id)
-        return [(int(row[0]), _envelope(row[1])) for row in found]
+        return [(None if row[0] is None else int(row[0]), int(row[1]), _envelope(row[2]))
+                for row in found]
+
+    def timeline(self, session_id: str) -> builtins.list[dict[str, Any]]:
+        """The rare events every run of the session recorded (budget pressure, extensions,
+        stops, final summaries, nudges, blockers), in order; see docs/viewer.md.
+        TranscriptNotFound if unknown."""
+        check_session_id(session_id)
+        with self._lock:
+            row = query_one(self._db.conn, "SELECT timeline FROM transcripts WHERE id = ?",
+                            [session_id])
+        if row is None:
+            raise self._not_found(session_id)
+        try:
+            found = json.loads(row["timeline"]) if row["timeline"] is not None else []
+        except ValueError:
+            return []
+        return [entry for entry in found if isinstance(entry, dict)] \
+            if isinstance(found, list) else []
 
     def summary(self, session_id: str) -> TranscriptSummary:
         """Metadata of one transcript, without its messages; TranscriptNotFound if unknown,

@@ -27,7 +27,8 @@ def _looping(turns: int) -> list[dict[str, Any]]:
 
 
 def _stored_timeline(host: Host, session_id: str) -> list[dict[str, Any]]:
-    timeline: list[dict[str, Any]] = host.transcripts.summary(session_id).result["timeline"]
+    timeline = host.transcripts.timeline(session_id)
+    assert "timeline" not in host.transcripts.summary(session_id).result  # its own column
     return timeline
 
 
@@ -71,7 +72,7 @@ def test_a_completion_nudge_is_on_the_timeline(host: Host) -> None:
 
 def test_a_plain_run_stores_no_timeline(host: Host) -> None:
     host.run_conversation(USER, payload={"transcript_session_id": "p"})
-    assert "timeline" not in host.transcripts.summary("p").result
+    assert host.transcripts.timeline("p") == []
 
 
 def test_the_timeline_keeps_its_first_entries_and_short_values() -> None:

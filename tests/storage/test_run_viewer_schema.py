@@ -53,8 +53,9 @@ def test_m010_titles_the_transcripts_stored_before_it(tmp_path: Path) -> None:
     conn.executemany(
         "INSERT INTO transcript_messages (session_id, position, turn, envelope, created_at) "
         "VALUES (?, ?, 0, ?, 0)",
-        [("a", 0, envelope("system", "rules")), ("a", 1, envelope("user", "y" * 300)),
-         ("a", 2, envelope("user", "later")),
+        [("a", 0, envelope("system", "rules")), ("a", 1, envelope("user", "\n \t")),
+         ("a", 2, envelope("user", "y" * 300)),
+         ("a", 3, envelope("user", "later")),
          ("b", 0, "not json"), ("b", 1, envelope("user", "after a damaged one")),
          ("c", 0, envelope("assistant", "no user message"))])
     conn.execute("INSERT INTO api_tokens (name, token_hash, created_at) VALUES ('old', 'h', 0)")
@@ -111,6 +112,8 @@ def test_m010_titles_the_transcripts_stored_before_it_on_postgresql(pg_url: str)
         # The database as m009 left it: m010 undone, and rows written before it.
         for statement in (
                 "ALTER TABLE transcripts DROP COLUMN title",
+                "ALTER TABLE transcripts DROP COLUMN timeline",
+                "ALTER TABLE transcript_messages DROP COLUMN run_base",
                 "DROP FUNCTION datamachine_json_type(text, text)",
                 "DROP INDEX transcripts_recent",
                 "CREATE INDEX transcripts_updated_at ON transcripts (updated_at)",
@@ -121,7 +124,7 @@ def test_m010_titles_the_transcripts_stored_before_it_on_postgresql(pg_url: str)
         for sid in ("a", "b", "c"):
             conn.execute("INSERT INTO transcripts (id, status, created_at, updated_at) "
                          "VALUES (%s, 'completed', 0, 0)", [sid])
-        rows = [("a", 0, envelope("system", "rules")), ("a", 1, envelope("user", "  ")),
+        rows = [("a", 0, envelope("system", "rules")), ("a", 1, envelope("user", " \n\t ")),
                 ("a", 2, envelope("user", [{"type": "text", "text": "parts"}])),
                 ("a", 3, envelope("user", "y" * 300)),
                 ("b", 0, "not json"), ("b", 1, envelope("user", "[not a list]")),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -115,10 +115,18 @@ class ViewerSite:
     server: LiveServer
     token: str
     runs: dict[str, str]  # kind -> session id
+    clients: list[httpx.Client] = field(default_factory=list)
 
     @property
     def url(self) -> str:
         return self.server.url
+
+    def client(self, **options: Any) -> httpx.Client:
+        """An HTTP client of this site (no redirects followed unless asked), closed with it."""
+        options.setdefault("follow_redirects", False)
+        made = httpx.Client(base_url=self.url, **options)
+        self.clients.append(made)
+        return made
 
 
 def make_runs(host: Host) -> dict[str, str]:
@@ -155,9 +163,12 @@ def viewer_site(tmp_path: Path, *, ui_open: bool = False,
         server = LiveServer(host)
         server.app.app = create_app(host, ui_open=ui_open)
         server.start()
+        site = ViewerSite(host, server, token, runs)
         try:
-            yield ViewerSite(host, server, token, runs)
+            yield site
         finally:
+            for client in site.clients:
+                client.close()
             server.stop()
     finally:
         host.close()
@@ -172,7 +183,7 @@ def csrf_of(html: str) -> str:
 
 def logged_in(site: ViewerSite) -> httpx.Client:
     """An HTTP client (no redirects followed) with a viewer session."""
-    client = httpx.Client(base_url=site.url, follow_redirects=False)
+    client = site.client()
     page = client.get("/ui/login")
     answer = client.post("/ui/login", data={"token": site.token, "csrf": csrf_of(page.text),
                                             "next": "/ui/"})

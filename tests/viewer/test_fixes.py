@@ -19,11 +19,11 @@ def test_a_served_viewer_logs_logins_and_answers(tmp_path: Path) -> None:
     token = invoke(db, "tokens", "create", "alice", "--viewer")[1].strip().splitlines()[-1]
     process, url = _serve(db, log_level="info")
     try:
-        client = httpx.Client(base_url=url, follow_redirects=True, timeout=30)
-        page = client.get("/ui/login")
-        assert client.post("/ui/login", data={"token": token, "csrf": csrf_of(page.text)}
-                           ).status_code == 200
-        assert client.get("/ui/").status_code == 200
+        with httpx.Client(base_url=url, follow_redirects=True, timeout=30) as client:
+            page = client.get("/ui/login")
+            assert client.post("/ui/login", data={"token": token, "csrf": csrf_of(page.text)}
+                               ).status_code == 200
+            assert client.get("/ui/").status_code == 200
     finally:
         process.terminate()
         output = process.communicate(timeout=20)[0]
@@ -74,7 +74,7 @@ def test_a_resume_that_loses_the_race_says_so(site: ViewerSite) -> None:
 
 
 def test_the_open_viewer_refuses_requests_through_a_proxy(open_site: ViewerSite) -> None:
-    client = httpx.Client(base_url=open_site.url)
+    client = open_site.client()
     for header in ("X-Forwarded-For", "Forwarded", "X-Real-IP"):
         answer = client.get("/ui/", headers={header: "127.0.0.1"})
         assert answer.status_code == 403
@@ -101,7 +101,7 @@ def test_a_revoked_session_can_still_sign_out(site: ViewerSite) -> None:
 
 def test_a_chat_token_at_the_login_is_told_what_it_is(site: ViewerSite) -> None:
     chat = site.host.tokens.create("peer")
-    client = httpx.Client(base_url=site.url)
+    client = site.client()
     page = client.get("/ui/login")
     answer = client.post("/ui/login", data={"token": chat, "csrf": csrf_of(page.text)})
     assert answer.status_code == 401
@@ -114,27 +114,43 @@ def _envelope(role: str, text: str, kind: str = "") -> dict[str, object]:
 
 
 def test_each_run_of_a_session_gets_its_own_marks_and_the_stop_precedes_the_summary() -> None:
-    numbered = [
-        (0, _envelope("user", "first")), (1, _envelope("assistant", "a")),
-        (2, _envelope("assistant", "b")), (2, _envelope("assistant", "sum", "final_summary")),
-        (0, _envelope("user", "second")), (1, _envelope("assistant", "c")),
-        (2, _envelope("assistant", "d")),
-        (1, _envelope("assistant", "x")),  # a resumed run: its turn 1 again, no new prompt
+    numbered: list[tuple[int | None, int, dict[str, object]]] = [
+        (0, 0, _envelope("user", "first")), (0, 1, _envelope("assistant", "a")),
+        (0, 2, _envelope("assistant", "b")),
+        (0, 2, _envelope("assistant", "sum", "final_summary")),
+        (2, 0, _envelope("user", "second")), (2, 1, _envelope("assistant", "c")),
+        (3, 1, _envelope("assistant", "x")),  # a resumed run: its turn 1, as the last one's
     ]
     marks = [
         {"event": "budget_pressure", "turn": 2, "run_base": 0, "tier": "warning"},
         {"event": "budget_exceeded", "turn": 2, "run_base": 0},
         {"event": "budget_pressure", "turn": 1, "run_base": 2, "tier": "caution"},
+        {"event": "final_summary", "turn": 0, "run_base": 4},  # a run with no messages
+        {"event": ["not", "a", "name"], "turn": 1, "run_base": 3},  # damaged: still shown
     ]
     groups = present.timeline(numbered, marks)
     shape = [(g.run, g.turn, [i.kind if i.kind != "message" else i.text for i in g.items])
              for g in groups]
     assert shape == [
         (1, 0, ["first"]), (1, 1, ["a"]), (1, 2, ["mark", "b", "mark", "sum"]),
-        (2, 0, ["second"]), (2, 1, ["mark", "c"]), (2, 2, ["d"]),
-        (3, 1, ["x"]),
+        (2, 0, ["second"]), (2, 1, ["mark", "c"]),
+        (3, 1, ["mark", "x"]),
+        (4, 0, ["mark"]),
     ]
-    assert [g.opens_run for g in groups] == [False, False, False, True, False, False, True]
+    assert [g.opens_run for g in groups] == [False, False, False, True, False, True, True]
+    # Cut messages: a run past them is not on the page, so neither are its events.
+    cut = present.timeline(numbered[:3], marks, complete=False)
+    assert [(g.run, g.turn) for g in cut] == [(1, 0), (1, 1), (1, 2)]
+
+
+def test_old_messages_without_a_run_are_grouped_by_their_turns() -> None:
+    numbered: list[tuple[int | None, int, dict[str, object]]] = [
+        (None, 0, _envelope("user", "a")), (None, 1, _envelope("assistant", "b")),
+        (None, 0, _envelope("user", "c")), (None, 1, _envelope("assistant", "d")),
+    ]
+    groups = present.timeline(numbered, [])
+    assert [(g.run, g.turn, g.opens_run) for g in groups] == [
+        (1, 0, False), (1, 1, False), (2, 0, True), (2, 1, False)]
 
 
 def test_a_pause_with_tools_the_site_lacks_says_so_instead_of_offering_buttons(

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.viewer.site import DELETED, ViewerSite, csrf_of, logged_in
@@ -19,7 +18,7 @@ def _ids(html: str) -> list[str]:
 
 
 def test_every_page_needs_a_login_first(site: ViewerSite) -> None:
-    client = httpx.Client(base_url=site.url)
+    client = site.client()
     for path in ("/ui/", "/ui/run?id=weather-run", "/ui/?status=completed"):
         answer = client.get(path, follow_redirects=False)
         assert answer.status_code == 303
@@ -30,7 +29,7 @@ def test_every_page_needs_a_login_first(site: ViewerSite) -> None:
 
 def test_a_login_sets_a_signed_httponly_strict_cookie_and_returns_to_next(
         site: ViewerSite) -> None:
-    client = httpx.Client(base_url=site.url, follow_redirects=False)
+    client = site.client()
     page = client.get("/ui/login?next=/ui/run?id=weather-run")
     answer = client.post("/ui/login", data={"token": site.token, "csrf": csrf_of(page.text),
                                             "next": "/ui/run?id=weather-run"})
@@ -47,7 +46,7 @@ def test_a_login_sets_a_signed_httponly_strict_cookie_and_returns_to_next(
 @pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/", "/chat",
                                     "/ui\\..\\x"])
 def test_after_login_only_a_viewer_page_is_a_destination(site: ViewerSite, target: str) -> None:
-    client = httpx.Client(base_url=site.url, follow_redirects=False)
+    client = site.client()
     page = client.get("/ui/login")
     answer = client.post("/ui/login", data={"token": site.token, "csrf": csrf_of(page.text),
                                             "next": target})
@@ -56,7 +55,7 @@ def test_after_login_only_a_viewer_page_is_a_destination(site: ViewerSite, targe
 
 def test_a_chat_token_a_wrong_token_and_a_revoked_one_do_not_log_in(site: ViewerSite) -> None:
     chat_token = site.host.tokens.create("peer")
-    client = httpx.Client(base_url=site.url, follow_redirects=False)
+    client = site.client()
     page = client.get("/ui/login")
     for token, why in ((chat_token, "That is a /chat token"),
                        ("dm_nonsense", "not an active viewer token"),
@@ -77,11 +76,10 @@ def test_a_chat_token_a_wrong_token_and_a_revoked_one_do_not_log_in(site: Viewer
 def test_a_forged_or_tampered_cookie_is_a_new_visitor(site: ViewerSite) -> None:
     client = logged_in(site)
     value = client.cookies["dm_ui"]
-    forged = httpx.Client(base_url=site.url, follow_redirects=False,
-                          cookies={"dm_ui": value[:-3] + ("AAA" if value[-3:] != "AAA" else "BBB")})
+    tampered = value[:-3] + ("AAA" if value[-3:] != "AAA" else "BBB")
+    forged = site.client(cookies={"dm_ui": tampered})
     assert forged.get("/ui/").status_code == 303
-    unsigned = httpx.Client(base_url=site.url, follow_redirects=False,
-                            cookies={"dm_ui": '{"n": "x", "t": "alice", "c": 0}'})
+    unsigned = site.client(cookies={"dm_ui": '{"n": "x", "t": "alice", "c": 0}'})
     assert unsigned.get("/ui/").status_code == 303
 
 
@@ -201,7 +199,7 @@ def test_html_and_script_in_a_transcript_are_shown_as_text(site: ViewerSite) -> 
 
 def test_the_open_viewer_needs_no_login_but_only_answers_loopback_names(
         open_site: ViewerSite) -> None:
-    client = httpx.Client(base_url=open_site.url, follow_redirects=False)
+    client = open_site.client()
     assert client.get("/ui/").status_code == 200
     assert "open on loopback" in client.get("/ui/").text
     # DNS rebinding: another site's name pointed at 127.0.0.1 reaches the port, not the runs.

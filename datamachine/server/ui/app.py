@@ -82,6 +82,7 @@ class RunViewer:
         self.templates.globals["quote"] = lambda value: quote(str(value), safe="")
         self.templates.globals["shell_quote"] = shlex.quote
         self.stylesheet = (_HERE / "viewer.css").read_bytes()
+        self._origin: str | None = None  # the setting viewer_origin, as last read
 
     def routes(self) -> list[Route]:
         """The routes, to mount under ``/ui``."""
@@ -108,9 +109,14 @@ class RunViewer:
             self.keys.store(response, session, secure=self._secure(request))
         return response
 
-    def _public_origin(self) -> str | None:
+    def _read_public_origin(self) -> None:
+        """Read the setting ``viewer_origin`` (in a worker thread: it reads the database) for
+        the checks of this request, which run on the event loop."""
         value = self.host.settings.get("viewer_origin")
-        return value.rstrip("/") if isinstance(value, str) else None
+        self._origin = _origin_of(value) if isinstance(value, str) else None
+
+    def _public_origin(self) -> str | None:
+        return self._origin
 
     def _secure(self, request: Request) -> bool:
         """Whether the cookie is ``Secure``: the request came over https, or people open the
@@ -141,6 +147,7 @@ class RunViewer:
     def _visitor(self, request: Request) -> tuple[Session, bool]:
         """The request's session, and whether it may see the runs (runs in a worker thread:
         a logged-in session's token is checked in the database every time)."""
+        self._read_public_origin()
         if self.open_access:
             self._check_open(request)
         session = self.keys.read(request)
@@ -156,8 +163,9 @@ class RunViewer:
     async def _form(self, request: Request, session: Session) -> dict[str, str]:
         """The POSTed form, after the CSRF checks (403 :class:`_Refused` else)."""
         origin = request.headers.get("origin")
-        if origin is not None and origin not in (f"{request.url.scheme}://{request.url.netloc}",
-                                                 self._public_origin()):
+        if origin is not None and _origin_of(origin) not in (
+                _origin_of(f"{request.url.scheme}://{request.url.netloc}"),
+                self._public_origin()):
             raise _Refused(403, "Refused: this form was sent from another site (behind a "
                                 "reverse proxy, set the setting viewer_origin to the address "
                                 "people open the viewer at).")
@@ -249,7 +257,7 @@ class RunViewer:
         """Forget the session (the cookie is deleted): its CSRF token is all it needs, so a
         session whose token was revoked meanwhile can still sign out."""
         try:
-            session = self.keys.read(request)
+            session, _ = await anyio.to_thread.run_sync(self._visitor, request)
             await self._form(request, session)
         except _Refused as refused:
             return self._error(request, refused.status, refused.message)
@@ -292,13 +300,15 @@ class RunViewer:
             raise _Refused(404, f"No run is stored under {session_id!r}.") from None
         except UsageError as exc:
             raise _Refused(400, str(exc)) from None
-        except DataMachineError as exc:  # a damaged row: say which, never a bare 500
-            raise _Refused(500, str(exc)) from None
+        except DataMachineError as exc:  # a damaged row: logged whole, never a bare 500
+            logger.warning("datamachine: run viewer cannot show %r: %s", session_id, exc)
+            raise _Refused(500, "This run's stored row is damaged and cannot be shown; the "
+                                "server's log says why.") from None
         try:
             chat = self.host.chat_sessions.get(session_id)
         except (ChatSessionNotFound, UsageError):
             chat = None
-        marks = summary.result.get("timeline")
+        marks = store.timeline(session_id)
         result = summary.result
         pending = result.get("pending") if summary.status == "awaiting_confirmation" else None
         verdict = {key: result[key] for key in (
@@ -309,7 +319,8 @@ class RunViewer:
             verdict.pop("warning", None)  # it tells a program how to resume: the card does
         return {
             "run": _row_or_damaged(summary), "summary": summary, "chat": chat,
-            "turns": present.timeline(numbered, marks if isinstance(marks, list) else []),
+            "turns": present.timeline(numbered, marks,
+                                      complete=len(numbered) >= summary.message_count),
             "left_out": max(0, summary.message_count - len(numbered)),
             "pending": present.pending_view(pending),
             "missing_tools": self._missing_tools(session_id, pending),
@@ -402,6 +413,26 @@ def _row_or_damaged(summary: TranscriptSummary) -> present.RunRow:
         logger.warning("datamachine: run viewer cannot show the transcript %r: %s",
                        summary.id, exc)
         return present.damaged_row(summary.id, summary.status)
+
+
+def _origin_of(url: str) -> str | None:
+    """``url``'s origin as a browser sends it: lower-case scheme and host, the port only when
+    it is not the scheme's default (None for a value that is not an http(s) origin)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return None
+    scheme = parts.scheme.lower()
+    host = parts.hostname.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    default = 443 if scheme == "https" else 80
+    return f"{scheme}://{host}" + (f":{port}" if port is not None and port != default else "")
 
 
 def _host_name(header: str) -> str:

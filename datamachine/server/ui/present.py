@@ -218,11 +218,18 @@ def run_row(summary: TranscriptSummary) -> RunRow:
         reason=stop_reason(summary), mode=summary.mode or "-", provider=summary.provider or "-",
         model=summary.model or "-", turns=summary.cumulative_turn_count,
         tokens=tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
-        cost=(format_usd(cost * 1_000_000) if isinstance(cost, int | float)
-              and not isinstance(cost, bool) and math.isfinite(cost) else None),
+        cost=_cost(cost),
         started=when(summary.created_at),
         duration=duration_text(summary.updated_at - summary.created_at),
         bars=budget_bars(summary.budgets, summary.result.get("budget")))
+
+
+def _cost(value: object) -> str | None:
+    """Dollars for people; None (shown as "-") for a value no run spends."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            0 <= value < 1e12):  # also NaN
+        return None
+    return format_usd(value * 1_000_000)
 
 
 def _mapping(value: object) -> dict[str, Any]:
@@ -288,57 +295,64 @@ def mark_text(mark: dict[str, Any]) -> str:
     return str(event)
 
 
-def timeline(numbered: list[tuple[int, dict[str, Any]]],
-             marks: list[dict[str, Any]]) -> list[TurnGroup]:
-    """The messages grouped by turn, with the recorded events placed in their turns.
+def timeline(numbered: list[tuple[int | None, int, dict[str, Any]]],
+             marks: list[dict[str, Any]], *, complete: bool = True) -> list[TurnGroup]:
+    """The messages grouped by run and turn, with the recorded events placed in their turns.
 
     A session holds several runs (chat messages, a continuation, a resumed pause), each
-    numbering its turns from 1 again: a run starts where turn 0 comes back or the turn number
-    falls. Each run starts after the turns of the runs before it, which is how an event finds
-    its run (``run_base``; an entry stored without one belongs to the last run).
+    numbering its turns from 1 again; every stored message and event names its run by
+    ``run_base`` (the session's turns before it), so both find their group exactly. Messages
+    stored before that existed (``run_base`` None) are grouped by their turn numbers alone.
+    An event of a run with no group here lands in a group of its own at the end, unless the
+    messages were cut (``complete`` False): then its run is not on the page.
     """
-    runs: list[tuple[int, list[TurnGroup]]] = []  # (turns before the run, its groups)
-    base, previous = 0, None
-    for turn, envelope in numbered:
-        if previous is None or turn != previous:
-            starts = previous is None or (turn == 0 and previous != 0) or (
-                turn != 0 and previous != 0 and turn < previous)
-            if starts:
-                if runs:
-                    base += max(group.turn for group in runs[-1][1])
-                runs.append((base, []))
-            group = TurnGroup(turn, run=len(runs), opens_run=len(runs) > 1 and not runs[-1][1])
-            runs[-1][1].append(group)
-            previous = turn
-        runs[-1][1][-1].items.append(_item(envelope))
-    if not runs:
-        runs.append((0, []))
-    by_base = {run_base: (number, groups)
-               for number, (run_base, groups) in enumerate(runs, start=1)}
+    runs: dict[object, list[TurnGroup]] = {}
+    order: list[TurnGroup] = []
+    previous: tuple[object, int] | None = None
+    legacy = 0  # old messages: a new run wherever the turn numbers start again
+    for run_base, turn, envelope in numbered:
+        key: object = run_base
+        if run_base is None:
+            if previous is not None and (turn < previous[1] or (turn == 0 != previous[1])):
+                legacy += 1
+            key = ("legacy", legacy)
+        if previous != (key, turn):
+            groups = runs.setdefault(key, [])
+            group = TurnGroup(turn, run=list(runs).index(key) + 1,
+                              opens_run=not groups and bool(order))
+            groups.append(group)
+            order.append(group)
+            previous = (key, turn)
+        order[-1].items.append(_item(envelope))
     in_front: dict[int, int] = {}  # marks placed before a turn's messages so far, per group
     for mark in marks:
         if not isinstance(mark, dict):
             continue
-        run_base = mark.get("run_base")
-        number, groups = by_base.get(run_base if isinstance(run_base, int) else -1,
-                                     (len(runs), runs[-1][1]))
-        found_turn = mark.get("turn")
+        event = mark.get("event")
+        event = event if isinstance(event, str) else str(event)
+        run_base, found_turn = mark.get("run_base"), mark.get("turn")
         turn = found_turn if isinstance(found_turn, int) else 0
-        found = next((g for g in groups if g.turn == turn), None)
-        group = found if found is not None else TurnGroup(turn, run=number)
-        if found is None:
-            groups.append(group)
-        item = TimelineItem("mark", str(mark.get("event", "")).replace("_", " "),
-                            text=mark_text(mark))
-        if mark.get("event") in _BEFORE_SUMMARY:
+        its_run = runs.get(run_base) if isinstance(run_base, int) else None
+        target = next((g for g in its_run or () if g.turn == turn), None)
+        if target is None:
+            if not complete:
+                continue  # its run is past the messages shown
+            number = list(runs).index(run_base) + 1 if its_run else len(runs) + 1
+            target = TurnGroup(turn, run=number, opens_run=not its_run and bool(order))
+            runs.setdefault(run_base, []).append(target)
+            order.append(target)
+        item = TimelineItem("mark", event.replace("_", " "), text=mark_text(mark))
+        if event in _BEFORE_SUMMARY:
             # The stop comes before the final summary it asked for.
-            at = next((i for i, it in enumerate(group.items) if it.flag == "final summary"),
-                      len(group.items))
-            group.items.insert(at, item)
-        elif mark.get("event") in _MARK_AFTER_TURN:
-            group.items.append(item)
+            at = next((i for i, it in enumerate(target.items) if it.flag == "final summary"),
+                      len(target.items))
+            target.items.insert(at, item)
+        elif event in _MARK_AFTER_TURN:
+            target.items.append(item)
         else:
-            placed = in_front.get(id(group), 0)
-            group.items.insert(placed, item)
-            in_front[id(group)] = placed + 1
-    return [group for _, groups in runs for group in groups]
+            placed = in_front.get(id(target), 0)
+            target.items.insert(placed, item)
+            in_front[id(target)] = placed + 1
+    # A group a mark added belongs after its run's other groups.
+    position = {id(g): i for i, g in enumerate(order)}
+    return sorted(order, key=lambda g: (g.run, position[id(g)]))
