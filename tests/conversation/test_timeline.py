@@ -134,3 +134,17 @@ def test_every_run_of_a_chat_session_keeps_its_entries(host: Host) -> None:
     assert [(e["event"], e["turn"], e["run_base"]) for e in timeline] == [
         ("budget_exceeded", 2, 0), ("final_summary", 2, 0),
         ("budget_exceeded", 2, 2), ("final_summary", 2, 2)]
+
+
+def test_a_run_with_no_turns_keeps_its_events_when_the_session_goes_on(host: Host) -> None:
+    host.run_conversation(USER, [step], "scripted", "m", max_turns=1,
+                          payload={"script": _looping(5), "confirmation": "pause",
+                                   "transcript_session_id": "z"})
+    declined = host.resume("z", False, payload={"script": _looping(5)})
+    assert (declined.status, declined.turn_count) == ("budget_exceeded", 0)
+    events = [(e["event"], e["run_base"]) for e in _stored_timeline(host, "z")]
+    assert events == [("budget_exceeded", 1), ("final_summary", 1)]
+    continued = host.continue_conversation("z", 1, [step], "scripted", "m")
+    assert continued.status == "completed"
+    after = [(e["event"], e["run_base"]) for e in _stored_timeline(host, "z")]
+    assert after == events  # the declined run (no turns of its own) keeps its events

@@ -206,3 +206,13 @@ def test_a_stale_answer_never_answers_the_next_question(site: ViewerSite) -> Non
         again.pending["pause_id"])
     with pytest.raises(SessionNotPaused, match="answered and paused again"):
         site.host.resume("tea", True, pause_id=first_pause)
+
+
+def test_viewer_origin_is_compared_as_browsers_send_origins(site: ViewerSite) -> None:
+    client = logged_in(site)
+    csrf = csrf_of(client.get("/ui/").text)
+    site.host.settings.set("viewer_origin", "https://Runs.Example.com:443/")
+    answer = client.post("/ui/logout", data={"csrf": csrf},
+                         headers={"Origin": "https://runs.example.com"})
+    assert answer.status_code == 303
+    assert "secure" in answer.headers["set-cookie"].lower()
