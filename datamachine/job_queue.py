@@ -345,11 +345,10 @@ def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
         final = outages + 1 >= int(host.settings.effective("job_max_attempts"))
     stored = host.transcripts.summary(session_id) if host.transcripts.exists(session_id) \
         else None
-    if stored is not None and not _unfinished(stored):
-        # The run ended and was stored, but its job was not settled (the worker died between
-        # the two, or settling failed): settle it from what was stored, never ask again.
-        return _settle_from(host, job_id, stored.result)
     ttl = int(host.settings.effective("job_lock_ttl"))
+    settled = _settled_already(host, job_id, request, stored, ttl)
+    if settled is not None:
+        return settled
     payload = {**request.payload, "job_id": job_id, "transcript_session_id": session_id,
                "transcript_lock_ttl": ttl,
                "job_retry_codes": sorted(BUSY_CODES if final else RETRY_CODES)}
@@ -395,6 +394,59 @@ def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
         raise _busy(host, job_id, session_id)
     return _outage_or_fail(host, job_id, result.error_code or f"job_{result.status}",
                            str(result.error))
+
+
+def _settled_already(host: Host, job_id: int, request: JobRequest, stored: Any,
+                     ttl: int) -> str | None:
+    """The job's status when an earlier attempt's run is over and only its settling is left
+    (never ask the model again); None when the run must go on (or start)."""
+    if stored is None:
+        return None
+    if not _unfinished(stored):
+        # The run ended and was stored, but its job was not settled (the worker died between
+        # the two, or settling failed): settle it from what was stored.
+        return _settle_from(host, job_id, stored.result)
+    if _answered(host, stored.id, request):
+        return _close_answered(host, job_id, stored.id, ttl)
+    return None
+
+
+# Payload keys under which a run's end is more than the model's answer (a policy decides).
+_DECIDED_ENDS = ("completion_assertions", "completion_policy", "output_type")
+
+
+def _answered(host: Host, session_id: str, request: JobRequest) -> bool:
+    """Whether a job's unfinished transcript ends with the model's answer: its worker died
+    after storing the last turn (an answer, no tool call after it) and before the run's final
+    write. Going on would ask the model for that answer a second time. Only for jobs whose
+    end the answer alone decides: no completion assertions or policy, no structured output,
+    no handler tools (those may have nudged the answer instead)."""
+    if any(request.payload.get(key) for key in _DECIDED_ENDS):
+        return False
+    if any(getattr(host.tools.get(name), "handler", None) for name in request.tools):
+        return False
+    messages = host.transcripts.get(session_id)
+    last = messages[-1] if messages else {}
+    return bool(last.get("type") == "text" and last.get("role") == "assistant"
+                and isinstance(last.get("content"), str) and last["content"].strip()
+                and not (last.get("metadata") or {}).get("type"))
+
+
+def _close_answered(host: Host, job_id: int, session_id: str, ttl: int) -> str:
+    """Store the end of a run whose answer was stored (see :func:`_answered`) and settle its
+    job, under the transcript's lock (another attempt may be at it: then wait for it)."""
+    token = host.transcripts.acquire(session_id, ttl)
+    if token is None:
+        raise _busy(host, job_id, session_id)
+    try:
+        if not _unfinished(host.transcripts.summary(session_id)):
+            return _settle_from(host, job_id, host.transcripts.summary(session_id).result)
+        host.transcripts.set_status(session_id, "completed")
+    finally:
+        host.transcripts.release(session_id, token)
+    logger.info("datamachine: job %s: its run had answered before its worker stopped; "
+                "settled from the stored answer", job_id)
+    return _settle_from(host, job_id, {})
 
 
 def _unfinished(record: Any) -> bool:

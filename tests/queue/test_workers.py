@@ -275,6 +275,45 @@ def test_a_run_that_ended_before_its_job_was_settled_is_settled_not_asked_again(
         assert host.jobs.get(job.id).status == "completed"
 
 
+def test_a_run_killed_after_storing_its_answer_is_settled_not_asked_again(
+        queue_host: Host, tmp_path: Path) -> None:
+    """The worker died after the answer's turn was stored and before the run's final write
+    (the kill test caught a final answer asked twice this way)."""
+    from datamachine.job_queue import run_job
+
+    log = tmp_path / "asked.log"
+    url = getattr(queue_host.handle, "url", "")
+    with bootstrap.boot(db_path=url, load_entrypoints=False,
+                        plugins=[SlowModel(str(log))]) as host:
+        prompt = "killed 1 steps 1"
+        job = host.jobs.enqueue([{"role": "user", "content": prompt}], ["step"])
+        host.jobs.start(job.id)
+        sid = f"job-{job.id}"
+        # What the dead worker's run had stored: its prompt, then its turn's answer; the row
+        # is still running, with no lock behind it.
+        host.transcripts.begin(sid, [{"role": "user", "content": prompt}])
+        host.transcripts.append_turn(sid, 1, [{"role": "assistant", "content": "all done"}])
+        assert host.transcripts.summary(sid).status == "interrupted"
+        assert run_job(host, job.id) == "completed"
+        assert not log.exists() or log.read_text() == ""  # the model was not asked
+        assert host.transcripts.summary(sid).status == "completed"
+        assert [m["content"] for m in host.transcripts.get(sid)] == [prompt, "all done"]
+        # A run killed after a tool call's turn still goes on (the model is asked).
+        other = host.jobs.enqueue([{"role": "user", "content": "more 1 steps 1"}], ["step"])
+        host.jobs.start(other.id)
+        host.transcripts.begin(f"job-{other.id}", [{"role": "user", "content": "more 1 steps 1"}])
+        host.transcripts.append_turn(f"job-{other.id}", 1, [
+            {"type": "tool_call", "role": "assistant", "content": "",
+             "payload": {"tool_name": "step", "parameters": {"n": 1}},
+             "metadata": {"tool_call_id": "c1"}},
+            {"type": "tool_result", "role": "tool", "content": "ok",
+             "payload": {"success": True, "result": "ok", "tool_name": "step"},
+             "metadata": {"tool_call_id": "c1"}}])
+        assert run_job(host, other.id) == "completed"
+        assert log.exists()
+        assert log.read_text() != ""
+
+
 def test_an_http_error_the_provider_layer_gave_up_on_fails_the_job_at_once(
         queue_host: Host) -> None:
     from datamachine import ProviderRequest, hookimpl
