@@ -248,7 +248,9 @@ def m010_run_viewer(db: Database) -> None:
     for messages stored before). ``api_tokens.scope``: ``chat`` (the ``/chat`` endpoint,
     every token made before) or ``viewer`` (a login to ``/ui/``, never accepted by ``/chat``).
     ``site_secrets``: keys the site makes for itself once (the viewer's cookie signing key),
-    outside the settings, which are listed and exported.
+    outside the settings, which are listed and exported. ``ui_logins``: the viewer's open
+    logins (the SHA-256 of each session's nonce), so signing out ends a session on the server,
+    not only in the browser.
     """
     db.execute("ALTER TABLE transcripts ADD COLUMN title TEXT")
     db.execute(
@@ -271,6 +273,16 @@ def m010_run_viewer(db: Database) -> None:
     db.execute("CREATE INDEX transcripts_recent ON transcripts (updated_at, id)")
     db.execute("ALTER TABLE api_tokens ADD COLUMN scope TEXT NOT NULL DEFAULT 'chat' "
                "CHECK (scope IN ('chat', 'viewer'))")
+    db.execute(
+        """
+        CREATE TABLE ui_logins (
+            id TEXT PRIMARY KEY,
+            token_name TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            ended_at REAL
+        )
+        """
+    )
     db.execute(
         """
         CREATE TABLE site_secrets (

@@ -162,6 +162,11 @@ PG_MIGRATIONS: dict[str, tuple[str, ...]] = {
         "CREATE INDEX transcripts_recent ON transcripts (updated_at, id)",
         "ALTER TABLE api_tokens ADD COLUMN scope text NOT NULL DEFAULT 'chat' "
         "CHECK (scope IN ('chat', 'viewer'))",
+        f"""CREATE TABLE ui_logins (
+            id {_ID} PRIMARY KEY,
+            token_name text NOT NULL,
+            created_at double precision NOT NULL,
+            ended_at double precision)""",
         f"""CREATE TABLE site_secrets (
             name {_ID} PRIMARY KEY,
             value text NOT NULL,

@@ -119,6 +119,7 @@ def test_m010_titles_the_transcripts_stored_before_it_on_postgresql(pg_url: str)
                 "CREATE INDEX transcripts_updated_at ON transcripts (updated_at)",
                 "ALTER TABLE api_tokens DROP COLUMN scope",
                 "DROP TABLE site_secrets",
+                "DROP TABLE ui_logins",
                 "DELETE FROM datamachine_migrations WHERE name = 'm010_run_viewer'"):
             conn.execute(statement)
         for sid in ("a", "b", "c"):

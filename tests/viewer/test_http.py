@@ -88,10 +88,13 @@ def test_logout_needs_its_csrf_token_then_ends_the_session(site: ViewerSite) -> 
     page = client.get("/ui/")
     assert client.post("/ui/logout", data={"csrf": "wrong"}).status_code == 403
     assert client.get("/ui/").status_code == 200
+    copied = client.cookies["dm_ui"]  # a copy taken before signing out
     answer = client.post("/ui/logout", data={"csrf": csrf_of(page.text)})
     assert answer.status_code == 303
     client.cookies.clear()  # the browser drops the deleted cookie
     assert client.get("/ui/").status_code == 303
+    # The login ended on the server too: the copy opens nothing.
+    assert site.client(cookies={"dm_ui": copied}).get("/ui/").status_code == 303
 
 
 def test_resume_refuses_a_post_without_csrf_or_from_another_origin(

@@ -33,7 +33,14 @@ from datamachine.errors import (
     UsageError,
 )
 from datamachine.server.ui import present
-from datamachine.server.ui.session import Session, SessionKeys, is_loopback_host
+from datamachine.server.ui.session import (
+    Session,
+    SessionKeys,
+    end_login,
+    is_loopback_host,
+    login_open,
+    record_login,
+)
 from datamachine.storage.transcripts import TRANSCRIPT_STATUSES, TranscriptSummary
 
 if TYPE_CHECKING:
@@ -157,7 +164,8 @@ class RunViewer:
             return session, False
         token = self.host.tokens.get(session.token_name)
         allowed = (token is not None and token.scope == "viewer"
-                   and token.created_at == session.token_created_at)
+                   and token.created_at == session.token_created_at
+                   and login_open(self.host, session))
         return session, allowed
 
     async def _form(self, request: Request, session: Session) -> dict[str, str]:
@@ -250,8 +258,9 @@ class RunViewer:
             return self._page(request, session, "login.html", code=401, signed_in=False,
                               next=target, error=error)
         logger.info("datamachine: run viewer login by token %r", token.name)
-        return self._redirect(request, self.keys.login(token.name, token.created_at), target,
-                              store=True)
+        signed_in = self.keys.login(token.name, token.created_at)
+        await anyio.to_thread.run_sync(record_login, self.host, signed_in)
+        return self._redirect(request, signed_in, target, store=True)
 
     async def logout(self, request: Request) -> Response:
         """Forget the session (the cookie is deleted): its CSRF token is all it needs, so a
@@ -261,6 +270,8 @@ class RunViewer:
             await self._form(request, session)
         except _Refused as refused:
             return self._error(request, refused.status, refused.message)
+        if session.token_name is not None:
+            await anyio.to_thread.run_sync(end_login, self.host, session)
         return self._redirect(request, None, "/ui/login", store=True)
 
     # -- pages ------------------------------------------------------------------------------

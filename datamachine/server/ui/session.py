@@ -8,6 +8,9 @@ is still active and was made at that moment: revoking it (or rotating the name) 
 session it opened on the next request, with no cache to expire. A session lasts at most
 :data:`MAX_AGE` seconds after the login.
 
+Signing out ends the login on the server too (``ui_logins`` keeps each open login by a hash
+of its nonce): a cookie copied before is refused afterwards.
+
 CSRF: every form carries a token derived from the nonce with the site key (HMAC), which a page
 from another site can neither read nor compute; a POST whose token does not match, or whose
 ``Origin`` is not this server, is refused with 403 before anything happens. SameSite=Strict
@@ -39,7 +42,8 @@ if TYPE_CHECKING:
 
     from datamachine.host import Host
 
-__all__ = ["COOKIE", "MAX_AGE", "Session", "SessionKeys", "is_loopback_host", "site_secret"]
+__all__ = ["COOKIE", "MAX_AGE", "Session", "SessionKeys", "end_login", "is_loopback_host",
+           "login_open", "record_login", "site_secret"]
 
 COOKIE = "dm_ui"
 MAX_AGE = 12 * 3600
@@ -123,6 +127,38 @@ class SessionKeys:
     def csrf_ok(self, session: Session, given: object) -> bool:
         """Whether ``given`` (a form's field) is ``session``'s CSRF token."""
         return isinstance(given, str) and hmac.compare_digest(given, self.csrf(session))
+
+
+def _login_id(session: Session) -> str:
+    return hashlib.sha256(b"login:" + session.nonce.encode()).hexdigest()
+
+
+def record_login(host: Host, session: Session) -> None:
+    """Store ``session``'s login as open (and forget logins past their age)."""
+    now = clock.now()
+    with immediate(host.handle, connection_lock(host.handle), db_label(host.handle),
+                   "record a viewer login", (f"login:{session.token_name}",)) as conn:
+        conn.execute("DELETE FROM ui_logins WHERE created_at < ?", [now - MAX_AGE])
+        conn.execute("INSERT INTO ui_logins (id, token_name, created_at) VALUES (?, ?, ?)",
+                     [_login_id(session), session.token_name, now])
+
+
+def login_open(host: Host, session: Session) -> bool:
+    """Whether ``session``'s login is stored, not signed out, and younger than MAX_AGE."""
+    with connection_lock(host.handle):
+        row = query_one(host.handle.conn, "SELECT created_at, ended_at, token_name FROM "
+                                          "ui_logins WHERE id = ?", [_login_id(session)])
+    return (row is not None and row["ended_at"] is None
+            and row["token_name"] == session.token_name
+            and float(row["created_at"]) >= clock.now() - MAX_AGE)
+
+
+def end_login(host: Host, session: Session) -> None:
+    """Sign ``session`` out on the server: its cookie, even copied, opens nothing more."""
+    with immediate(host.handle, connection_lock(host.handle), db_label(host.handle),
+                   "end a viewer login", (f"login:{session.token_name}",)) as conn:
+        conn.execute("UPDATE ui_logins SET ended_at = ? WHERE id = ?",
+                     [clock.now(), _login_id(session)])
 
 
 def is_loopback_host(name: str) -> bool:
