@@ -149,7 +149,7 @@ def serve(state: State, bind: str, port: int, log_level: str, ui_open: bool) -> 
         click.echo(notice, err=True)
     base = f"http://{f'[{bind}]' if ':' in bind else bind}:{port}"
     click.echo(f"datamachine site {site_id}: POST /chat on {base} (Ctrl+C to stop)")
-    login = ("open, no login (--ui-open)" if ui_open else
+    login = ("no login: --ui-open, loopback only" if ui_open else
              "log in with a token from `datamachine tokens create NAME --viewer`")
     click.echo(f"Run viewer: {base}/ui/ ({login})")
     handler = _log_to_stderr(log_level)
