@@ -439,8 +439,9 @@ def _close_answered(host: Host, job_id: int, session_id: str, ttl: int) -> str:
     if token is None:
         raise _busy(host, job_id, session_id)
     try:
-        if not _unfinished(host.transcripts.summary(session_id)):
-            return _settle_from(host, job_id, host.transcripts.summary(session_id).result)
+        now = host.transcripts.summary(session_id)
+        if not _unfinished(now):  # another attempt ended it meanwhile
+            return _settle_from(host, job_id, now.result)
         host.transcripts.set_status(session_id, "completed")
     finally:
         host.transcripts.release(session_id, token)

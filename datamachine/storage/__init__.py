@@ -19,6 +19,7 @@ from datamachine.storage.tokens import ApiToken, TokenStore
 from datamachine.storage.transcript_writer import TranscriptWriter
 from datamachine.storage.transcripts import (
     Transcript,
+    TranscriptPage,
     TranscriptStatus,
     TranscriptStore,
     TranscriptSummary,
@@ -37,6 +38,7 @@ __all__ = [
     "TokenStore",
     "Transcript",
     "TranscriptLocks",
+    "TranscriptPage",
     "TranscriptStatus",
     "TranscriptStore",
     "TranscriptSummary",

@@ -253,18 +253,28 @@ def test_a_second_attempt_while_the_first_still_runs_waits_instead_of_running_tw
         host.close()
 
 
+def _logging_host(queue_host: Host, log: Path) -> Host:
+    """A second host on the queue's database whose model writes every request to ``log``."""
+    url = getattr(queue_host.handle, "url", "")
+    return bootstrap.boot(db_path=url, load_entrypoints=False, plugins=[SlowModel(str(log))])
+
+
+def _started_job(host: Host, prompt: str) -> Any:
+    """A queued job of ``prompt`` (tool ``step``), marked started as a worker would."""
+    job = host.jobs.enqueue([{"role": "user", "content": prompt}], ["step"])
+    host.jobs.start(job.id)
+    return job
+
+
 def test_a_run_that_ended_before_its_job_was_settled_is_settled_not_asked_again(
         queue_host: Host, tmp_path: Path) -> None:
     """The worker died between storing the run's end and settling its job."""
     from datamachine.job_queue import run_job
 
     log = tmp_path / "asked.log"
-    url = getattr(queue_host.handle, "url", "")
-    with bootstrap.boot(db_path=url, load_entrypoints=False,
-                        plugins=[SlowModel(str(log))]) as host:
+    with _logging_host(queue_host, log) as host:
         prompt = "ended 1 steps 1"
-        job = host.jobs.enqueue([{"role": "user", "content": prompt}], ["step"])
-        host.jobs.start(job.id)
+        job = _started_job(host, prompt)
         ended = host.run_conversation([{"role": "user", "content": prompt}],
                                       [host.tools.get("step")], mode="pipeline",
                                       payload={"transcript_session_id": f"job-{job.id}"})
@@ -282,12 +292,9 @@ def test_a_run_killed_after_storing_its_answer_is_settled_not_asked_again(
     from datamachine.job_queue import run_job
 
     log = tmp_path / "asked.log"
-    url = getattr(queue_host.handle, "url", "")
-    with bootstrap.boot(db_path=url, load_entrypoints=False,
-                        plugins=[SlowModel(str(log))]) as host:
+    with _logging_host(queue_host, log) as host:
         prompt = "killed 1 steps 1"
-        job = host.jobs.enqueue([{"role": "user", "content": prompt}], ["step"])
-        host.jobs.start(job.id)
+        job = _started_job(host, prompt)
         sid = f"job-{job.id}"
         # What the dead worker's run had stored: its prompt, then its turn's answer; the row
         # is still running, with no lock behind it.
@@ -299,8 +306,7 @@ def test_a_run_killed_after_storing_its_answer_is_settled_not_asked_again(
         assert host.transcripts.summary(sid).status == "completed"
         assert [m["content"] for m in host.transcripts.get(sid)] == [prompt, "all done"]
         # A run killed after a tool call's turn still goes on (the model is asked).
-        other = host.jobs.enqueue([{"role": "user", "content": "more 1 steps 1"}], ["step"])
-        host.jobs.start(other.id)
+        other = _started_job(host, "more 1 steps 1")
         host.transcripts.begin(f"job-{other.id}", [{"role": "user", "content": "more 1 steps 1"}])
         host.transcripts.append_turn(f"job-{other.id}", 1, [
             {"type": "tool_call", "role": "assistant", "content": "",
