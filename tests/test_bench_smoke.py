@@ -79,7 +79,7 @@ def test_http_bench_floor_and_datamachine_reach_the_answer_over_loopback() -> No
     finally:
         loop.close()
         server.kill()
-        server.wait()
+        server.wait(timeout=10)
 
 
 def test_time_to_first_delta_bench_reads_both_streams() -> None:

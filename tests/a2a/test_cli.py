@@ -110,7 +110,8 @@ def _serve(db: Path, *options: str, log_level: str = "warning"
             return process, url
         except httpx.TransportError:
             if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"serve did not start: {process.communicate()[0]}")
+                process.kill()  # a server still starting would keep communicate() waiting
+                pytest.fail(f"serve did not start: {process.communicate(timeout=10)[0]}")
             time.sleep(0.05)
 
 

@@ -115,7 +115,7 @@ def stop_server(served: Served) -> None:
         served.process.wait(timeout=10)
     except subprocess.TimeoutExpired:
         served.process.kill()
-        served.process.wait()
+        served.process.wait(timeout=10)
     served.host.close()
 
 

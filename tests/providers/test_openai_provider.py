@@ -560,10 +560,10 @@ def test_threads_share_one_pool(openai_server: FakeOpenAIServer, transport: str)
     provider = _provider(openai_server)
     openai_server.enqueue(*[Reply(body=completion("ok")) for _ in range(24)])
     answers: list[str] = []
-    start = threading.Barrier(8)
+    start = threading.Barrier(8, timeout=30)
 
     def work() -> None:
-        start.wait()  # every thread's first request at once: still one pool
+        start.wait()  # bounded: the barrier's timeout; every thread's first request at once
         for _ in range(3):
             answers.append(_complete(provider).content)
 
@@ -571,7 +571,7 @@ def test_threads_share_one_pool(openai_server: FakeOpenAIServer, transport: str)
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(timeout=30)
     provider.close()
 
     assert answers == ["ok"] * 24

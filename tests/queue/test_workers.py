@@ -67,7 +67,7 @@ class Workers:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
-                process.wait()
+                process.wait(timeout=10)
 
 
 @pytest.fixture

@@ -146,7 +146,7 @@ def test_writers_of_other_sessions_pass_a_held_session_and_its_own_writers_wait(
         other_done = threading.Event()
         other = _write_in_thread(pg_host, ("session:b",), other_done, errors)
         assert other_done.wait(DEADLINE_S)  # another session: not held up
-        other.join()
+        other.join(timeout=30)
         same_done = threading.Event()
         same = _write_in_thread(pg_host, ("session:a",), same_done, errors)
         deadline = time.monotonic() + DEADLINE_S
@@ -158,7 +158,7 @@ def test_writers_of_other_sessions_pass_a_held_session_and_its_own_writers_wait(
     finally:
         holder.__exit__(None, None, None)
     assert same_done.wait(DEADLINE_S)
-    same.join()
+    same.join(timeout=30)
     assert errors == []
 
 
@@ -178,7 +178,7 @@ def test_an_unkeyed_write_waits_for_every_keyed_one(pg_host: Host, pg_url: str) 
     finally:
         holder.__exit__(None, None, None)
     assert done.wait(DEADLINE_S)
-    whole.join()
+    whole.join(timeout=30)
     assert errors == []
 
 
@@ -269,7 +269,7 @@ def test_another_thread_s_batch_does_not_hide_a_new_value(pg_host: Host, pg_url:
         assert pg_host.settings.get("max_turns") == 9  # this thread is not in the batch
     finally:
         done.set()
-        thread.join()
+        thread.join(timeout=30)
 
 
 @pytest.mark.parametrize("target", ["postgresql+psycopg://dm:S3cretPW@127.0.0.1:5/dm",

@@ -36,7 +36,7 @@ def _lock_is_free(lock: StoreLock) -> bool:
 
     thread = threading.Thread(target=try_it)
     thread.start()
-    thread.join()
+    thread.join(timeout=30)
     return got[0]
 
 

@@ -105,7 +105,7 @@ def run_until_killed(db_path: str, session_id: str, finished_turns: int, ready: 
         if turn == finished_turns + 1:
             ready_path.write_text(str(turn))
             if block:
-                threading.Event().wait()
+                threading.Event().wait()  # bounded: the parent kills this process
         return scripted_turn(session_id, turn, total)
 
     run_scripted(session_id, total, store=store, runner=runner, ttl=ttl)

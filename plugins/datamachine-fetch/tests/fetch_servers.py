@@ -67,7 +67,7 @@ class Server:
         self.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()
-        self.thread.join()
+        self.thread.join(timeout=30)
 
 
 def _handler(server: Server) -> type[BaseHTTPRequestHandler]:

@@ -31,7 +31,7 @@ def crash() -> str:
 @server.tool()
 async def hang() -> str:
     """Never answer."""
-    await asyncio.Event().wait()
+    await asyncio.Event().wait()  # bounded: the client gives up at its timeout
     return "unreachable"
 
 
