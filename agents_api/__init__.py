@@ -1,8 +1,8 @@
 """agents_api: the generic bounded conversation loop.
 
-It sequences turns, enforces budgets, runs tools through an executor, emits events, holds the
-transcript lock and calls the persister. It never imports ``datamachine``: products adapt their
-own concepts onto it through callables.
+It sequences turns, enforces budgets, runs tools, emits events, holds the transcript lock and
+calls the persister. It never imports ``datamachine``: a product implements :class:`LoopHooks`
+(or passes ``run_loop`` its callables) and gets one :class:`RunStop` back.
 
 Public names are loaded on first use (PEP 562): a host that only registers budgets at boot needs
 ``IterationBudget``, not the loop and its pydantic result models.
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from agents_api._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from agents_api.api import CallableHooks, arun_loop, hooked_steps, run_loop
     from agents_api.budget import IterationBudget
     from agents_api.errors import (
         AgentsAPIError,
@@ -24,12 +25,8 @@ if TYPE_CHECKING:
         InvalidTurnResult,
         LockLost,
     )
-    from agents_api.loop import (
-        arun_loop,
-        normalize_tool_result,
-        run_loop,
-        tool_result_content,
-    )
+    from agents_api.hooks import LoopHooks, LoopSettings, TurnContext
+    from agents_api.loop import normalize_tool_result, tool_result_content
     from agents_api.message import Message, normalize_message, normalize_messages
     from agents_api.pause import Pause
     from agents_api.results import (
@@ -59,9 +56,14 @@ _EXPORTS: dict[str, str] = {
     "TranscriptLock": "agents_api.transcript",
     "TranscriptPersister": "agents_api.transcript",
     "TranscriptWriter": "agents_api.transcript",
-    "arun_loop": "agents_api.loop",
+    "CallableHooks": "agents_api.api",
+    "arun_loop": "agents_api.api",
+    "hooked_steps": "agents_api.api",
+    "run_loop": "agents_api.api",
+    "LoopHooks": "agents_api.hooks",
+    "LoopSettings": "agents_api.hooks",
+    "TurnContext": "agents_api.hooks",
     "normalize_tool_result": "agents_api.loop",
-    "run_loop": "agents_api.loop",
     "tool_result_content": "agents_api.loop",
     "Message": "agents_api.message",
     "normalize_message": "agents_api.message",
@@ -77,6 +79,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "AgentsAPIError",
+    "CallableHooks",
     "Decision",
     "HeldLock",
     "InvalidBudget",
@@ -85,7 +88,9 @@ __all__ = [
     "InvalidTurnResult",
     "IterationBudget",
     "LockLost",
+    "LoopHooks",
     "LoopResult",
+    "LoopSettings",
     "Message",
     "Pause",
     "RunStop",
@@ -94,8 +99,10 @@ __all__ = [
     "TranscriptPersister",
     "TranscriptWriter",
     "TurnAnswer",
+    "TurnContext",
     "TurnResult",
     "arun_loop",
+    "hooked_steps",
     "normalize_message",
     "normalize_messages",
     "normalize_tool_result",

@@ -108,7 +108,9 @@ class IterationBudget:
 
     def exceeded(self) -> bool:
         """True once the ceiling is reached (inclusive) or the time rail is spent."""
-        return self._current >= self._ceiling or self._time_spent()
+        # Asked several times per turn: the time rail is read inline, and only when set.
+        return self._current >= self._ceiling or (
+            self._max_seconds is not None and self.elapsed_seconds() >= self._max_seconds)
 
     def to_response_flag(self) -> str:
         """The flag a result carries when this budget stopped the run: ``max_<name>_reached``."""

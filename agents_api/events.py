@@ -8,17 +8,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, cast
 
-__all__ = ["Emitter", "EventSink"]
+__all__ = ["Emitter", "EventListener", "EventSink"]
 
 logger = logging.getLogger("agents_api.loop")
 
 EventSink = Callable[[str, dict[str, Any]], object]
 
 
+class EventListener(Protocol):
+    """A sink object: ``emit(event, payload)``; it may declare ``never_raises = True`` (it
+    guards itself) and ``per_turn_events`` (False: only the loop's rare events)."""
+
+    def emit(self, event: str, payload: dict[str, Any]) -> object:
+        """Receive one event."""
+
+
 class Emitter:
-    """``emit(event, payload)`` to one sink, guarded.
+    """``emit(event, payload)`` to one sink (a callable, or an object with an ``emit``
+    method), guarded.
 
     A sink that declares ``never_raises = True`` (it guards itself, as datamachine's run
     emitter does) is called directly; any other is wrapped so its exceptions are logged. A sink
@@ -29,14 +38,17 @@ class Emitter:
 
     __slots__ = ("emit", "listening")
 
-    def __init__(self, sink: EventSink | None) -> None:
+    def __init__(self, sink: EventSink | EventListener | None) -> None:
         self.listening = sink is not None and getattr(sink, "per_turn_events", True) is not False
         if sink is None:
             self.emit: Callable[[str, dict[str, Any]], None] = _nothing
-        elif getattr(sink, "never_raises", False) is True:
-            self.emit = sink  # type: ignore[assignment]  # its result is ignored
+            return
+        method = getattr(sink, "emit", None)  # an object with emit(), else a callable
+        call = cast(EventSink, method if callable(method) else sink)
+        if getattr(sink, "never_raises", False) is True:
+            self.emit = cast(Callable[[str, dict[str, Any]], None], call)  # result ignored
         else:
-            self.emit = _guarded(sink)
+            self.emit = _guarded(call)
 
 
 def _nothing(event: str, payload: dict[str, Any]) -> None:

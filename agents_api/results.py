@@ -8,7 +8,7 @@ returning the wrong shape gets a clear error instead of a ``KeyError`` three tur
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -16,9 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agents_api.errors import InvalidTurnResult
 from agents_api.message import Message
 from agents_api.records import LoopStatus
+from agents_api.unchecked import unchecked
 
 __all__ = ["Decision", "LoopResult", "LoopStatus", "RunStop", "StopVerdict", "TurnAnswer",
-           "TurnResult", "coerce_turn_result", "empty_usage", "terminal_payload"]
+           "TurnResult", "add_usage", "coerce_turn_result", "empty_usage", "final_content",
+           "terminal_payload"]
 
 
 def empty_usage() -> dict[str, Any]:
@@ -112,14 +114,17 @@ class Decision(BaseModel):
     context: dict[str, Any] = Field(default_factory=dict)
 
 
-# Never changed by the loop once made; slotted, not frozen (see agents_api.records).
+# Never changed once made; slotted, not frozen (see agents_api.records).
 @dataclass(slots=True)
 class RunStop:
-    """What a run's stop handler (``on_stop``) sees: the run as the loop stopped it.
+    """Why a run stopped and what it did: the one record the loop hands the product.
 
-    ``status``, ``budget``, ``error`` and ``error_code`` are the loop's verdict; ``messages`` the
-    transcript so far (read it, do not change it: a handler adds messages through its
-    :class:`StopVerdict`); ``budgets`` a snapshot per budget.
+    The loop makes it twice: as its own verdict for the ``stop`` hook (``status``, ``budget``,
+    ``error`` and ``error_code`` as the loop saw them), and once more at the very end with the
+    hook's :class:`StopVerdict` applied (:meth:`decided`) and storage done; that last one is
+    what the loop returns, what it stores and what its terminal event reports. ``messages`` is
+    the transcript (read it, do not change it: a hook adds messages through its verdict);
+    ``budgets`` a snapshot per budget.
     """
 
     status: LoopStatus
@@ -137,10 +142,16 @@ class RunStop:
     flags: list[str] = field(default_factory=list)
     warning: str | None = None
     pending: dict[str, Any] | None = None
+    # The loop's notices (a stop hook that failed, a transcript that could not be stored),
+    # then the verdict's.
+    warnings: list[str] = field(default_factory=list)
+    request_metadata: dict[str, Any] = field(default_factory=dict)
+    # Product diagnostics the verdict adds (persisters store them with the transcript).
+    metadata: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, result: LoopResult) -> RunStop:
-        """The stop a finished result describes (for a product deciding after the loop)."""
+        """The stop a finished result describes."""
         return cls(
             status=result.status, budget=result.budget, error=result.error,
             error_code=result.error_code, messages=result.messages,
@@ -149,7 +160,44 @@ class RunStop:
             last_tool_calls=result.last_tool_calls,
             tool_execution_results=result.tool_execution_results,
             session_id=result.transcript_session_id, flags=list(result.flags),
-            warning=result.warning, pending=result.pending)
+            warning=result.warning, pending=result.pending, warnings=list(result.warnings),
+            request_metadata=result.request_metadata, metadata=dict(result.metadata))
+
+    def decided(self, verdict: StopVerdict | None, budgets: dict[str, dict[str, Any]],
+                *, verdict_applies: bool = True) -> RunStop:
+        """This stop with ``verdict`` applied: the one place a verdict changes a run's end.
+
+        Fields the verdict sets replace the loop's; its messages are appended (a final
+        summary), its usage added, its warnings and metadata merged. ``verdict_applies=False``
+        (the run lost its lock: its own end is that error) keeps only the verdict's warnings.
+        ``budgets``: the snapshots as the run ends (the stop hook may have spent more).
+        """
+        warnings = list(self.warnings)
+        if verdict is None:
+            return replace(self, budgets=budgets, warnings=warnings,
+                           pending=self.pending if self.status == "awaiting_confirmation"
+                           else None)
+        warnings += [w for w in verdict.warnings if w not in warnings]
+        if not verdict_applies:
+            return replace(self, budgets=budgets, warnings=warnings, pending=None)
+        given = verdict.model_fields_set  # a property: read once, not once per name
+        messages = [*self.messages, *verdict.messages] if verdict.messages else self.messages
+        usage = dict(self.usage)
+        add_usage(usage, verdict.usage)
+        status = verdict.status if "status" in given and verdict.status else self.status
+        final = (verdict.final_content if "final_content" in given
+                 else final_content(verdict.messages) or self.final_content)
+        return replace(
+            self, status=status,
+            budget=verdict.budget if "budget" in given else self.budget,
+            flags=list(verdict.flags) if "flags" in given else self.flags,
+            warning=verdict.warning if "warning" in given else self.warning,
+            error=verdict.error if "error" in given else self.error,
+            error_code=verdict.error_code if "error_code" in given else self.error_code,
+            pending=((verdict.pending if "pending" in given else self.pending)
+                     if status == "awaiting_confirmation" else None),
+            final_content=final, messages=messages, usage=usage, budgets=budgets,
+            warnings=warnings, metadata={**self.metadata, **verdict.metadata})
 
 
 class StopVerdict(BaseModel):
@@ -211,10 +259,46 @@ class LoopResult(BaseModel):
     # What an ``awaiting_confirmation`` run waits for (see agents_api.pause); else None.
     pending: dict[str, Any] | None = None
 
+    @classmethod
+    def of(cls, stop: RunStop) -> LoopResult:
+        """The result of a run that ended as ``stop`` (a decided stop: see
+        :meth:`RunStop.decided`)."""
+        return unchecked(
+            cls, messages=stop.messages, final_content=stop.final_content,
+            turn_count=stop.turn_count, completed=stop.status == "completed",
+            status=stop.status, budget=stop.budget, flags=stop.flags, warning=stop.warning,
+            error=stop.error, error_code=stop.error_code, usage=stop.usage,
+            tool_execution_results=stop.tool_execution_results,
+            last_tool_calls=stop.last_tool_calls, request_metadata=stop.request_metadata,
+            budgets=stop.budgets, transcript_session_id=stop.session_id,
+            warnings=stop.warnings, metadata=stop.metadata, pending=stop.pending)
+
+
+def add_usage(total: dict[str, Any], usage: Mapping[str, Any]) -> None:
+    """Add ``usage``'s numbers into ``total`` (other values replace)."""
+    for key, value in usage.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            previous = total.get(key, 0)
+            if isinstance(previous, int | float) and not isinstance(previous, bool):
+                total[key] = previous + value
+                continue
+        total[key] = value
+
+
+def final_content(messages: list[Message], start: int = 0) -> str:
+    """The last assistant text among ``messages[start:]``: never an earlier run's answer."""
+    for index in range(len(messages) - 1, start - 1, -1):
+        message = messages[index]
+        if (message.role == "assistant" and message.type == "text"
+                and isinstance(message.content, str) and message.content):
+            return message.content
+    return ""
+
 
 def terminal_payload(result: Any) -> dict[str, Any]:
     """The payload of a run's terminal event (``completed`` or ``failed``) from its result (a
-    ``LoopResult`` or anything with its fields): every emitter of that event uses this one."""
+    ``LoopResult``, a decided ``RunStop`` or anything with their fields): every emitter of that
+    event uses this one."""
     return {
         "status": result.status, "turn": result.turn_count, "turn_count": result.turn_count,
         "message_count": len(result.messages),

@@ -53,7 +53,7 @@ class Host(Services):
         output_type: Any = None,
     ) -> ConversationResult:
         """Run one bounded conversation on this host (see ``datamachine.run_conversation``)."""
-        from datamachine.conversation.run import ConversationRun
+        from datamachine.conversation.conversation_run import ConversationRun
 
         return ConversationRun.create(self, messages, tools, self.default_provider(provider),
                                       self.default_model(model), mode,
@@ -74,7 +74,7 @@ class Host(Services):
         output_type: Any = None,
     ) -> ConversationResult:
         """Async twin of :meth:`run_conversation`."""
-        from datamachine.conversation.run import ConversationRun
+        from datamachine.conversation.conversation_run import ConversationRun
 
         run = ConversationRun.create(self, messages, tools, self.default_provider(provider),
                                      self.default_model(model), mode,

@@ -107,7 +107,7 @@ def test_a_copied_tool_does_not_reuse_its_originals_provider_json() -> None:
 
 
 def test_a_successful_result_is_copied_so_the_executors_dict_stays_its_own() -> None:
-    from agents_api._tools import normalize_tool_result
+    from agents_api import normalize_tool_result
 
     constant = {"success": True, "result": "done"}
     result = normalize_tool_result(constant)

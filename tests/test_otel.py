@@ -350,12 +350,12 @@ def test_a_run_is_a_child_of_the_span_current_where_it_starts(telemetry: Telemet
 def test_without_a_tracer_provider_runs_are_not_observed(tmp_path: Path) -> None:
     code = (
         "import bootstrap\n"
-        "from datamachine.conversation import run as run_module\n"
+        "from datamachine.conversation import conversation_run as run_module\n"
         "made = []\n"
-        "real = run_module.run_emitter\n"
+        "real = run_module.RunEvents\n"
         "def spy(*a, **k):\n"
         "    e = real(*a, **k); made.append(e.active); return e\n"
-        "run_module.run_emitter = spy\n"
+        "run_module.RunEvents = spy\n"
         "host = bootstrap.boot(db_path=':memory:', load_entrypoints=False)\n"
         "assert 'datamachine.default_plugins.otel' in host.plugins\n"
         "r = host.run_conversation([{'role': 'user', 'content': 'hi'}], provider='scripted',\n"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from agents_api import Decision, Message
-from agents_api.records import LoopStatus
+from agents_api.records import LoopStatus, ToolCall
 from agents_api.results import empty_usage
 from datamachine.budgets_builtin import CONVERSATION_TURNS
 from datamachine.completion.assertions import (
@@ -112,6 +112,7 @@ class CompletionRun:
         self.trivial = (self.builtin and not assertions.configured
                         and not getattr(policy, "configured_handlers", None))
         self.policy_error: InvalidCompletionPolicy | None = None
+        self.asserting = assertions.configured
 
     # -- building it -----------------------------------------------------------------------
     @classmethod
@@ -183,33 +184,33 @@ class CompletionRun:
 
     # -- the hooks the loop and the turn runner call ----------------------------------------
 
-    def _context(self, loop_context: Mapping[str, Any]) -> dict[str, Any]:
-        return {"mode": self.mode, "modes": list(self.modes), "turn": loop_context.get("turn"),
+    def _context(self, turn: int) -> dict[str, Any]:
+        return {"mode": self.mode, "modes": list(self.modes), "turn": turn,
                 "payload": self.payload, "engine_data": self.engine_data,
                 "tool_names": list(self.tools)}
 
-    def on_tool_result(self, call: dict[str, Any], result: dict[str, Any],
-                       context: dict[str, Any]) -> Decision | None:
-        """The loop's hook after every executed tool call."""
-        name = str(call.get("name", ""))
+    def on_tool_result(self, call: ToolCall, result: dict[str, Any],
+                       turn: int) -> Decision | None:
+        """After every call the run ran (or refused) in turn ``turn``: the policy's word."""
+        name = call.name
         tool = self.tools.get(name)
         if self.trivial and (tool is None or not (tool.terminal or tool.handler)) and (
                 "runtime" not in result):
             return None
-        parameters = call.get("parameters")
+        parameters = call.parameters
         if type(parameters) is not dict and not isinstance(parameters, Mapping):
             parameters = result.get("parameters")
         if is_blocker_tool(tool):
-            return self._blocker(call, result, context)
-        policy_context = self._context(context)
+            return self._blocker(call, result, turn)
+        policy_context = self._context(turn)
         policy_context["parameters"] = (dict(parameters) if type(parameters) is dict
                                         or isinstance(parameters, Mapping) else {})
-        policy_context["tool_call_id"] = call.get("id")
+        policy_context["tool_call_id"] = call.id
         if self.builtin:
             decision: Decision | None = self.policy.record_tool_result(name, tool, result,
                                                                        policy_context)
         else:
-            if self.assertions.configured:  # the counts only feed assertions
+            if self.asserting:  # the counts only feed assertions
                 self.tracker.record(name, result, policy_context["parameters"])
             method = getattr(self.policy, "record_tool_result", None)
             if not callable(method):
@@ -220,8 +221,7 @@ class CompletionRun:
             self.pending = False
         return decision
 
-    def _blocker(self, call: dict[str, Any], result: dict[str, Any],
-                 context: Mapping[str, Any]) -> Decision | None:
+    def _blocker(self, call: ToolCall, result: dict[str, Any], turn: int) -> Decision | None:
         reason = blocker_reason(result)
         if reason is None:
             return None  # an empty reason: the model reads the error and may try again
@@ -229,7 +229,7 @@ class CompletionRun:
             self.blocker = reason
             evaluation = self.evaluate()
             self.emit("blocker_reported", {
-                "turn": context.get("turn"), "tool_call_id": call.get("id"), "reason": reason,
+                "turn": turn, "tool_call_id": call.id, "reason": reason,
                 "completion_assertions_missing": evaluation.missing,
                 "completion_assertions_satisfied": evaluation.satisfied,
             })
@@ -238,10 +238,10 @@ class CompletionRun:
                                                 "blocker": self.blocker})
 
     def on_natural_completion(self, messages: list[Message], content: str,
-                              context: dict[str, Any]) -> list[Message]:
-        """The turn runner's callback for an answer without tool calls: the continuation
-        messages (a nudge) when the policy says the task is not done, else nothing."""
-        if self.single_turn or self.blocker is not None or context.get("final_summary"):
+                              turn: int) -> list[Message]:
+        """An answer without tool calls in turn ``turn``: the continuation messages (a nudge)
+        when the policy says the task is not done, else nothing."""
+        if self.single_turn or self.blocker is not None:
             return []
         if self.trivial and not describes_tool_action(content):
             self.pending = False
@@ -252,7 +252,7 @@ class CompletionRun:
             return []
         transcript = [*messages, Message.text("assistant", content)] if content else list(
             messages)
-        decision = self._decision(method(transcript, content, self._context(context)),
+        decision = self._decision(method(transcript, content, self._context(turn)),
                                   "record_natural_completion")
         if decision.complete:
             self.pending = False
@@ -262,11 +262,11 @@ class CompletionRun:
         self.pending = True
         self.nudge_count += 1
         self.last_nudge = text
-        self._report_nudge(text, decision, context, len(transcript) + 1)
+        self._report_nudge(text, decision, turn, len(transcript) + 1)
         return [Message.text("user", text, {"type": NUDGE_METADATA_TYPE,
                                             "completion_nudge_count": self.nudge_count})]
 
-    def _report_nudge(self, text: str, decision: Decision, context: Mapping[str, Any],
+    def _report_nudge(self, text: str, decision: Decision, turn: int,
                       message_count: int) -> None:
         evaluation = self.evaluate()
         diagnostics: dict[str, Any] = {
@@ -275,7 +275,7 @@ class CompletionRun:
             "completion_assertions_required": evaluation.required,
             "completion_assertions_missing": evaluation.missing,
             "completion_assertions_satisfied": evaluation.satisfied,
-            "completion_nudge_turn": context.get("turn"),
+            "completion_nudge_turn": turn,
         }
         extra: dict[str, Any] = {key: decision.context[key]
                                  for key in ("reason", "remaining_handlers")
@@ -284,7 +284,7 @@ class CompletionRun:
                                              "message_count": message_count})
         if self.job is not None:
             record = {k: v for k, v in diagnostics.items() if k != "completion_nudge_turn"}
-            record["completion_nudge_last_turn"] = context.get("turn")
+            record["completion_nudge_last_turn"] = turn
             self.job.merge(record, self.warnings)
 
     def _decision(self, value: Any, method: str) -> Decision:

@@ -16,6 +16,8 @@ from agents_api import IterationBudget, LockLost, Message
 from agents_api.drive import Steps, drive_sync
 from agents_api.results import terminal_payload
 from datamachine.budgets_builtin import CHAT_TURNS
+from datamachine.conversation.conversation_run import ConversationRun
+from datamachine.conversation.events import emit_outside_run
 from datamachine.conversation.pausing import (
     PausedRun,
     confirmation_mode,
@@ -26,7 +28,6 @@ from datamachine.conversation.pausing import (
 )
 from datamachine.conversation.payload import split_payload
 from datamachine.conversation.result import ConversationResult
-from datamachine.conversation.run import ConversationRun, emit_outside_run
 from datamachine.conversation.spec import normalize_tools
 from datamachine.errors import (
     ChatSessionNotFound,
@@ -77,7 +78,7 @@ class ChatTurnGate:
         # The /chat token a session created by this run belongs to.
         self.token_name = token_name
         # confirmation="pause": at the limit the run stops awaiting_confirmation instead of
-        # asking; ``pending`` says so to the turn runner.
+        # asking; ``pending`` says so to the run.
         self.pause = pause
         self.pending: dict[str, Any] | None = None
         self.session = session
@@ -242,8 +243,8 @@ def chat_steps(services: Services, session_id: str, new_messages: list[dict[str,
             services, [*writer.history(), *new_messages], tools,
             services.default_provider(provider), services.default_model(model), mode,
             {**(payload or {}), "transcript_session_id": session_id}, max_turns, False,
-            writer=writer, turn_gate=gate, cumulative_base=writer.stored_turns())
-        run.runner.stream_text = on_text
+            writer=writer, turn_gate=gate, cumulative_base=writer.stored_turns(),
+            on_text=on_text)
         return (yield from run.steps())
     except (LockLost, HookFailed) as exc:  # at the limit's question, before the run
         return failed_before_run(services, session_id, exc, mode, provider, model, payload)

@@ -22,9 +22,9 @@ from datamachine.conversation.chat import (
     pause_before_run,
     refuse_if_paused,
 )
+from datamachine.conversation.conversation_run import ConversationRun
 from datamachine.conversation.pausing import CONFIRMATION_SETTING
 from datamachine.conversation.result import ConversationResult
-from datamachine.conversation.run import ConversationRun
 from datamachine.errors import ChatSessionNotFound, UsageError
 from datamachine.payload_keys import DEFAULT_LOCK_TTL
 from datamachine.registry import validate_budget_value

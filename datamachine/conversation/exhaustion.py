@@ -10,15 +10,19 @@ does not change, and the status still says ``budget_exceeded``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agents_api import RunStop
+from agents_api import Message, RunStop
 from agents_api.drive import Steps, awaitable
-from datamachine.conversation.metering import SummaryWontFit
+from agents_api.jsontext import compact_bytes
+from datamachine.conversation.metering import RunMeter, SummaryWontFit
+from datamachine.conversation.provider_turn import ProviderTurn, describe_ignored_usage
+from datamachine.providers.base import ProviderResponse
 from datamachine.tools.results import is_rejected
 
 __all__ = ["FinalSummary", "Summary", "fallback_summary", "strip_thinking", "summary_prompt"]
@@ -28,8 +32,6 @@ logger = logging.getLogger("datamachine.exhaustion")
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
 SUMMARY_GRACE_SECONDS = 30.0
 
-# (messages, prompt) -> the summary text, or an awaitable of it.
-Summarize = Callable[[list[Any], str], Any]
 Emit = Callable[[str, dict[str, Any]], None]
 
 
@@ -81,19 +83,21 @@ class Summary:
 class FinalSummary:
     """The summary step of one run (``enabled=False``: ``final_summary=False`` in the payload).
 
-    ``summarize(messages, prompt)`` makes the tool-less call (the turn runner's); the
+    It asks the run's provider (``turn``, its :class:`ProviderTurn`) once, with no tools, and
+    counts what that cost against the run's ``meter`` (only a summary that fits the run's
+    budgets is asked for); ``usage`` adds up what the summary calls reported. The
     ``final_summary`` event reports how it went.
     """
 
-    def __init__(self, summarize: Summarize, emit: Emit, *, enabled: bool = True,
-                 grace_seconds: float = SUMMARY_GRACE_SECONDS,
-                 usage: Mapping[str, Any] | None = None) -> None:
-        self.summarize = summarize
+    def __init__(self, turn: ProviderTurn, emit: Emit, *, meter: RunMeter | None = None,
+                 enabled: bool = True, grace_seconds: float = SUMMARY_GRACE_SECONDS) -> None:
+        self.turn = turn
         self.emit = emit
-        # The summary calls' usage as the turn runner adds it up (read when the event is sent).
-        self.usage = usage
+        self.meter = meter
         self.enabled = enabled
         self.grace_seconds = grace_seconds
+        # Tokens spent by the summary call, which is not a turn of the loop.
+        self.usage: dict[str, Any] = {}
 
     def wanted(self, stop: RunStop) -> bool:
         """A budget stopped a model that had not answered yet."""
@@ -138,3 +142,51 @@ class FinalSummary:
             payload["usage"] = dict(self.usage)
         self.emit("final_summary", payload)
         return summary
+
+    def summarize(self, messages: list[Message], prompt: str) -> str | Awaitable[str]:
+        """One tool-less request for a final summary (not a turn): its text, or an awaitable.
+
+        Goes through the same availability check and ``text_result`` hook as a turn; tool
+        calls in the answer are ignored because no tools were offered.
+        """
+        turn, meter = self.turn, self.meter
+        number = int(turn.metadata.get("turn", 0)) + 1
+        extra = {"role": "user", "content": prompt}
+        request = turn.request(messages, number, extra=[extra], tools=[])
+        turn.metadata["final_summary"] = True
+        if meter is not None:  # only a summary that fits the run's budgets is asked for
+            request = meter.admit_summary(
+                request, turn.projector.bytes + len(compact_bytes(extra)) + 1)
+        try:
+            answer = turn.dispatch(request)
+        except BaseException:
+            if meter is not None:
+                meter.charge_failed()
+            raise
+        if inspect.isawaitable(answer):
+            return self._text_later(answer, number)
+        return self._text(answer, number)
+
+    async def _text_later(self, answer: Awaitable[Any], turn: int) -> str:
+        try:
+            response = await answer
+        except BaseException:
+            if self.meter is not None:
+                self.meter.charge_failed()
+            raise
+        return self._text(response, turn)
+
+    def _text(self, answer: Any, turn: int) -> str:
+        if not isinstance(answer, ProviderResponse | Mapping):
+            if self.meter is not None:
+                self.meter.release()
+            return ""
+        response = self.turn.read(answer, turn)
+        if response.ignored_usage is not None:
+            logger.warning(describe_ignored_usage(self.turn.provider_name,
+                                                  response.ignored_usage))
+        for key, value in response.usage.items():
+            self.usage[key] = self.usage.get(key, 0) + value
+        if self.meter is not None:
+            self.meter.settle(response.usage, response.content)
+        return response.content

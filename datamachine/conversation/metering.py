@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from agents_api import IterationBudget, Message
+from agents_api import IterationBudget
 from agents_api.errors import brief_repr
 from agents_api.jsontext import compact_bytes
 from datamachine.errors import InvalidSetting, UsageError
@@ -135,8 +135,8 @@ class RunMeter:
     """The metered budgets of one run, fed by its requests (see the module docstring).
 
     ``tokens`` / ``cost``: the run's ``total_tokens`` and ``cost`` budgets (each may be
-    absent); ``price``: the model's price (needed for ``cost``); ``request_bytes(messages)``:
-    the JSON size of the request those messages make (the turn runner's projection).
+    absent); ``price``: the model's price (needed for ``cost``); ``spend``: the spend windows
+    it counts against; ``units``: every metered budget's unit by name.
     """
 
     def __init__(self, *, tokens: IterationBudget | None, cost: IterationBudget | None,
@@ -148,7 +148,6 @@ class RunMeter:
         self.spend = spend
         # The unit of every metered budget by name ("tokens" or "microdollars").
         self.units = dict(units or {})
-        self.request_bytes: Any = None  # set by the turn runner that owns the projection
         # What the cost budget holds (a resumed run starts from the paused run's count) and
         # what this run's own requests cost (usage.cost_usd).
         self.spent_microdollars = float(cost.current()) if cost is not None else 0.0
@@ -170,11 +169,11 @@ class RunMeter:
         return bool(self.budgets)
 
     # -- before a request ---------------------------------------------------------------------
-    def estimate(self, messages: list[Message], context: dict[str, Any]) -> dict[str, int]:
-        """The loop's ``estimate_request``: the coming request's units per budget, with its
-        spend reserved when every budget of the run holds it."""
+    def estimate(self, request_bytes: int) -> dict[str, int]:
+        """The coming request's units per budget (its JSON is ``request_bytes`` long), with
+        its spend reserved when every budget of the run holds it."""
         self.release()  # a reservation left by a request that never answered
-        tokens = estimate_prompt_tokens(self.request_bytes(messages))
+        tokens = estimate_prompt_tokens(request_bytes)
         self._estimate = tokens
         micro = self._micro(tokens, 0)
         needed: dict[str, int] = {}

@@ -196,12 +196,13 @@ class PressureTracker:
         return best.name or f"tier_{index}", best.message
 
     def apply(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
-        budgets: Mapping[str, IterationBudget],
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """The messages and tools to send this request, with pressure notices appended."""
+        self, tools: list[dict[str, Any]], budgets: Mapping[str, IterationBudget],
+    ) -> tuple[list[dict[str, str]] | None, list[dict[str, Any]]]:
+        """The pressure notices this request carries after the transcript's messages (None
+        when there are none), and the tools it offers (``tools`` itself when wrap-up took
+        none away)."""
         if self.rules is False:
-            return messages, tools
+            return None, tools
         notices: list[tuple[str, str]] = []
         offered = tools
         # A copy: a tool thread abandoned at the deadline may still add a budget to the run.
@@ -245,9 +246,8 @@ class PressureTracker:
                 text = template
             notices.append((rule.role, text))
         if not notices:
-            return messages, offered
-        extra = [{"role": role, "content": text} for role, text in notices]
-        return [*messages, *extra], offered
+            return None, offered
+        return [{"role": role, "content": text} for role, text in notices], offered
 
     def observe(self, content: str, tool_calls: list[dict[str, Any]]) -> None:
         """A model that answered a warning with tool calls only gets one stronger message."""

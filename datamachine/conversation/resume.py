@@ -31,9 +31,9 @@ from datamachine.conversation.chat import (
     settle_without_run,
 )
 from datamachine.conversation.continuation import chat_gate
+from datamachine.conversation.conversation_run import ConversationRun
 from datamachine.conversation.pausing import Resumption, paused_runs, stored_pending
 from datamachine.conversation.result import ConversationResult
-from datamachine.conversation.run import ConversationRun
 from datamachine.conversation.spec import normalize_tools
 from datamachine.errors import SessionNotPaused, UsageError
 from datamachine.registry import MAX_METERED_VALUE, validate_budget_value

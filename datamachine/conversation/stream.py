@@ -100,8 +100,8 @@ async def astream_on(services: Services, messages: Any, tools: Any = None,
                      max_turns: int | None = None, single_turn: bool = False, *,
                      output_type: Any = None) -> AsyncGenerator[StreamEvent, None]:
     """Run one conversation on ``services`` (a host), yielding its events as they happen."""
+    from datamachine.conversation.conversation_run import ConversationRun
     from datamachine.conversation.payload import check_event_sink, payload_mapping
-    from datamachine.conversation.run import ConversationRun
     from datamachine.host import with_output_type
 
     events: asyncio.Queue[StreamEvent] = asyncio.Queue()
@@ -114,9 +114,8 @@ async def astream_on(services: Services, messages: Any, tools: Any = None,
     run = ConversationRun.create(
         services, messages, tools, services.default_provider(provider),
         services.default_model(model), mode, with_output_type(given, output_type), max_turns,
-        single_turn)
-    run.runner.stream_text = lambda text: events.put_nowait(
-        StreamEvent(type="text_delta", text=text))
+        single_turn,
+        on_text=lambda text: events.put_nowait(StreamEvent(type="text_delta", text=text)))
     task = asyncio.ensure_future(run.arun())
     try:
         while True:

@@ -11,8 +11,10 @@ them would cost every turn.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agents_api import IterationBudget
 
 __all__ = ["MAX_ENTRIES", "TIMELINE_EVENTS", "RunTimeline"]
 
@@ -36,18 +38,26 @@ _MAX_TEXT = 500
 class RunTimeline:
     """The recorded events of one run, in order, each ``{"event", "turn", ...kept keys}``.
 
-    ``turn``: the run's finished turns, numbered as the stored messages are (from 1 in every
-    run), for events whose payload names no turn; pressure fires while the next turn's request
-    is built, so it is recorded on that next turn. ``run_base``: the session's turns before
-    this run; each entry carries it, so a session's runs tell their entries apart.
+    ``turns``: the run's turn budget, whose count since the run started numbers its finished
+    turns as the stored messages are (from 1 in every run; a resumed run's budget carries the
+    paused run's count), for events whose payload names no turn; pressure fires while the next
+    turn's request is built, so it is recorded on that next turn. ``run_base``: the session's
+    turns before this run; each entry carries it, so a session's runs tell their entries
+    apart. It holds the budget, never the run: a run the timeline pointed back at would live
+    until the cyclic garbage collector found it.
     """
 
-    __slots__ = ("entries", "run_base", "turn")
+    __slots__ = ("_start", "_turns", "entries", "run_base")
 
-    def __init__(self, turn: Callable[[], int] = lambda: 0) -> None:
+    def __init__(self, turns: IterationBudget | None = None, run_base: int = 0) -> None:
         self.entries: list[dict[str, Any]] = []
-        self.turn = turn
-        self.run_base = 0
+        self._turns = turns
+        self._start = turns.current() if turns is not None else 0
+        self.run_base = run_base
+
+    def turn(self) -> int:
+        """The run's finished turns so far."""
+        return self._turns.current() - self._start if self._turns is not None else 0
 
     def record(self, event: str, payload: dict[str, Any]) -> None:
         """Keep ``event`` if it is one of :data:`TIMELINE_EVENTS` (else nothing)."""

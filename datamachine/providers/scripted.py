@@ -257,8 +257,8 @@ class ScriptCursor:
             # An echo is never a tool call, whatever the user's text holds.
             return ProviderResponse(content=f"echo: {_last_user_text(request.messages)}",
                                     finish_reason="stop")
-        if self.position >= len(self.script):
-            length = len(self.script)
+        if self.position >= len(self.script.responses):
+            length = len(self.script.responses)
             origin = f" (from {self.script.source})" if self.script.source else ""
             plural = "response" if length == 1 else "responses"
             raise ScriptExhausted(

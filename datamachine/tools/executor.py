@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMappi
 from types import MappingProxyType
 from typing import Any
 
-from agents_api import IterationBudget, Pause
+from agents_api import IterationBudget, Message, Pause
 from agents_api.drive import awaitable
 from datamachine.payload_keys import RUNTIME_KEYS
 from datamachine.registry import IterationBudgetRegistry
@@ -59,6 +59,12 @@ class ToolExecutor:
     (default: ``payload["tool_runtime_rules"]``), validated here so a bad rule fails before the
     run starts.
     ``warnings``: where clamped budget ceilings are reported (the run's ``warnings``).
+    ``closed_tools``: the tools budget pressure's wrap-up took out of the latest request (the
+    run keeps the set up to date; a call to one anyway is refused, not run). ``pauses``:
+    whether a ``requires_approval`` tool pauses the run (``confirmation="pause"``) instead of
+    asking ``confirm_continuation``. ``ceiling_overrides``: payload ``budget_ceilings``, for
+    budgets tools create. ``approved_call`` / ``declined_call``: the call id a person answered
+    (a resumed run).
 
     Calling it returns the result dict for a sync tool and an awaitable of it for an async tool,
     so a run of sync tools never needs an event loop.
@@ -75,6 +81,11 @@ class ToolExecutor:
         runtime_rules: Sequence[Mapping[str, Any] | RuntimeRule] | None = None,
         warnings: list[str] | None = None,
         host: Any = None,
+        closed_tools: set[str] | None = None,
+        pauses: Callable[[], bool] | None = None,
+        ceiling_overrides: Mapping[str, int] | None = None,
+        approved_call: str | None = None,
+        declined_call: str | None = None,
     ) -> None:
         self.tools: dict[str, Tool] = normalize_tools(tools)
         # The host the run belongs to, for tools that need its settings or stores.
@@ -100,16 +111,11 @@ class ToolExecutor:
         self.index = TranscriptIndex(observers=[self.rules] if self.rules else ())
         # Budgets created by tools when the caller's context has no budgets mapping.
         self._own_budgets: dict[str, IterationBudget] = {}
-        # Tools budget pressure's wrap-up took out of this turn's request: a call to one anyway
-        # is refused, not run (the turn runner keeps this set up to date).
-        self.closed_tools: set[str] = set()
-        # Whether a requires_approval tool pauses the run (confirmation="pause") instead of
-        # asking confirm_continuation; a resumed run's answered call id.
-        self.pauses: Callable[[], bool] = _never
-        self.approved_call: str | None = None
-        self.declined_call: str | None = None
-        # payload budget_ceilings: the ceiling of a budget a tool creates for itself.
-        self.ceiling_overrides: Mapping[str, int] = {}
+        self.closed_tools: set[str] = closed_tools if closed_tools is not None else set()
+        self.pauses: Callable[[], bool] = pauses if pauses is not None else _never
+        self.approved_call = approved_call
+        self.declined_call = declined_call
+        self.ceiling_overrides: Mapping[str, int] = ceiling_overrides or {}
         # Per tool: (tool, validator, wants_context), read once per run (each read checks the
         # tool's values against what they were worked out from); the identity check notices a
         # swapped tool.
@@ -118,8 +124,8 @@ class ToolExecutor:
     def __call__(
         self, tool_call: Mapping[str, Any], context: Mapping[str, Any]
     ) -> ToolResult | Pause | Awaitable[ToolResult]:
-        """Run one call: known tool → decodable arguments → duplicate check → runtime rules →
-        argument check against the schema → the tool."""
+        """Run one call given as ``run_loop``'s tool executor receives it (a call dict, and
+        a context that may hold the live transcript as ``messages``); see :meth:`run`."""
         name = tool_call.get("name") or tool_call.get("tool_name") or ""
         if type(name) is not str:
             name = str(name)
@@ -127,13 +133,21 @@ class ToolExecutor:
         if type(call_id) is not str:
             call_id = str(call_id)
         messages = context.get("messages")
-        # The loop passes the live transcript; without one the executor keeps its own record.
-        tracked = False
-        if type(messages) is list or (isinstance(messages, Sequence)
-                                      and not isinstance(messages, str | bytes)):
-            tracked = True
+        if not (type(messages) is list or (isinstance(messages, Sequence)
+                                           and not isinstance(messages, str | bytes))):
+            messages = None
+        return self.execute(name, call_id, tool_call.get("parameters"), messages, context)
+
+    def execute(self, name: str, call_id: str, raw: Any, messages: Sequence[Message] | None,
+                context: Mapping[str, Any]) -> ToolResult | Pause | Awaitable[ToolResult]:
+        """Run one call (tool ``name``, its id and ``raw`` parameters as the model sent them):
+        known tool → decodable arguments → duplicate check → runtime rules → argument check
+        against the schema → the tool. ``messages``: the run's live transcript, which holds
+        the call's envelope (without one the executor keeps its own record of calls);
+        ``context``: the turn's (its budgets, turn and session)."""
+        tracked = messages is not None
+        if messages is not None:
             self.index.sync(messages)
-        raw = tool_call.get("parameters")
         params = raw if type(raw) is dict else coerce_parameters(raw)
 
         tool = self.tools.get(name)

@@ -125,7 +125,7 @@ class TranscriptIndex:
             if not isinstance(name, str):
                 return
             raw: object = payload.get("parameters")
-            params = coerce_parameters(raw) or {}
+            params = raw if type(raw) is dict else (coerce_parameters(raw) or {})
             call_id = str(metadata.get("tool_call_id") or "")
             key = canonical_json(params)
             if params is raw:

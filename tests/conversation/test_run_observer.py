@@ -92,19 +92,19 @@ def test_a_chat_turn_after_the_first_is_a_continuation_of_its_session() -> None:
 
 
 def test_an_unobserved_run_builds_no_event_payloads(monkeypatch: pytest.MonkeyPatch) -> None:
-    from datamachine.conversation import run as run_module
+    from datamachine.conversation import conversation_run as run_module
 
     plugin = Observing()
     host = bootstrap.boot(":memory:", plugins=[plugin], load_entrypoints=False)
     made: list[bool] = []
-    real = run_module.run_emitter
+    real = run_module.RunEvents
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         emitter = real(*args, **kwargs)
         made.append(emitter.active)
         return emitter
 
-    monkeypatch.setattr(run_module, "run_emitter", spy)
+    monkeypatch.setattr(run_module, "RunEvents", spy)
     try:
         result = host.run_conversation([{"role": "user", "content": "go"}], [], "scripted",
                                        "demo", payload={"script": [{"content": "hi"}],

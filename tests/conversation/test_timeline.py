@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import bootstrap
+from agents_api import IterationBudget
 from datamachine import hookimpl
 from datamachine.conversation.timeline import MAX_ENTRIES, RunTimeline
 from datamachine.host import Host
@@ -76,7 +77,9 @@ def test_a_plain_run_stores_no_timeline(host: Host) -> None:
 
 
 def test_the_timeline_keeps_its_first_entries_and_short_values() -> None:
-    timeline = RunTimeline(lambda: 7)
+    turns = IterationBudget("conversation_turns", 10)
+    timeline = RunTimeline(turns)
+    turns.set_current(7)  # seven turns finished since the run started
     timeline.record("turn_started", {"turn": 1})  # per-turn events are never kept
     for _ in range(MAX_ENTRIES + 5):
         timeline.record("completion_nudge_added", {"completion_nudge": "n" * 2000,
@@ -91,7 +94,7 @@ def test_a_finished_run_is_freed_at_once_not_by_the_cycle_collector(host: Host) 
     lived until the cyclic collector ran (and cost every collection a walk through it)."""
     import gc
 
-    from datamachine.conversation.run import ConversationRun
+    from datamachine.conversation.conversation_run import ConversationRun
 
     gc.collect()
     gc.disable()

@@ -21,7 +21,7 @@ from datamachine.storage import WindowKey
 from tests.storage import spend_workers as workers
 
 CTX = multiprocessing.get_context("forkserver")
-CTX.set_forkserver_preload(["bootstrap", "datamachine.conversation.run",
+CTX.set_forkserver_preload(["bootstrap", "datamachine.conversation.conversation_run",
                             "tests.storage.spend_workers"])
 DEADLINE_S = 180.0
 PROCESSES = 8

@@ -1,12 +1,14 @@
-"""``run_conversation``: one :class:`ConversationRun`, the product adapter over the generic loop
-(DESIGN.md sections 5 and 11).
+"""``run_conversation``: one :class:`ConversationRun`, the product on top of the generic loop
+(DESIGN.md sections 5, 11 and 26).
 
 A run is built whole before anything runs: its arguments checked (:class:`RunSpec`), its budgets
-resolved through the registry (clamps reported), its completion state, turn runner, tool
+resolved through the registry (clamps reported), its completion state, provider turn, tool
 executor and transcript wired together through their constructors. Then ``agents_api``'s loop
-runs it; when the loop stops, the run decides its verdict once (:mod:`.verdict`) and the result
-is built once from the loop's result and that verdict. The loop owns mechanics; this module owns
-policy.
+runs it, and the run answers the loop's questions: it *is* the loop's
+:class:`~agents_api.LoopHooks`. A turn asks the provider (:class:`ProviderTurn` builds, sends
+and reads the request) and decides what the answer means here: budget pressure, what it cost,
+a chat session's limit, a nudge. When the loop stops, the run decides its verdict once
+(:mod:`.verdict`), the loop stores it, and the result is built once from the loop's end.
 """
 
 from __future__ import annotations
@@ -14,22 +16,27 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Mapping
-from typing import Any, Protocol, cast
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, cast
 
 from agents_api import (
     IterationBudget,
-    LoopResult,
+    LoopSettings,
+    Message,
     Pause,
     RunStop,
     StopVerdict,
     TranscriptWriter,
+    TurnAnswer,
+    TurnContext,
     clock,
 )
+from agents_api.api import hooked_steps
 from agents_api.drive import Steps, drive_async, drive_sync, run_steps
 from agents_api.errors import brief_repr
-from agents_api.loop import loop_steps
 from agents_api.names import per_tool_budget
+from agents_api.records import ToolCall, ToolOutcome
+from agents_api.results import Decision
 from agents_api.unchecked import unchecked
 from datamachine.budgets_builtin import (
     CONVERSATION_TURNS,
@@ -40,6 +47,7 @@ from datamachine.budgets_builtin import (
     WALL_CLOCK,
 )
 from datamachine.completion.controller import CompletionRun
+from datamachine.conversation.events import RunEvents, emit_outside_run
 from datamachine.conversation.exhaustion import FinalSummary
 from datamachine.conversation.metering import RunMeter, check_metered_run, price_for
 from datamachine.conversation.output import OutputContract
@@ -50,17 +58,18 @@ from datamachine.conversation.pausing import (
     kept_payload,
     paused_runs,
 )
-from datamachine.conversation.payload import base_log_context, split_payload
+from datamachine.conversation.payload import base_log_context
 from datamachine.conversation.pressure import PressureTracker, parse_budget_pressure
+from datamachine.conversation.provider_turn import ProviderTurn, describe_ignored_usage
 from datamachine.conversation.result import ConversationResult, empty_usage
 from datamachine.conversation.spec import RunSpec
 from datamachine.conversation.spending import SpendWindows, parse_spend_limits, scopes_of
-from datamachine.conversation.timeline import TIMELINE_EVENTS, RunTimeline
+from datamachine.conversation.timeline import RunTimeline
 from datamachine.conversation.timeouts import resolve_timeouts
-from datamachine.conversation.turns import ProviderTurnRunner, TurnGate
-from datamachine.conversation.verdict import ProductVerdict, decide
+from datamachine.conversation.verdict import TurnGate, decide
 from datamachine.errors import UsageError
 from datamachine.observe import RunInfo, RunObserver, close_observers, wants_content
+from datamachine.providers.base import ProviderResponse
 from datamachine.providers.options import (
     MODEL_OPTIONS_KEY,
     merge_model_options,
@@ -68,100 +77,30 @@ from datamachine.providers.options import (
 )
 from datamachine.registry import unit_maximum, validate_budget_value
 from datamachine.services import Services
+from datamachine.tools.executor import ToolExecutor
 from datamachine.tools.results import is_rejected
 
-__all__ = ["ConversationRun", "RunEmitter", "emit_outside_run", "run_emitter"]
+__all__ = ["STREAM_LEFT", "ConversationRun", "RunEvents", "emit_outside_run"]
 
 logger = logging.getLogger("datamachine.conversation")
-
-
-class RunEmitter(Protocol):
-    """A run's ``emit(event, payload)``: to the payload's sink and the ``on_loop_event`` hook.
-
-    ``active`` is False when neither exists: then nothing is built per event, and the loop is
-    given no sink at all.
-    """
-
-    active: bool
-
-    def __call__(self, event: str, payload: dict[str, Any]) -> None:
-        """Deliver one event (with the run's base log context) to every listener."""
-
-
-def run_emitter(services: Services, sink: Any, base: dict[str, Any],
-                observers: tuple[RunObserver, ...] = (),
-                timeline: RunTimeline | None = None) -> RunEmitter:
-    """The :class:`RunEmitter` of one run (``sink``: the payload's ``event_sink``;
-    ``observers``: what the ``run_observer`` hook returned for the run; ``timeline``: where
-    the run records its rare events, listened to or not).
-
-    A closure rather than an object with ``__call__``: calling an instance looks ``__call__``
-    up and binds it on every call, and a run emits several events per turn.
-    """
-    if sink is not None and not callable(sink):
-        sink = sink.emit
-    caller = services.pm.hook.on_loop_event
-    hook = caller if caller.get_hookimpls() else None
-    active = sink is not None or hook is not None or bool(observers)
-
-    def emit(event: str, payload: dict[str, Any]) -> None:
-        if timeline is not None and event in TIMELINE_EVENTS:
-            try:
-                timeline.record(event, payload)
-            except Exception:  # the loop calls this unguarded (never_raises)
-                logger.warning("datamachine: recording %r on the run's timeline failed", event,
-                               exc_info=True)
-        if not active:
-            return
-        data = {**base, **payload}
-        for observer in observers:
-            try:
-                observer.event(event, data)
-            except Exception:
-                logger.warning("datamachine: run observer %r failed on %r", observer, event,
-                               exc_info=True)
-        if sink is not None:
-            try:
-                sink(event, data)
-            except Exception:
-                logger.warning("datamachine: event sink failed on %r", event, exc_info=True)
-        if hook is not None:
-            try:
-                hook(event=event, payload=data)
-            except Exception:
-                logger.warning("datamachine: on_loop_event hook failed on %r", event,
-                               exc_info=True)
-
-    emit.active = active  # type: ignore[attr-defined]
-    # Per-turn events only for listeners; the loop's rare ones always (the timeline's).
-    emit.per_turn_events = active  # type: ignore[attr-defined]
-    emit.never_raises = True  # type: ignore[attr-defined]  # the loop calls it unguarded
-    return cast(RunEmitter, emit)
-
-
-def emit_outside_run(services: Services, payload: Mapping[str, Any] | None, event: str,
-                     data: dict[str, Any]) -> None:
-    """Emit an event for a run that never reached the loop (the payload's sink and the hook)."""
-    _, runtime = split_payload(payload)
-    run_emitter(services, runtime.event_sink, {})(event, data)
-
 
 STREAM_LEFT = "The consumer of the stream stopped reading; the run was ended early."
 
 
 class ConversationRun:
-    """One ``run_conversation`` call (see the module docstring).
+    """One ``run_conversation`` call (see the module docstring), and the loop's hooks.
 
     ``writer``: the transcript writer of a session whose lock the caller already holds (chat and
     continuation read the stored history under it); ``turn_gate``: asked after every provider
     turn (a chat session's limit); ``cumulative_base``: the session's turns before this run;
-    ``resumption``: where a paused run stopped, for the run that resumes it.
+    ``resumption``: where a paused run stopped, for the run that resumes it; ``on_text``: where
+    the model's text goes as it arrives (a streamed run).
     """
-
 
     def __init__(self, services: Services, spec: RunSpec, *,
                  writer: TranscriptWriter | None = None, turn_gate: TurnGate | None = None,
-                 cumulative_base: int = 0, resumption: Resumption | None = None) -> None:
+                 cumulative_base: int = 0, resumption: Resumption | None = None,
+                 on_text: Callable[[str], None] | None = None) -> None:
         self.services = services
         self.spec = spec
         self.writer = writer
@@ -174,42 +113,40 @@ class ConversationRun:
         self.persister, self.lock, self.session_id = self._transcript()
         base = base_log_context(spec.mode, spec.payload)
         self.observers = self._observers(base)
-        self.timeline = RunTimeline()
-        self.emit = run_emitter(services, runtime.event_sink, base, self.observers,
+        self.ceiling_overrides = _ceiling_overrides(services, runtime.budget_ceilings)
+        # What a confirmed extension adds by default: each budget's ceiling at the start.
+        self.ceilings: dict[str, int] = {}
+        self.turn_budget = self._budget(
+            CONVERSATION_TURNS, spec.max_turns if spec.max_turns is not None
+            else self.ceiling_overrides.get(CONVERSATION_TURNS))
+        self.timeline = RunTimeline(self.turn_budget, cumulative_base)
+        self.events = RunEvents(services, runtime.event_sink, base, self.observers,
                                 self.timeline)
         found = spec.payload.get("engine_data")
         self.engine_data: dict[str, Any] = found if isinstance(found, dict) else {}
         self.completion = CompletionRun.prepare(
-            services, spec.modes, spec.payload, runtime, spec.tools, emit=self.emit,
+            services, spec.modes, spec.payload, runtime, spec.tools, emit=self.events.emit,
             engine_data=self.engine_data, single_turn=spec.single_turn)
         self.provider = self._provider()
         self.output = (OutputContract(runtime.output_type)
                        if runtime.output_type is not None else None)
-        self.ceiling_overrides = _ceiling_overrides(services, runtime.budget_ceilings)
-        self.turn_budget = services.budgets.create(
-            CONVERSATION_TURNS,
-            ceiling_override=(spec.max_turns if spec.max_turns is not None
-                              else self.ceiling_overrides.get(CONVERSATION_TURNS)),
-            warnings=self.warnings)
         self.budgets = self._other_budgets()
-        # What a confirmed extension adds by default: the budget's ceiling at the start.
-        self.ceilings = {b.name(): b.ceiling() for b in (self.turn_budget, *self.budgets)}
-        if resumption is not None:
-            self._resume_budgets(resumption)
-        self._number_timeline()
         self.meter = self._meter()
+        # Tools budget pressure's wrap-up took out of the latest request: one set, shared
+        # with the executor, which refuses calls to them.
+        self.closed_tools: set[str] = set()
         self.executor = self._executor()
-        self.runner = self._turn_runner()
-        self.runner.report_content = any(wants_content(o) for o in self.observers)
-        self.runner.closed_tools = self.executor.closed_tools  # one set: hidden = refused
-        if self.meter is not None:
-            self.runner.meter = self.meter
-            self.meter.request_bytes = self.runner.request_bytes
-        self.summary = FinalSummary(self.runner.summarize, self.emit,
-                                    enabled=runtime.final_summary,
-                                    usage=self.runner.summary_usage)
-        # Decided once, by the stop handler (or after the loop for a run that never ran).
-        self.verdict: ProductVerdict | None = None
+        self.pressure = self._pressure()
+        self.provider_turn = self._provider_turn(on_text)
+        self.summary = FinalSummary(self.provider_turn, self.events.emit, meter=self.meter,
+                                    enabled=runtime.final_summary)
+        # True while the latest answer is a final answer cut off by the output token limit.
+        self.answer_truncated = False
+        self.stop_requested = False
+        self._usage_warned = False
+        # Decided once, by the stop hook (or after the loop for a run that never ran).
+        self.verdict: StopVerdict | None = None
+        self.diagnostics: dict[str, Any] = {}
 
     @classmethod
     def create(cls, services: Services, messages: Any, tools: Any, provider: Any, model: Any,
@@ -266,21 +203,59 @@ class ConversationRun:
                 f"payload['script'] only applies to the scripted provider, not {spec.provider!r}.")
         return provider
 
+    def _budget(self, name: str, override: int | None) -> IterationBudget:
+        """Budget ``name`` from the registry (the override, else its setting, else its
+        default; clamped and reported), carried on from the paused run a resumed run goes on
+        from."""
+        budget = self.services.budgets.create(name, ceiling_override=override,
+                                              warnings=self.warnings)
+        self.ceilings[name] = budget.ceiling()
+        return self._resumed(budget)
+
+    def _resumed(self, budget: IterationBudget) -> IterationBudget:
+        """``budget`` with the count and ceiling its paused run stored (never past its hard
+        ceiling), extended when an approval answered it; as it is for a new run."""
+        resumption = self.resumption
+        if resumption is None:
+            return budget
+        budget = _restored(budget, resumption.budgets.get(budget.name()))
+        if resumption.extend is not None and resumption.extend[0] == budget.name():
+            budget.extend(resumption.extend[1])
+        return budget
+
     def _other_budgets(self) -> list[IterationBudget]:
         registry, overrides = self.services.budgets, self.ceiling_overrides
-        budgets = [registry.create(TOOL_CALLS, ceiling_override=overrides.get(TOOL_CALLS),
-                                   warnings=self.warnings)]
+        budgets = [self._budget(TOOL_CALLS, overrides.get(TOOL_CALLS))]
         # A registered tool_calls_<tool> budget bounds that tool in every run that offers it
         # (and so does a ceiling for it in budget_ceilings).
-        budgets += [registry.create(name, ceiling_override=overrides.get(name),
-                                    warnings=self.warnings)
+        budgets += [self._budget(name, overrides.get(name))
                     for name in map(per_tool_budget, self.completion.tools)
                     if registry.is_registered(name) or name in overrides]
         # Token and cost budgets join a run only when a ceiling is set for it.
-        budgets += [registry.create(name, ceiling_override=overrides.get(name),
-                                    warnings=self.warnings)
+        budgets += [self._budget(name, overrides.get(name))
                     for name in METERED_BUDGETS
                     if name in overrides or registry.setting_ceiling(name) is not None]
+        if self.resumption is not None:
+            budgets += self._carried_budgets({self.turn_budget.name(),
+                                              *(b.name() for b in budgets)})
+        wall_clock = self._wall_clock()
+        if wall_clock is not None:
+            budgets.append(wall_clock)
+        return budgets
+
+    def _carried_budgets(self, present: set[str]) -> list[IterationBudget]:
+        """Budgets the paused run had beyond those a run starts with (one a tool created, a
+        per-tool one from budget_ceilings); spend windows are read again from the store
+        (their use moved on meanwhile), and the wall clock is made anew."""
+        assert self.resumption is not None
+        present |= {limit.name for limit in parse_spend_limits(
+            self.services.settings.get("spend_limits"))}
+        return [self._resumed(self.services.budgets.create(name))
+                for name in self.resumption.budgets
+                if name not in present and name != WALL_CLOCK]
+
+    def _wall_clock(self) -> IterationBudget | None:
+        """The run's time rail: payload ``max_seconds``, else the setting."""
         max_seconds = self.spec.runtime.max_seconds
         if max_seconds is None:
             setting = self.services.settings.get("max_run_seconds")
@@ -291,13 +266,13 @@ class ConversationRun:
                         f"got {brief_repr(setting)}: fix it with `datamachine settings set "
                         "max_run_seconds SECONDS` (or delete it).")
                 max_seconds = setting
-        if max_seconds is not None:
-            # The wall clock is a hard rail: its hard ceiling equals its ceiling, so it is never
-            # offered for extension, and its time rail keeps fractions of a second.
-            seconds = max(1, math.ceil(max_seconds))
-            budgets.append(IterationBudget(WALL_CLOCK, seconds, hard_ceiling=seconds,
-                                           max_seconds=float(max_seconds)))
-        return budgets
+        if max_seconds is None:
+            return None
+        # The wall clock is a hard rail: its hard ceiling equals its ceiling, so it is never
+        # offered for extension, and its time rail keeps fractions of a second.
+        seconds = max(1, math.ceil(max_seconds))
+        return self._resumed(IterationBudget(WALL_CLOCK, seconds, hard_ceiling=seconds,
+                                             max_seconds=float(max_seconds)))
 
     def _meter(self) -> RunMeter | None:
         """What the run's requests spend: its token and cost budgets, the model's price and
@@ -328,23 +303,40 @@ class ConversationRun:
         return RunMeter(tokens=own.get(TOTAL_TOKENS), cost=own.get(COST), price=price,
                         spend=spend, units=units)
 
-    def _turn_runner(self) -> ProviderTurnRunner:
-        spec, tools = self.spec, self.completion.tools
-        rules = parse_budget_pressure(spec.runtime.budget_pressure,
+    def _pressure(self) -> PressureTracker | None:
+        rules = parse_budget_pressure(self.spec.runtime.budget_pressure,
                                       self.services.settings.get("budget_pressure"))
-        return ProviderTurnRunner(
-            self.services, provider=self.provider, provider_name=spec.provider,
-            model=spec.model, mode=spec.mode,
-            tools=[t.to_provider_dict() for t in tools.values()], payload=spec.payload,
-            timeouts=resolve_timeouts(self.services, spec.mode, spec.provider, spec.model,
-                                      spec.payload),
-            emit=self.emit, single_turn=spec.single_turn,
-            pressure=None if rules is False else PressureTracker(
-                rules, self.emit, self.meter.units if self.meter is not None else {}),
+        if rules is False:
+            return None
+        return PressureTracker(rules, self.events.emit,
+                               self.meter.units if self.meter is not None else {})
+
+    def _provider_turn(self, on_text: Callable[[str], None] | None) -> ProviderTurn:
+        spec, services, tools = self.spec, self.services, self.completion.tools
+        # Setting allow_model_requests off (tests): only a provider that never leaves the
+        # process (scripted) or a text_result hook may answer. Fails closed: anything but
+        # true (false, 0, "no", a bad value) refuses.
+        refused = (not getattr(self.provider, "answers_offline", False)
+                   and services.settings.get("allow_model_requests", True) is not True)
+        refusal = ""
+        if refused:
+            refusal = ("unset the environment variable DATAMACHINE_ALLOW_MODEL_REQUESTS"
+                       if services.settings.source("allow_model_requests") == "env"
+                       else "`datamachine settings set allow_model_requests true`")
+        hook = services.pm.hook
+        hooked = frozenset(name for name in ("text_result", "provider_availability")
+                           if getattr(hook, name).get_hookimpls())
+        return ProviderTurn(
+            provider=self.provider, provider_name=spec.provider, model=spec.model,
+            mode=spec.mode, tools=[t.to_provider_dict() for t in tools.values()],
             tools_json="[" + ",".join(t.provider_json() for t in tools.values()) + "]",
-            on_natural_completion=self._on_natural_completion(),
-            turn_gate=self.turn_gate, call_keys=self.executor.index.keys,
-            options=self._model_options())
+            payload=spec.payload, options=self._model_options(),
+            timeouts=resolve_timeouts(services, spec.mode, spec.provider, spec.model,
+                                      spec.payload),
+            emit=self.events.emit, emit_active=self.events.active, first=services.first,
+            hooked=hooked, refused=refused, refusal=refusal, on_text=on_text,
+            report_content=any(wants_content(o) for o in self.observers),
+            call_keys=self.executor.index.keys)
 
     def _model_options(self) -> dict[str, Any]:
         """The setting ``model_options`` (checked here too: an environment variable is not
@@ -358,73 +350,18 @@ class ConversationRun:
             options = {**options, "response_format": self.output.response_format()}
         return options
 
-    def _on_natural_completion(self) -> Any:
-        """What an answer without tool calls meets: the output type first (an answer that
-        does not fit is asked again), then the completion policy."""
-        policy = self.completion.on_natural_completion
-        output = self.output
-        if output is None:
-            return policy
-
-        def check(messages: list[Any], content: str, context: dict[str, Any]) -> list[Any]:
-            if context.get("final_summary"):
-                return []
-            retry = output.check(content)
-            return retry or policy(messages, content, context)
-
-        return check
-
-    def _executor(self) -> Any:
-        from datamachine.tools import ToolExecutor
-
-        spec = self.spec
+    def _executor(self) -> ToolExecutor:
+        spec, resumption = self.spec, self.resumption
         # Built even without tools: a model that calls a tool anyway reads "not found", and bad
         # tool_runtime_rules are refused before the run starts.
-        executor = ToolExecutor(
+        return ToolExecutor(
             self.completion.tools, mode=spec.mode, payload=spec.payload,
             engine_data=self.engine_data, registry=self.services.budgets,
             runtime_rules=spec.runtime.tool_runtime_rules, warnings=self.warnings,
-            host=self.services)
-        executor.pauses = self.confirmation.pauses
-        executor.ceiling_overrides = self.ceiling_overrides
-        resumption = self.resumption
-        if resumption is not None:
-            executor.approved_call = resumption.approved_call
-            executor.declined_call = resumption.declined_call
-        return executor
-
-    def _number_timeline(self) -> None:
-        """The timeline numbers turns as the stored messages do: from 1 in every run (a
-        resumed run's budget carries the paused run's count), after ``cumulative_base``
-        turns of the session's earlier runs.
-
-        Closes over the budget, never over the run: a run the timeline pointed back at would
-        live until the cyclic garbage collector found it (and every collection would walk
-        it), instead of going the moment its caller drops it."""
-        budget, start = self.turn_budget, self.turn_budget.current()
-        self.timeline.turn = lambda: budget.current() - start
-        self.timeline.run_base = self.cumulative_base
-
-    def _resume_budgets(self, resumption: Resumption) -> None:
-        """Counts and ceilings carry on from the paused run; an approval extends the budget
-        that stopped it."""
-        restored = [_restored(b, resumption.budgets.get(b.name()))
-                    for b in (self.turn_budget, *self.budgets)]
-        # Budgets the paused run had beyond those a run starts with (one a tool created, a
-        # per-tool one from budget_ceilings) carry on too.
-        # Spend windows are read again from the store (their use moved on meanwhile).
-        present = {b.name() for b in restored} | {
-            limit.name for limit in parse_spend_limits(
-                self.services.settings.get("spend_limits"))}
-        for name, snapshot in resumption.budgets.items():
-            if name not in present and name != WALL_CLOCK:
-                restored.append(_restored(self.services.budgets.create(name), snapshot))
-        self.turn_budget, self.budgets = restored[0], restored[1:]
-        if resumption.extend is not None:
-            name, by = resumption.extend
-            for budget in restored:
-                if budget.name() == name:
-                    budget.extend(by)
+            host=self.services, closed_tools=self.closed_tools,
+            pauses=self.confirmation.pauses, ceiling_overrides=self.ceiling_overrides,
+            approved_call=resumption.approved_call if resumption is not None else None,
+            declined_call=resumption.declined_call if resumption is not None else None)
 
     def _transcript(self) -> tuple[Any, Any, str | None]:
         """(persister, lock, session id): the payload's, else the host's store."""
@@ -456,9 +393,9 @@ class ConversationRun:
             refused = self._preflight()
             if refused is not None:
                 return refused
-            outcome = yield from loop_steps(self.spec.messages, self.runner,
-                                            **self._loop_arguments())
-            return self._result(outcome)
+            end = yield from hooked_steps(self.spec.messages, self._loop_settings(),
+                                          self.budgets, self.events)
+            return self._result(end)
         except BaseException as exc:  # cancelled, interrupted, closed mid-run
             close_observers(self.observers, exc)
             raise
@@ -480,34 +417,59 @@ class ConversationRun:
             warnings=[*self.warnings, *self.completion.warnings], mode=self.spec.mode,
             provider=self.spec.provider, model=self.spec.model, **fields)
 
-    def _loop_arguments(self) -> dict[str, Any]:
-        spec = self.spec
-        arguments: dict[str, Any] = {
-            "turn_budget": self.turn_budget,
-            "budgets": self.budgets,
-            "tool_executor": self.executor,
-            "on_event": self.emit,
-            "context": {"mode": spec.mode, "payload": spec.payload},
-            "request": {"provider": spec.provider, "model": spec.model, "mode": spec.mode,
-                        "token_name": spec.runtime.token_name},
-            "on_budget_exhausted": self._confirm_extension,
-            "on_tool_result": self.completion.on_tool_result,
-            "on_stop": self._on_stop,
-        }
-        if self.resumption is not None and self.resumption.pending_calls:
-            arguments["pending_tool_calls"] = self.resumption.pending_calls
-        if self.meter is not None and self.meter.estimates:
-            arguments["estimate_request"] = self.meter.estimate
-        if self.writer is not None:
-            arguments["transcript_writer"] = self.writer
-        else:
-            arguments.update(transcript_persister=self.persister, transcript_lock=self.lock,
-                             transcript_session_id=self.session_id,
-                             transcript_lock_ttl=spec.runtime.transcript_lock_ttl)
-        return arguments
+    def _loop_settings(self) -> LoopSettings:
+        spec, runtime, resumption = self.spec, self.spec.runtime, self.resumption
+        return LoopSettings(
+            hooks=self, turn_budget=self.turn_budget, mode=spec.mode, payload=spec.payload,
+            estimates=self.meter is not None and self.meter.estimates,
+            persister=self.persister, lock=self.lock, writer=self.writer,
+            session_id=self.session_id, ttl=runtime.transcript_lock_ttl,
+            request={"provider": spec.provider, "model": spec.model, "mode": spec.mode,
+                     "token_name": runtime.token_name},
+            pending_calls=(resumption.pending_calls if resumption is not None else ()))
 
-    def _confirm_extension(self, budget: IterationBudget,
-                           context: dict[str, Any]) -> bool | Pause:
+    # -- the loop's hooks -------------------------------------------------------------------
+    def run_turn(self, messages: list[Message], context: TurnContext
+                 ) -> TurnAnswer | Awaitable[TurnAnswer]:
+        """One provider turn: the request (with budget pressure), its answer, and what the
+        answer means here (what it cost, a chat session's limit, a nudge)."""
+        provider_turn = self.provider_turn
+        if self.stop_requested:
+            # The stream's consumer left: no more provider calls; the run ends aborted.
+            return TurnAnswer("", [], {}, provider_turn.metadata, True, [])
+        extra, offered = None, None
+        if self.pressure is not None:
+            # Budget pressure notices go into this request only, never into the transcript.
+            extra, offered = self.pressure.apply(provider_turn.tools, context.budgets)
+            self._close_hidden(offered)
+        request = provider_turn.request(messages, context.turn, extra=extra, tools=offered,
+                                        deadline=context.deadline)
+        try:
+            response = provider_turn.send(request)
+        except BaseException:
+            self._charge_failed()
+            raise
+        if type(response) is not ProviderResponse:
+            return self._answer_later(cast(Awaitable[ProviderResponse], response), messages,
+                                      context)
+        return self._answer(response, messages, context)
+
+    def run_tool(self, call: ToolCall, messages: list[Message], context: TurnContext) -> object:
+        """One call through the run's tool executor."""
+        return self.executor.execute(call.name, call.id, call.parameters, messages, context)
+
+    def after_tool(self, outcome: ToolOutcome, context: TurnContext) -> Decision | None:
+        """The completion rules' word on a call that ran."""
+        return self.completion.on_tool_result(outcome.call, outcome.result, context.turn)
+
+    def estimate_request(self, messages: list[Message], context: TurnContext
+                         ) -> Mapping[str, int] | None:
+        """The coming request's tokens and cost, with its spend reserved (metered runs)."""
+        if self.meter is None:
+            return None
+        return self.meter.estimate(self.provider_turn.request_bytes(messages))
+
+    def budget_spent(self, budget: IterationBudget, context: TurnContext) -> bool | Pause:
         """Ask ``confirm_continuation``; extend by ``extend_by``, else the original ceiling.
         With ``confirmation="pause"``: stop and wait for ``resume`` instead."""
         spec = self.spec
@@ -521,48 +483,114 @@ class ConversationRun:
             return Pause({"kind": "budget", "budget": budget.name(), "tool_call": None,
                           "extend_by": by})
         answer = self.services.first("confirm_continuation", budget=budget, context={
-            **context, "kind": "budget_exhausted", "mode": spec.mode,
-            "session_id": self.session_id, "provider": spec.provider, "model": spec.model,
+            "turn": context.turn, "budget": budget.name(), "kind": "budget_exhausted",
+            "mode": spec.mode, "session_id": self.session_id, "provider": spec.provider,
+            "model": spec.model,
         })
         if answer is not True:
             return False
         budget.extend(by)
         return True
 
-    # -- stopping ---------------------------------------------------------------------------
-    def _on_stop(self, stop: RunStop, context: dict[str, Any]) -> Any:
-        """The loop's stop handler: the final summary, then the verdict, still under the lock
-        and before anything is stored, so storage, job, events and result agree."""
+    def stop(self, stop: RunStop, context: TurnContext) -> StopVerdict | Awaitable[StopVerdict]:
+        """The final summary, then the verdict, still under the lock and before anything is
+        stored, so storage, job, events and result agree."""
         return run_steps(self._stop_steps(stop, context))
 
-    def _stop_steps(self, stop: RunStop, context: dict[str, Any]) -> Steps[StopVerdict]:
+    # -- a turn's answer --------------------------------------------------------------------
+    def _close_hidden(self, offered: list[dict[str, Any]]) -> None:
+        closed = self.closed_tools
+        closed.clear()
+        every = self.provider_turn.tools
+        if offered is not every:
+            kept = {tool["name"] for tool in offered}
+            closed.update(t["name"] for t in every if t["name"] not in kept)
+
+    def _charge_failed(self) -> None:
+        # A request that failed may have reached the provider (a timeout, a cut stream):
+        # it is charged its estimate.
+        if self.meter is not None:
+            self.meter.charge_failed()
+
+    async def _answer_later(self, pending: Awaitable[ProviderResponse], messages: list[Message],
+                            context: TurnContext) -> TurnAnswer:
+        try:
+            response = await pending
+        except BaseException:
+            self._charge_failed()
+            raise
+        return self._answer(response, messages, context)
+
+    def _answer(self, response: ProviderResponse, messages: list[Message],
+                context: TurnContext) -> TurnAnswer:
+        if response.ignored_usage is not None and not self._usage_warned:
+            self._usage_warned = True
+            logger.warning(describe_ignored_usage(self.spec.provider, response.ignored_usage))
+        if self.meter is not None:
+            self.meter.settle(response.usage, response.content, response.tool_calls)
+        # An answer without calls that the output token limit cut off (see verdict.decide).
+        self.answer_truncated = (response.finish_reason == "length"
+                                 and not response.tool_calls)
+        if self.pressure is not None:
+            self.pressure.observe(response.content, response.tool_calls)
+        calls, complete, continuation = response.tool_calls, self.spec.single_turn, []
+        gate = self.turn_gate
+        if gate is not None and not gate(context.turn):
+            # Declined at a chat session's limit: this turn's calls do not run, the run ends.
+            calls, complete = [], True
+        elif self.stop_requested:
+            calls, complete = [], True  # the consumer left: this turn's calls do not run
+        elif not calls:
+            continuation = self._natural_completion(messages, response.content, context)
+        pause = None
+        if gate is not None and gate.pending is not None and (calls or continuation) \
+                and not complete:
+            pause = gate.pending  # at the limit, paused: the calls wait for the answer
+        # Every value here is the run's own (the response was normalized), so the loop takes
+        # it as it is instead of validating a TurnResult every turn.
+        return TurnAnswer(response.content, calls, response.usage, self.provider_turn.metadata,
+                          complete, continuation, pause)
+
+    def _natural_completion(self, messages: list[Message], content: str,
+                            context: TurnContext) -> list[Message]:
+        """What an answer without tool calls meets: the output type first (an answer that
+        does not fit is asked again), then the completion policy."""
+        if self.output is not None:
+            retry = self.output.check(content)
+            if retry:
+                return retry
+        return self.completion.on_natural_completion(messages, content, context.turn)
+
+    # -- stopping ---------------------------------------------------------------------------
+    def _stop_steps(self, stop: RunStop, context: TurnContext) -> Steps[StopVerdict]:
         meter = self.meter
         if meter is not None:
             meter.release()  # a request that never answered gives its reservation back
         summary = None
-        if not self.runner.partial_text:  # a stream cut mid-way keeps its own words instead
-            summary = yield from self.summary.steps(stop, context.get("deadline"))
-        usage = dict(self.runner.summary_usage)
+        if not self.provider_turn.partial_text:  # a stream cut mid-way keeps its own words
+            summary = yield from self.summary.steps(stop, context.deadline)
+        usage = dict(self.summary.usage)
         if meter is not None:
             meter.release()
             if meter.cost_usd is not None:
                 usage["cost_usd"] = meter.cost_usd  # the whole run's, summary included
-        verdict = self._decide(stop, summary, usage)
-        if verdict.pending is not None:
+        pending_extra = None
+        if stop.status == "awaiting_confirmation":
             # What resuming needs beyond the loop's word: the tools to offer again, by name.
-            verdict.pending = {**verdict.pending, "tools": sorted(self.completion.tools),
-                               "pause_id": uuid.uuid4().hex}
-        answer = verdict.for_the_loop([*self.warnings, *self.completion.warnings],
-                                      self.timeline.entries)
-        self.verdict = verdict  # applied by the loop: its result carries our warnings
-        return answer
+            pending_extra = {"tools": sorted(self.completion.tools),
+                             "pause_id": uuid.uuid4().hex}
+        verdict, self.diagnostics = self._decide(
+            stop, summary=summary, summary_usage=usage, pending_extra=pending_extra,
+            warnings=[*self.warnings, *self.completion.warnings],
+            timeline=self.timeline.entries)
+        self.verdict = verdict  # applied by the loop: its end carries our warnings
+        return verdict
 
-    def _decide(self, stop: RunStop, summary: Any = None,
-                summary_usage: dict[str, Any] | None = None) -> ProductVerdict:
+    def _decide(self, stop: RunStop, **extra: Any) -> tuple[StopVerdict, dict[str, Any]]:
         return decide(stop, turn_ceiling=self.turn_budget.ceiling(), completion=self.completion,
-                      summary=summary, summary_usage=summary_usage, chat_abort=self._abort(),
-                      truncated=self.runner.answer_truncated, output=self.output,
-                      partial=self.runner.partial_text, metered_warning=self._metered_warning(stop))
+                      chat_abort=self._abort(), truncated=self.answer_truncated,
+                      output=self.output, partial=self.provider_turn.partial_text,
+                      metered_warning=self._metered_warning(stop), **extra)
 
     def _metered_warning(self, stop: RunStop) -> str | None:
         """The warning of a stop on a token or cost budget, in tokens or dollars."""
@@ -572,7 +600,7 @@ class ConversationRun:
         return meter.stop_warning(stop.budget, stop.budgets.get(stop.budget, {}))
 
     def _abort(self) -> str | None:
-        if self.runner.stop_requested:
+        if self.stop_requested:
             return STREAM_LEFT
         gate = self.turn_gate
         return gate.notice if gate is not None and gate.aborted else None
@@ -581,44 +609,46 @@ class ConversationRun:
         """Stop at the next safe point (the consumer of a stream left): the provider's stream
         is closed, no further call or turn runs, and the run ends ``aborted``, its transcript
         stored and its lock released as at any other end."""
-        self.runner.stop_requested = True
+        self.stop_requested = True
+        self.provider_turn.stop()
 
-    def _result(self, loop: LoopResult) -> ConversationResult:
-        """The run's one result: the loop's, with the product's verdict and diagnostics; then
+    def _result(self, end: RunStop) -> ConversationResult:
+        """The run's one result: the loop's decided end, with the product's diagnostics; then
         the pipeline job is settled with it (after storage, so it records the stored id)."""
         self.completion.raise_policy_error()
-        verdict, warnings = self.verdict, loop.warnings
-        if verdict is None or verdict.status != loop.status:
-            # The stop handler never ran (lock contention) or failed, or the final write lost
-            # the lock: decide now, from what the loop says.
-            warnings = ([*self.warnings, *self.completion.warnings, *loop.warnings]
-                        if verdict is None else loop.warnings)
-            verdict = self.verdict = self._decide(RunStop.of(loop))
-        spec = self.spec
+        if self.verdict is None or self.verdict.status != end.status:
+            # The stop hook never ran (lock contention) or failed, or the final write lost
+            # the lock: the loop's own end is the run's; decide what it means now.
+            warnings = ([*self.warnings, *self.completion.warnings, *end.warnings]
+                        if self.verdict is None else end.warnings)
+            verdict, self.diagnostics = self._decide(end, warnings=warnings)
+            end = end.decided(verdict, end.budgets)
+        spec, status = self.spec, end.status
         result = unchecked(
             ConversationResult,
-            messages=loop.messages, final_content=verdict.final_content,
-            turn_count=loop.turn_count,
-            cumulative_turn_count=self.cumulative_base + loop.turn_count,
-            completed=verdict.status == "completed", status=verdict.status,
-            budget=verdict.budget, flags=list(verdict.flags),
-            max_turns_reached=verdict.max_turns_reached, warning=verdict.warning,
-            error=loop.error, error_code=loop.error_code, usage=loop.usage,
-            tool_execution_results=[r for r in loop.tool_execution_results
+            messages=end.messages, final_content=end.final_content,
+            turn_count=end.turn_count,
+            cumulative_turn_count=self.cumulative_base + end.turn_count,
+            completed=status == "completed", status=status,
+            budget=end.budget, flags=list(end.flags),
+            max_turns_reached=status == "budget_exceeded" and end.budget == CONVERSATION_TURNS,
+            warning=end.warning, error=end.error, error_code=end.error_code,
+            usage=end.usage,
+            tool_execution_results=[r for r in end.tool_execution_results
                                     if not is_rejected(r["result"])],
-            last_tool_calls=loop.last_tool_calls,
-            request_metadata=loop.request_metadata or self.runner.last_request_metadata,
-            transcript_session_id=loop.transcript_session_id, budgets=loop.budgets,
-            warnings=list(warnings), unavailable_required_tool_names=[],
+            last_tool_calls=end.last_tool_calls,
+            request_metadata=end.request_metadata or self.provider_turn.metadata,
+            transcript_session_id=end.session_id, budgets=end.budgets,
+            warnings=list(end.warnings), unavailable_required_tool_names=[],
             available_tool_names=[], mode=spec.mode, provider=spec.provider, model=spec.model,
             output=(self.output.value if self.output is not None
-                    and verdict.status == "completed" else None),
-            pending=loop.pending, **_result_diagnostics(verdict.diagnostics))
-        if result.status == "awaiting_confirmation" and result.transcript_session_id:
+                    and status == "completed" else None),
+            pending=end.pending, **_result_diagnostics(self.diagnostics))
+        if status == "awaiting_confirmation" and result.transcript_session_id:
             paused_runs(self.services).keep(result.transcript_session_id, PausedRun(
                 tools=dict(self.completion.tools),
                 payload=kept_payload(spec.payload, spec.runtime),
-                pause_id=str((loop.pending or {}).get("pause_id"))))
+                pause_id=str((end.pending or {}).get("pause_id"))))
         if self.completion.job is not None:  # a pipeline job's record, read only for one
             self.completion.settle_job(_job_fields(result))
         return result
@@ -673,4 +703,3 @@ def _restored(budget: IterationBudget, snapshot: Mapping[str, Any] | None) -> It
 
 def _result_diagnostics(diagnostics: Mapping[str, Any]) -> dict[str, Any]:
     return {key: diagnostics.get(key, default) for key, default in _DIAGNOSTIC_DEFAULTS.items()}
-

@@ -1,0 +1,335 @@
+"""The generic loop's entry points: :func:`run_loop`, :func:`arun_loop` and :func:`loop_steps`.
+
+They keep the keyword arguments of DESIGN.md section 10 (a turn runner, a tool executor, event
+sink, persister and lock, and the optional callables), check them (every failure names the
+argument), adapt the callables onto :class:`~agents_api.hooks.LoopHooks` with
+:class:`CallableHooks`, build one :class:`~agents_api.loop.LoopRun` and drive it:
+:func:`run_loop` without an event loop while every callable is synchronous (no asyncio overhead
+per turn), :func:`arun_loop` inside the caller's loop. A product that implements the hooks
+itself builds a :class:`~agents_api.hooks.LoopSettings` and calls :func:`hooked_steps`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, TypeAlias
+
+from agents_api.budget import IterationBudget
+from agents_api.drive import Steps, drive_async, drive_sync
+from agents_api.errors import InvalidLoopArgument
+from agents_api.events import Emitter, EventListener, EventSink
+from agents_api.hooks import (
+    EMPTY,
+    LoopSettings,
+    MaybeAwaitable,
+    ShouldContinue,
+    TurnContext,
+)
+from agents_api.loop import LoopRun, normalize_tool_result, tool_result_content
+from agents_api.message import Message, normalize_messages
+from agents_api.pause import Pause
+from agents_api.records import ToolCall, ToolOutcome
+from agents_api.results import (
+    Decision,
+    LoopResult,
+    RunStop,
+    StopVerdict,
+    TurnAnswer,
+    TurnResult,
+)
+from agents_api.transcript import TranscriptLock, TranscriptPersister, TranscriptWriter
+
+__all__ = ["MAX_LOCK_TTL", "BudgetExhaustedHook", "CallableHooks", "EventSink",
+           "RequestEstimate", "ShouldContinue", "StopHook", "ToolExecutor", "ToolResultHook",
+           "TranscriptLock", "TranscriptPersister", "TurnRunner", "arun_loop", "hooked_steps",
+           "loop_steps", "normalize_tool_result", "run_loop", "tool_result_content"]
+
+# A transcript lock lives at most a day: a run renews it after every turn, so a longer TTL
+# only keeps a crashed run's session blocked longer.
+MAX_LOCK_TTL = 86_400
+
+# The callables of run_loop (DESIGN.md section 10); each receives the turn's context as a new
+# dict (TurnContext.as_dict), the shape such callables have always been given.
+Context: TypeAlias = dict[str, Any]
+TurnRunner = Callable[[list[Message], Context],
+                      MaybeAwaitable[TurnResult | TurnAnswer | Mapping[str, Any]]]
+# (tool_call, context) -> a result; context also holds "messages" and "tool_call_id".
+ToolExecutor = Callable[[dict[str, Any], dict[str, Any]], Any]
+ToolResultHook = Callable[[dict[str, Any], dict[str, Any], Context],
+                          MaybeAwaitable[Decision | None]]
+# True: the budget was extended; a Pause: stop and wait for a person (agents_api.pause).
+BudgetExhaustedHook = Callable[[IterationBudget, dict[str, Any]],
+                               MaybeAwaitable[bool | Pause | None]]
+# Called once when a run stops, under the transcript lock, before its end is stored: it sees
+# the run (RunStop) and returns the StopVerdict the loop applies (or None: no change).
+StopHook = Callable[[RunStop, Context], MaybeAwaitable[StopVerdict | None]]
+# Asked before every turn: what the coming request would add to budgets that count what
+# requests spend, ``{budget_name: units}``. A request that would take a budget past its
+# ceiling is not sent: the budget is offered for extension like a spent one, else the run
+# stops on it. Whoever estimates also feeds those budgets with what answers report.
+RequestEstimate = Callable[[list[Message], Context], Mapping[str, int]]
+
+
+class CallableHooks:
+    """:class:`~agents_api.hooks.LoopHooks` made of ``run_loop``'s keyword callables.
+
+    Each hook calls its callable with the arguments section 10 documents (a tool call as its
+    ``{"id", "name", "parameters"}`` dict, the context as a mapping); a callable that was not
+    given answers as the loop's default: no executor is a failed call, no policy says nothing,
+    no confirmation hook declines, no stop handler keeps the loop's verdict.
+    """
+
+    __slots__ = ("_context", "_dict", "estimate", "executor", "on_budget_exhausted", "on_stop",
+                 "on_tool_result", "turn_runner")
+
+    def __init__(self, turn_runner: TurnRunner, *, tool_executor: ToolExecutor | None = None,
+                 on_tool_result: ToolResultHook | None = None,
+                 on_budget_exhausted: BudgetExhaustedHook | None = None,
+                 on_stop: StopHook | None = None,
+                 estimate_request: RequestEstimate | None = None) -> None:
+        self.turn_runner = turn_runner
+        self.executor = tool_executor
+        self.on_tool_result = on_tool_result
+        self.on_budget_exhausted = on_budget_exhausted
+        self.on_stop = on_stop
+        self.estimate = estimate_request
+        self._context: TurnContext | None = None
+        self._dict: dict[str, Any] = {}
+
+    def _plain(self, context: TurnContext) -> dict[str, Any]:
+        """``context`` as a dict, one per turn (the callables of a turn share it, as the loop
+        has always given them)."""
+        if context is not self._context:
+            self._context, self._dict = context, context.as_dict()
+        return self._dict
+
+    def run_turn(self, messages: list[Message], context: TurnContext
+                 ) -> MaybeAwaitable[TurnResult | TurnAnswer | Mapping[str, Any]]:
+        """The turn runner's answer."""
+        return self.turn_runner(messages, self._plain(context))
+
+    def run_tool(self, call: ToolCall, messages: list[Message], context: TurnContext) -> object:
+        """The executor's result for the call's dict, with the messages and the call's id in
+        its context; without an executor, a failed result saying so."""
+        if self.executor is None:
+            return {"success": False, "error_type": "executor_unavailable",
+                    "error": f"Tool '{call.name}' cannot run: no tool executor is configured "
+                             "for this loop."}
+        return self.executor(call.mapping, {**self._plain(context), "messages": messages,
+                                            "tool_call_id": call.id})
+
+    def after_tool(self, outcome: ToolOutcome, context: TurnContext
+                   ) -> MaybeAwaitable[Decision | None]:
+        """``on_tool_result(call, result, context)``, when given."""
+        if self.on_tool_result is None:
+            return None
+        return self.on_tool_result(outcome.call.mapping, outcome.result, self._plain(context))
+
+    def estimate_request(self, messages: list[Message], context: TurnContext
+                         ) -> Mapping[str, int] | None:
+        """``estimate_request(messages, context)``, when given."""
+        return None if self.estimate is None else self.estimate(messages, self._plain(context))
+
+    def budget_spent(self, budget: IterationBudget, context: TurnContext
+                     ) -> MaybeAwaitable[bool | Pause | None]:
+        """``on_budget_exhausted(budget, {"turn", "budget"})``, when given."""
+        if self.on_budget_exhausted is None:
+            return False
+        return self.on_budget_exhausted(budget, {"turn": context.turn,
+                                                 "budget": budget.name()})
+
+    def stop(self, stop: RunStop, context: TurnContext) -> MaybeAwaitable[StopVerdict | None]:
+        """``on_stop(stop, context)``, when given."""
+        return None if self.on_stop is None else self.on_stop(stop, self._plain(context))
+
+
+def run_loop(
+    messages: Iterable[Message | Mapping[str, Any]],
+    turn_runner: TurnRunner,
+    *,
+    turn_budget: IterationBudget,
+    budgets: Iterable[IterationBudget] = (),
+    tool_executor: ToolExecutor | None = None,
+    on_event: EventSink | None = None,
+    should_continue: ShouldContinue | None = None,
+    transcript_persister: Any = None,
+    transcript_lock: Any = None,
+    transcript_session_id: str | None = None,
+    transcript_lock_ttl: int = 300,
+    context: Mapping[str, Any] | None = None,
+    request: Mapping[str, Any] | None = None,
+    on_tool_result: ToolResultHook | None = None,
+    on_budget_exhausted: BudgetExhaustedHook | None = None,
+    on_stop: StopHook | None = None,
+    transcript_writer: TranscriptWriter | None = None,
+    pending_tool_calls: Iterable[Mapping[str, Any]] = (),
+    estimate_request: RequestEstimate | None = None,
+) -> LoopResult:
+    """Run a bounded conversation synchronously and return its :class:`LoopResult`.
+
+    Synchronous callables run without an event loop. If a callable returns an awaitable, it is
+    awaited on a private event loop; inside a running event loop use :func:`arun_loop`.
+    ``transcript_writer``: a writer for a session whose lock the caller already holds (instead
+    of ``transcript_persister`` and ``transcript_lock``); see :mod:`agents_api.transcript`.
+    ``pending_tool_calls``: the calls a paused run left waiting (its ``pending["tool_calls"]``),
+    run before the first turn; see :mod:`agents_api.pause`. ``estimate_request``: what the
+    coming request would add to budgets that count what requests spend (tokens, money), asked
+    before every turn: a request that would pass a ceiling is not sent (see
+    :data:`RequestEstimate`).
+    """
+    return LoopResult.of(drive_sync(loop_steps(
+        messages, turn_runner, turn_budget=turn_budget, budgets=budgets,
+        tool_executor=tool_executor, on_event=on_event, should_continue=should_continue,
+        transcript_persister=transcript_persister, transcript_lock=transcript_lock,
+        transcript_session_id=transcript_session_id, transcript_lock_ttl=transcript_lock_ttl,
+        context=context, request=request, on_tool_result=on_tool_result,
+        on_budget_exhausted=on_budget_exhausted, on_stop=on_stop,
+        transcript_writer=transcript_writer, pending_tool_calls=pending_tool_calls,
+        estimate_request=estimate_request)))
+
+
+async def arun_loop(
+    messages: Iterable[Message | Mapping[str, Any]],
+    turn_runner: TurnRunner,
+    *,
+    turn_budget: IterationBudget,
+    budgets: Iterable[IterationBudget] = (),
+    tool_executor: ToolExecutor | None = None,
+    on_event: EventSink | None = None,
+    should_continue: ShouldContinue | None = None,
+    transcript_persister: Any = None,
+    transcript_lock: Any = None,
+    transcript_session_id: str | None = None,
+    transcript_lock_ttl: int = 300,
+    context: Mapping[str, Any] | None = None,
+    request: Mapping[str, Any] | None = None,
+    on_tool_result: ToolResultHook | None = None,
+    on_budget_exhausted: BudgetExhaustedHook | None = None,
+    on_stop: StopHook | None = None,
+    transcript_writer: TranscriptWriter | None = None,
+    pending_tool_calls: Iterable[Mapping[str, Any]] = (),
+    estimate_request: RequestEstimate | None = None,
+) -> LoopResult:
+    """Run a bounded conversation inside the running event loop (same arguments as run_loop)."""
+    return LoopResult.of(await drive_async(loop_steps(
+        messages, turn_runner, turn_budget=turn_budget, budgets=budgets,
+        tool_executor=tool_executor, on_event=on_event, should_continue=should_continue,
+        transcript_persister=transcript_persister, transcript_lock=transcript_lock,
+        transcript_session_id=transcript_session_id, transcript_lock_ttl=transcript_lock_ttl,
+        context=context, request=request, on_tool_result=on_tool_result,
+        on_budget_exhausted=on_budget_exhausted, on_stop=on_stop,
+        transcript_writer=transcript_writer, pending_tool_calls=pending_tool_calls,
+        estimate_request=estimate_request)))
+
+
+def loop_steps(
+    messages: Iterable[Message | Mapping[str, Any]],
+    turn_runner: TurnRunner,
+    *,
+    turn_budget: IterationBudget,
+    budgets: Iterable[IterationBudget] = (),
+    tool_executor: ToolExecutor | None = None,
+    on_event: EventSink | None = None,
+    should_continue: ShouldContinue | None = None,
+    transcript_persister: Any = None,
+    transcript_lock: Any = None,
+    transcript_session_id: str | None = None,
+    transcript_lock_ttl: int = 300,
+    context: Mapping[str, Any] | None = None,
+    request: Mapping[str, Any] | None = None,
+    on_tool_result: ToolResultHook | None = None,
+    on_budget_exhausted: BudgetExhaustedHook | None = None,
+    on_stop: StopHook | None = None,
+    transcript_writer: TranscriptWriter | None = None,
+    pending_tool_calls: Iterable[Mapping[str, Any]] = (),
+    estimate_request: RequestEstimate | None = None,
+) -> Steps[RunStop]:
+    """The run of :func:`run_loop` (same keyword arguments) as a step generator ending in its
+    decided :class:`RunStop`, for callers that drive it inside a larger sequence of their own
+    (``drive_sync`` / ``drive_async``)."""
+    if not callable(turn_runner):
+        raise InvalidLoopArgument(
+            "turn_runner must be a callable (messages, context) -> TurnResult.")
+    if estimate_request is not None and not callable(estimate_request):
+        raise InvalidLoopArgument(
+            "estimate_request must be a callable (messages, context) -> {budget_name: units}.")
+    hooks = CallableHooks(turn_runner, tool_executor=tool_executor,
+                          on_tool_result=on_tool_result,
+                          on_budget_exhausted=on_budget_exhausted, on_stop=on_stop,
+                          estimate_request=estimate_request)
+    extra = MappingProxyType(dict(context)) if context else EMPTY
+    settings = LoopSettings(
+        hooks=hooks, turn_budget=turn_budget, extra=extra,
+        estimates=estimate_request is not None, slow_stop=on_stop is not None,
+        should_continue=should_continue,
+        persister=transcript_persister, lock=transcript_lock, writer=transcript_writer,
+        session_id=transcript_session_id, ttl=transcript_lock_ttl,
+        request=MappingProxyType(dict(request or {})),
+        pending_calls=_check_pending_calls(pending_tool_calls) if pending_tool_calls else ())
+    return hooked_steps(messages, settings, budgets, on_event)
+
+
+def hooked_steps(messages: Iterable[Message | Mapping[str, Any]], settings: LoopSettings,
+                 budgets: Iterable[IterationBudget] = (),
+                 on_event: EventSink | EventListener | None = None) -> Steps[RunStop]:
+    """One run of the loop on ``settings`` (a product's own hooks) as a step generator ending
+    in its decided :class:`RunStop`; the arguments are checked first, each failure naming
+    the argument."""
+    budget_map = _budget_map(settings.turn_budget, budgets)
+    _check_transcript(settings.persister, settings.lock, settings.writer)
+    check_lock_ttl(settings.ttl)
+    return LoopRun(settings, normalize_messages(messages), budget_map,
+                   Emitter(on_event)).steps()
+
+
+def check_lock_ttl(ttl: object, knob: str = "transcript_lock_ttl") -> int:
+    """``ttl`` if it is an integer number of seconds in [1, 86400]; else InvalidLoopArgument."""
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_LOCK_TTL:
+        raise InvalidLoopArgument(
+            f"{knob} must be an integer number of seconds from 1 to {MAX_LOCK_TTL}, "
+            f"got {ttl!r}.")
+    return ttl
+
+
+def _budget_map(turn_budget: object, budgets: Iterable[object]) -> dict[str, IterationBudget]:
+    if not isinstance(turn_budget, IterationBudget):
+        raise InvalidLoopArgument("turn_budget must be an agents_api.IterationBudget.")
+    found: dict[str, IterationBudget] = {turn_budget.name(): turn_budget}
+    for extra in budgets:
+        if not isinstance(extra, IterationBudget):
+            raise InvalidLoopArgument(
+                f"budgets must hold agents_api.IterationBudget objects, got {type(extra).__name__}."
+            )
+        found.setdefault(extra.name(), extra)
+    return found
+
+
+def _check_transcript(persister: Any, lock: Any, writer: Any) -> None:
+    if writer is not None and (persister is not None or lock is not None):
+        raise InvalidLoopArgument(
+            "transcript_writer already holds its session: pass it alone, without "
+            "transcript_persister or transcript_lock.")
+    if writer is not None and not isinstance(writer, TranscriptWriter):
+        raise InvalidLoopArgument(
+            "transcript_writer must have session_id and begin, append_turn, renew, persist and "
+            "release methods (see agents_api.TranscriptWriter).")
+
+
+def _check_pending_calls(calls: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """Waiting calls as a paused run stored them: each a mapping naming its tool."""
+    if isinstance(calls, str | bytes | Mapping):
+        raise InvalidLoopArgument("pending_tool_calls must be a list of tool call dicts.")
+    checked = []
+    for index, call in enumerate(calls):
+        name = call.get("name") if isinstance(call, Mapping) else None
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidLoopArgument(
+                f"pending_tool_calls[{index}] must be a dict with a tool 'name' (as a paused "
+                "run's pending['tool_calls'] holds them).")
+        turn = call.get("turn", 0)
+        if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
+            raise InvalidLoopArgument(
+                f"pending_tool_calls[{index}]['turn'] must be a turn number, got {turn!r}.")
+        checked.append(dict(call))
+    return tuple(checked)
