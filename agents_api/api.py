@@ -18,15 +18,16 @@ from typing import Any, TypeAlias
 from agents_api.budget import IterationBudget
 from agents_api.drive import Steps, drive_async, drive_sync
 from agents_api.errors import InvalidLoopArgument
-from agents_api.events import Emitter, EventListener, EventSink
 from agents_api.hooks import (
     EMPTY,
+    EventListener,
+    EventSink,
     LoopSettings,
     MaybeAwaitable,
     ShouldContinue,
     TurnContext,
 )
-from agents_api.loop import LoopRun, normalize_tool_result, tool_result_content
+from agents_api.loop import Emitter, LoopRun, normalize_tool_result, tool_result_content
 from agents_api.message import Message, normalize_messages
 from agents_api.pause import Pause
 from agents_api.records import ToolCall, ToolOutcome

@@ -14,9 +14,21 @@ from typing import Literal
 from agents_api import clock as _clock
 from agents_api.errors import InvalidBudget, brief_repr
 
-__all__ = ["BudgetRail", "IterationBudget"]
+__all__ = ["TOOL_CALLS", "WALL_CLOCK", "BudgetRail", "IterationBudget", "per_tool_budget"]
 
 BudgetRail = Literal["ceiling", "hard_ceiling", "time"]
+
+# The budget names the generic loop itself knows. Every other budget is just a name to it:
+# ``tool_calls`` is checked before each tool call (and ``tool_calls_<tool>`` per tool name), and
+# ``wall_clock_seconds`` is set from the clock before each turn and bounds how long a provider
+# or tool call may run.
+TOOL_CALLS = "tool_calls"
+WALL_CLOCK = "wall_clock_seconds"
+
+
+def per_tool_budget(tool_name: str) -> str:
+    """The name of the budget that counts calls of one tool: ``tool_calls_<tool_name>``."""
+    return f"{TOOL_CALLS}_{tool_name}"
 
 
 # The largest count a budget holds: what every store keeps in an integer column (SQLite's

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from agents_api.results import Decision, RunStop, StopVerdict, TurnAnswer, TurnResult
     from agents_api.transcript import TranscriptWriter
 
-__all__ = ["EMPTY", "LoopHooks", "LoopSettings", "MaybeAwaitable", "TurnContext"]
+__all__ = ["EMPTY", "EventListener", "EventSink", "LoopHooks", "LoopSettings", "MaybeAwaitable",
+           "TurnContext"]
 
 T = TypeVar("T")
 MaybeAwaitable: TypeAlias = Union[T, Awaitable[T]]  # noqa: UP007
@@ -124,6 +125,19 @@ class TurnContext(Mapping[str, object]):
         if self.payload is not EMPTY:
             found["payload"] = self.payload
         return found
+
+
+# run_loop's on_event: a callable (event, payload).
+EventSink = Callable[[str, dict[str, Any]], object]
+
+
+class EventListener(Protocol):
+    """A sink object: ``emit(event, payload)``; it may declare ``never_raises = True`` (it
+    guards itself) and ``per_turn_events`` (False: only the loop's rare events, never the
+    per-turn ones, whose payloads are then not built)."""
+
+    def emit(self, event: str, payload: dict[str, Any]) -> object:
+        """Receive one event."""
 
 
 class LoopHooks(Protocol):

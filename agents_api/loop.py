@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from agents_api import clock
-from agents_api.budget import IterationBudget
+from agents_api.budget import TOOL_CALLS, WALL_CLOCK, IterationBudget, per_tool_budget
 from agents_api.drive import DeadlineReached, Steps, ThreadCall, awaitable, bounded
 from agents_api.errors import LockLost, brief_repr
-from agents_api.events import Emitter
-from agents_api.hooks import LoopSettings, TurnContext
+from agents_api.hooks import EventListener, EventSink, LoopSettings, TurnContext
 from agents_api.jsontext import compact_json
 from agents_api.message import Message
-from agents_api.names import TOOL_CALLS, WALL_CLOCK, per_tool_budget
 from agents_api.pause import Pause
 from agents_api.records import Outcome, ToolCall, ToolOutcome
 from agents_api.results import (
@@ -46,7 +44,7 @@ from agents_api.results import (
 from agents_api.transcript import HeldLock, LegacyTranscript, TranscriptWriter
 from agents_api.usage import plausible_usage
 
-__all__ = ["LoopRun", "normalize_tool_result", "tool_result_content"]
+__all__ = ["Emitter", "LoopRun", "normalize_tool_result", "tool_result_content"]
 
 logger = logging.getLogger("agents_api.loop")
 
@@ -99,6 +97,47 @@ def tool_result_content(result: Mapping[str, Any]) -> str:
 
 def _failure(error: str, error_type: str) -> dict[str, Any]:
     return {"success": False, "error": error, "error_type": error_type}
+
+
+class Emitter:
+    """``emit(event, payload)`` to one sink (a callable, or an object with an ``emit``
+    method), guarded.
+
+    A sink that declares ``never_raises = True`` (it guards itself, as datamachine's run
+    emitter does) is called directly; any other is wrapped so its exceptions are logged. A sink
+    that declares ``per_turn_events = False`` is handed only the events the loop emits whatever
+    happens (budgets, lock contention, the terminal event), never the per-turn ones, whose
+    payloads are then not built (datamachine records the former with every run).
+    """
+
+    __slots__ = ("emit", "listening")
+
+    def __init__(self, sink: EventSink | EventListener | None) -> None:
+        self.listening = sink is not None and getattr(sink, "per_turn_events", True) is not False
+        if sink is None:
+            self.emit: Callable[[str, dict[str, Any]], None] = _nothing
+            return
+        method = getattr(sink, "emit", None)  # an object with emit(), else a callable
+        call = cast(EventSink, method if callable(method) else sink)
+        if getattr(sink, "never_raises", False) is True:
+            self.emit = cast(Callable[[str, dict[str, Any]], None], call)  # result ignored
+        else:
+            self.emit = _guarded(call)
+
+
+def _nothing(event: str, payload: dict[str, Any]) -> None:
+    return None
+
+
+def _guarded(sink: EventSink) -> Callable[[str, dict[str, Any]], None]:
+    def emit(event: str, payload: dict[str, Any]) -> None:
+        try:
+            sink(event, payload)
+        except Exception:
+            # An observer must never change a run's outcome.
+            logger.warning("agents_api: event sink failed on %r", event, exc_info=True)
+
+    return emit
 
 
 class LoopRun:

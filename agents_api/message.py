@@ -75,7 +75,7 @@ class Message(BaseModel):
     # them cost more than anything else it does per message. So a builder copies a template of
     # its type with pydantic's model_copy (no validation) and sets the fields that differ,
     # always replacing the mutable ones so nothing is shared with the template. (Not
-    # agents_api.unchecked: for a model this small, its extra call measured 10 % slower; the
+    # agents_api.results.unchecked: for a model this small, its extra call measured 10 % slower; the
     # template is looked up inline for the same reason, and made by _template on first use.)
     @classmethod
     def text(cls, role: str, content: str, metadata: dict[str, Any] | None = None) -> Message:

@@ -3,7 +3,7 @@ home of every budget name the product itself uses."""
 
 from __future__ import annotations
 
-from agents_api.names import TOOL_CALLS, WALL_CLOCK
+from agents_api.budget import TOOL_CALLS, WALL_CLOCK
 from datamachine.registry import BudgetSpec
 
 __all__ = ["BUILTIN_BUDGETS", "BUILTIN_OWNER", "CHAIN_DEPTH", "CHAT_TURNS", "CONVERSATION_TURNS",

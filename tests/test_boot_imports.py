@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # run uses.
 NOT_AT_BOOT = (
     "openai", "httpx", "starlette", "uvicorn", "rich",
-    "agents_api.loop", "agents_api.results", "agents_api._drive", "agents_api._tools",
+    "agents_api.loop", "agents_api.results", "agents_api.drive", "agents_api.api",
     "datamachine.api", "datamachine.conversation", "datamachine.completion",
     "datamachine.tools.executor", "datamachine.tools.runtime_rules",
     "datamachine.tools.history", "datamachine.tools.duplicates",

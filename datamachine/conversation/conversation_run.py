@@ -32,12 +32,11 @@ from agents_api import (
     clock,
 )
 from agents_api.api import hooked_steps
+from agents_api.budget import per_tool_budget
 from agents_api.drive import Steps, drive_async, drive_sync, run_steps
 from agents_api.errors import brief_repr
-from agents_api.names import per_tool_budget
 from agents_api.records import ToolCall, ToolOutcome
-from agents_api.results import Decision
-from agents_api.unchecked import unchecked
+from agents_api.results import Decision, unchecked
 from datamachine.budgets_builtin import (
     CONVERSATION_TURNS,
     COST,
