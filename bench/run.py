@@ -226,17 +226,17 @@ def _short(path: str) -> str:
 # Where a turn's time goes, by area: (label, file suffix, function); cumulative time, so an
 # area includes what it calls (the provider row is inside the turn runner row).
 AREAS = (
-    ("turn runner: request, projection, provider call, response", "conversation/turns.py",
-     "__call__"),
+    ("provider turn: request, projection, pressure, provider call, answer",
+     "conversation/conversation_run.py", "run_turn"),
     ("… of which the running projection and hash", "conversation/projection.py", "sync"),
     ("… of which the scripted provider (the test model)", "providers/scripted.py", "complete"),
-    ("tool execution: duplicate check, validation, the tool", "tools/executor.py", "__call__"),
+    ("tool execution: duplicate check, validation, the tool", "tools/executor.py", "execute"),
     ("completion policy after each tool result", "completion/controller.py", "on_tool_result"),
-    ("events (payload merge, sink, hook)", "conversation/run.py", "__call__"),
+    ("events (payload merge, sink, hook)", "conversation/events.py", "emit"),
     ("SQLite: append_turn", "storage/transcripts.py", "append_turn"),
     ("SQLite: lock renewal", "storage/transcripts.py", "renew"),
     ("budget pressure", "conversation/pressure.py", "apply"),
-    ("run set-up (prepare_run)", "conversation/run.py", "prepare_run"),
+    ("run set-up (ConversationRun.create)", "conversation/conversation_run.py", "create"),
 )
 
 

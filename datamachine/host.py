@@ -94,7 +94,7 @@ class Host(Services):
     ) -> ConversationResult:
         """Async twin of :meth:`continue_conversation`."""
         from agents_api.drive import drive_async
-        from datamachine.conversation.continuation import continuation_steps
+        from datamachine.conversation.resuming import continuation_steps
 
         return await drive_async(continuation_steps(self, session_id, extend_by, tools,
                                                     provider, model, output_type=output_type))
@@ -150,7 +150,7 @@ class Host(Services):
     ) -> ConversationResult:
         """Resume a stopped (or crash-interrupted) run with at most ``extend_by`` more turns."""
         from agents_api.drive import drive_sync
-        from datamachine.conversation.continuation import continuation_steps
+        from datamachine.conversation.resuming import continuation_steps
 
         return drive_sync(continuation_steps(self, session_id, extend_by, tools, provider, model,
                                              output_type=output_type))
@@ -214,12 +214,12 @@ class Host(Services):
     ) -> ConversationResult:
         """Answer a paused run (status ``awaiting_confirmation``) and continue it: approved, the
         budget is extended (``extend_by``), the chat count reset or the tool run; declined, the
-        run stops (see ``datamachine.conversation.resume``). ``tools=None``: the paused run's
+        run stops (see ``datamachine.conversation.resuming``). ``tools=None``: the paused run's
         tools by name; ``payload``: runtime options for the resumed run; ``pause_id``: answer
         only that pause (``result.pending["pause_id"]``), else SessionNotPaused: a person's
         answer to a question shown earlier never answers the next one."""
         from agents_api.drive import drive_sync
-        from datamachine.conversation.resume import resume_steps
+        from datamachine.conversation.resuming import resume_steps
 
         return drive_sync(resume_steps(self, session_id, approve, extend_by, tools, payload,
                                        pause_id=pause_id))
@@ -236,7 +236,7 @@ class Host(Services):
     ) -> ConversationResult:
         """Async twin of :meth:`resume` (for ``async def`` endpoints)."""
         from agents_api.drive import drive_async
-        from datamachine.conversation.resume import resume_steps
+        from datamachine.conversation.resuming import resume_steps
 
         return await drive_async(resume_steps(self, session_id, approve, extend_by, tools,
                                               payload, pause_id=pause_id))

@@ -323,7 +323,7 @@ def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
     the last attempt for outages; None counts them.
     """
     from agents_api.drive import drive_sync
-    from datamachine.conversation.continuation import TranscriptFinished, continuation_steps
+    from datamachine.conversation.resuming import TranscriptFinished, continuation_steps
 
     job = host.jobs.get(job_id)
     if job.status in ("completed", "failed"):

@@ -94,7 +94,10 @@ def test_the_scan_finds_literal_and_constant_keys_and_skips_other_gets(tmp_path:
 def test_declared_defaults_are_what_the_code_uses_when_unset() -> None:
     from datamachine_mcp.servers import DEFAULT_CALL_TIMEOUT
 
-    from datamachine.conversation.timeouts import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT
+    from datamachine.conversation.provider_turn import (
+        DEFAULT_CONNECT_TIMEOUT,
+        DEFAULT_REQUEST_TIMEOUT,
+    )
     from datamachine.default_plugins.remote_agent import DEFAULT_TIMEOUT_SECONDS
     from datamachine.providers.retry import DEFAULT_MAX_RETRIES
     from datamachine.server.site import DEFAULT_MAX_REQUEST_BYTES

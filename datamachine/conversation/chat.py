@@ -8,34 +8,31 @@ session's limit, and the count is written in the same transaction as the turn it
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from agents_api import IterationBudget, LockLost, Message
+from agents_api import IterationBudget, LockLost
 from agents_api.drive import Steps, drive_sync
-from agents_api.results import terminal_payload
 from datamachine.budgets_builtin import CHAT_TURNS
 from datamachine.conversation.conversation_run import ConversationRun
-from datamachine.conversation.events import emit_outside_run
 from datamachine.conversation.pausing import (
-    PausedRun,
     confirmation_mode,
-    kept_payload,
-    paused_runs,
-    pending_warning,
-    stored_pending,
 )
-from datamachine.conversation.payload import split_payload
 from datamachine.conversation.result import ConversationResult
-from datamachine.conversation.spec import normalize_tools
+from datamachine.conversation.sessions import (
+    HookFailed,
+    abort_before_run,
+    check_session_payload,
+    contention_result,
+    failed_before_run,
+    limit_notice,
+    pause_before_run,
+    refuse_if_paused,
+)
 from datamachine.errors import (
     ChatSessionNotFound,
-    SessionAwaitingConfirmation,
-    TranscriptNotFound,
     UsageError,
 )
-from datamachine.payload_keys import RuntimeOptions
 from datamachine.services import Services
 from datamachine.storage.chat_sessions import (
     ChatSession,
@@ -45,14 +42,7 @@ from datamachine.storage.chat_sessions import (
 )
 from datamachine.storage.transcript_writer import TranscriptWriter
 
-__all__ = ["ChatTurnGate", "abort_before_run", "chat_message", "chat_steps", "chat_turns_on",
-           "contention_result", "failed_before_run", "pause_before_run", "refuse_if_paused",
-           "settle_without_run"]
-
-
-def _notice(session_id: str, max_turns: MaxTurns) -> str:
-    return (f"Chat session {session_id!r} reached its turn limit ({max_turns}) and was not "
-            "continued; it is now aborted.")
+__all__ = ["ChatTurnGate", "chat_gate", "chat_message", "chat_steps", "chat_turns_on"]
 
 
 def _confirmed(services: Services, session_id: str, count: int, max_turns: MaxTurns) -> bool:
@@ -87,7 +77,7 @@ class ChatTurnGate:
         self.count = session.turn_count
         self.create = create
         self.aborted = False
-        self.notice = _notice(session.id, session.max_turns)
+        self.notice = limit_notice(session.id, session.max_turns)
         self._reset = False
 
     @property
@@ -134,62 +124,11 @@ class ChatTurnGate:
         self.create = False
 
 
-def contention_result(services: Services, session_id: str, mode: str, provider: str | None,
-                      model: str | None, payload: Mapping[str, Any] | None) -> ConversationResult:
-    """What a run on a session another run holds returns (it did not run), with the events a
-    run emits: ``transcript_lock_contention`` and the terminal ``completed``."""
-    emit_outside_run(services, payload, "transcript_lock_contention",
-                     {"mode": mode, "session_id": session_id})
-    try:
-        earlier = services.transcripts.summary(session_id).cumulative_turn_count
-    except TranscriptNotFound:
-        earlier = 0
-    result = ConversationResult(
-        status="transcript_lock_contention", completed=False,
-        error=f"Session {session_id!r} is busy with another run; retry when it ends.",
-        error_code="transcript_lock_contention", transcript_session_id=session_id,
-        cumulative_turn_count=earlier, mode=mode, provider=provider or "", model=model or "")
-    emit_outside_run(services, payload, "completed", _terminal(result, mode))
-    return result
-
-
-class HookFailed(Exception):
-    """``confirm_continuation`` raised while a session at its limit was asked before a run."""
-
-    code = "budget_hook_failed"
-
-
-def failed_before_run(services: Services, session_id: str, exc: Exception, mode: Any,
-                      provider: str | None, model: str | None,
-                      payload: Mapping[str, Any] | None) -> ConversationResult:
-    """What a run returns when it failed before its loop started (its lock lost while a person
-    answered the limit's question, or the question's hook raised), with its terminal event."""
-    label = mode if isinstance(mode, str) else ",".join(mode)
-    cause = exc.__cause__ if isinstance(exc, HookFailed) and exc.__cause__ else exc
-    result = ConversationResult(
-        status="error", completed=False, error=str(cause) or type(cause).__name__,
-        error_code=str(getattr(exc, "code", "error")), transcript_session_id=session_id,
-        mode=label, provider=provider or "", model=model or "")
-    emit_outside_run(services, payload, "failed", {**_terminal(result, label),
-                                                   "session_id": session_id})
-    return result
-
-
 def chat_message(message: Any) -> list[dict[str, Any]]:
     """``message`` as the one user message a chat run adds (a non-empty string)."""
     if not isinstance(message, str) or not message.strip():
         raise UsageError("message must be a non-empty string.")
     return [{"role": "user", "content": message}]
-
-
-def check_session_payload(payload: Mapping[str, Any] | None) -> RuntimeOptions:
-    """The run's runtime options; a chat session is stored by the host, never by the payload's
-    store."""
-    _, runtime = split_payload(payload)
-    if runtime.transcript_persister is not None or runtime.transcript_lock is not None:
-        raise UsageError("A chat session is stored by the host: leave transcript_persister "
-                         "and transcript_lock out of a chat run's payload.")
-    return runtime
 
 
 def chat_turns_on(services: Services, session_id: str, new_messages: list[dict[str, Any]],
@@ -272,71 +211,11 @@ def _session_under_lock(services: Services, session_id: str, existing: bool) -> 
                        created_at=0.0, updated_at=0.0)
 
 
-def refuse_if_paused(services: Services, session_id: str) -> None:
-    """A session whose run waits for a person takes nothing new until it is answered (read
-    under the session's lock)."""
+def chat_gate(services: Services, session_id: str, *, pause: bool) -> ChatTurnGate | None:
+    """On a chat session (read under its lock): its turn gate; otherwise None. Raises
+    SessionAborted for an aborted one."""
     try:
-        stored = services.transcripts.summary(session_id)
-    except TranscriptNotFound:
-        return
-    pending = stored_pending(stored.status, stored.result)
-    if pending is not None:
-        raise SessionAwaitingConfirmation(
-            f"Session {session_id!r} is paused: {pending_warning(pending)}",
-            session_id=session_id, pending=pending)
-
-
-def settle_without_run(services: Services, writer: TranscriptWriter, messages: list[Message],
-                       result: ConversationResult,
-                       payload: Mapping[str, Any] | None) -> ConversationResult:
-    """Store ``messages`` and ``result`` for a run decided before any turn (paused at a limit,
-    declined on resume), and emit its terminal event."""
-    request = {"provider": result.provider or None, "model": result.model or None,
-               "mode": result.mode}
-    writer.begin(messages, request)
-    writer.persist(messages, request, result)
-    emit_outside_run(services, payload, "completed",
-                     {**_terminal(result, result.mode), "session_id": writer.session_id})
-    return result
-
-
-def pause_before_run(services: Services, gate: ChatTurnGate, writer: TranscriptWriter,
-                     new_messages: list[dict[str, Any]], tools: Any, provider: str,
-                     model: str, mode: Any, payload: Mapping[str, Any] | None
-                     ) -> ConversationResult:
-    """A message to a session already at its limit, with ``confirmation="pause"``: the
-    message is stored and the run waits for ``resume`` before its first turn."""
-    label = mode if isinstance(mode, str) else ",".join(mode)
-    offered = normalize_tools(tools)
-    pause_id = uuid.uuid4().hex
-    pending = {"kind": "chat_turn_limit", "budget": CHAT_TURNS, "tool_call": None,
-               "tool_calls": [], "tools": sorted(offered), "pause_id": pause_id}
-    messages = [*(Message(**m) for m in writer.history()),
-                *(Message(**m) for m in new_messages)]
-    result = ConversationResult(
-        messages=messages, status="awaiting_confirmation", completed=False,
-        budget=CHAT_TURNS, warning=pending_warning(pending), pending=pending,
-        cumulative_turn_count=writer.stored_turns(), transcript_session_id=gate.session_id,
-        mode=label, provider=provider, model=model)
-    clean, runtime = split_payload(payload)
-    settle_without_run(services, writer, messages, result, payload)
-    paused_runs(services).keep(gate.session_id, PausedRun(
-        tools=offered, payload=kept_payload(clean, runtime), pause_id=pause_id))
-    return result
-
-
-def abort_before_run(services: Services, session: ChatSession, writer: TranscriptWriter,
-                      payload: Mapping[str, Any] | None) -> ConversationResult:
-    """The result of a run declined at the limit before it started (the gate aborted it)."""
-    result = ConversationResult(
-        messages=[Message(**m) for m in writer.history()], status="aborted", completed=False,
-        turn_count=0, cumulative_turn_count=writer.stored_turns(),
-        warning=_notice(session.id, session.max_turns), transcript_session_id=session.id,
-        mode="chat")
-    emit_outside_run(services, payload, "completed", {**_terminal(result, "chat"),
-                                                      "session_id": session.id})
-    return result
-
-
-def _terminal(result: ConversationResult, mode: str) -> dict[str, Any]:
-    return {"mode": mode, **terminal_payload(result)}
+        session = services.chat_sessions.require_active(session_id)
+    except ChatSessionNotFound:
+        return None
+    return ChatTurnGate(services, session, create=False, pause=pause)

@@ -46,8 +46,8 @@ from datamachine.budgets_builtin import (
     WALL_CLOCK,
 )
 from datamachine.completion.controller import CompletionRun
+from datamachine.conversation.ending import FinalSummary, TurnGate, decide
 from datamachine.conversation.events import RunEvents, emit_outside_run
-from datamachine.conversation.exhaustion import FinalSummary
 from datamachine.conversation.metering import RunMeter, check_metered_run, price_for
 from datamachine.conversation.output import OutputContract
 from datamachine.conversation.pausing import (
@@ -59,13 +59,15 @@ from datamachine.conversation.pausing import (
 )
 from datamachine.conversation.payload import base_log_context
 from datamachine.conversation.pressure import PressureTracker, parse_budget_pressure
-from datamachine.conversation.provider_turn import ProviderTurn, describe_ignored_usage
+from datamachine.conversation.provider_turn import (
+    ProviderTurn,
+    describe_ignored_usage,
+    resolve_timeouts,
+)
 from datamachine.conversation.result import ConversationResult, empty_usage
 from datamachine.conversation.spec import RunSpec
 from datamachine.conversation.spending import SpendWindows, parse_spend_limits, scopes_of
 from datamachine.conversation.timeline import RunTimeline
-from datamachine.conversation.timeouts import resolve_timeouts
-from datamachine.conversation.verdict import TurnGate, decide
 from datamachine.errors import UsageError
 from datamachine.observe import RunInfo, RunObserver, close_observers, wants_content
 from datamachine.providers.base import ProviderResponse

@@ -5,7 +5,9 @@ chat messages, builds the :class:`ProviderRequest` and its metadata, checks avai
 run, lets the ``text_result`` hook short-circuit dispatch, calls the provider (streaming its text
 when the run streams), normalizes the answer and emits ``request_built``, whether the request
 succeeded or not. It decides nothing: what an answer means (a gate, a nudge, what it cost) is
-the conversation run's (:mod:`datamachine.conversation.conversation_run`).
+the conversation run's (:mod:`datamachine.conversation.conversation_run`). The run's transport
+profile (request and connect timeouts: settings, then the value-filter hooks) is resolved once
+per run here too.
 """
 
 from __future__ import annotations
@@ -14,20 +16,24 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from agents_api import Message
 from agents_api.drive import awaitable
 from agents_api.errors import brief_repr
 from agents_api.jsontext import canonical_json, compact_bytes
 from datamachine.conversation.projection import ChatProjector
-from datamachine.conversation.timeouts import Timeouts
 from datamachine.errors import ProviderError
 from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.providers.normalize import normalize_response
 from datamachine.providers.options import without_tool_options
 
-__all__ = ["ProviderTurn"]
+if TYPE_CHECKING:
+    from datamachine.services import Services
+
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_REQUEST_TIMEOUT", "ProviderTurn", "Timeouts",
+           "describe_ignored_usage", "resolve_timeouts"]
 
 logger = logging.getLogger("datamachine.providers")
 
@@ -36,6 +42,53 @@ Emit = Callable[[str, dict[str, Any]], None]
 FirstAnswer = Callable[..., Any]
 
 
+# -- the transport profile: resolved once per run -----------------------------------------------
+# The timeout hooks see the run's mode, provider, model and payload, none of which change between
+# turns. The connect timeout is never above the request timeout.
+DEFAULT_REQUEST_TIMEOUT = 300.0
+DEFAULT_CONNECT_TIMEOUT = 15.0
+MAX_REQUEST_TIMEOUT = 900.0
+MAX_CONNECT_TIMEOUT = 300.0
+
+
+# Never changed once made; slotted, not frozen (see agents_api.records).
+@dataclass(slots=True)
+class Timeouts:
+    """The transport profile of a run, in seconds."""
+
+    request: float
+    connect: float
+
+
+def _number(value: object, fallback: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return fallback
+    return float(value)
+
+
+def resolve_timeouts(
+    host: Services, mode: str, provider: str, model: str, payload: Mapping[str, Any]
+) -> Timeouts:
+    """Settings ``request_timeout`` / ``connect_timeout``, clamped, then the filter hooks."""
+    hooks = host.pm.hook
+    base_request = _number(host.settings.get("request_timeout"), DEFAULT_REQUEST_TIMEOUT)
+    request = min(max(base_request, 0.0), MAX_REQUEST_TIMEOUT)
+    if hooks.request_timeout.get_hookimpls():
+        filtered = host.fold("request_timeout", request, mode=mode, provider=provider,
+                             model=model, payload=dict(payload))
+        # The clamps hold after the filters too: a plugin cannot make a call wait forever.
+        request = min(max(0.0, _number(filtered, request)), MAX_REQUEST_TIMEOUT)
+
+    base_connect = _number(host.settings.get("connect_timeout"), DEFAULT_CONNECT_TIMEOUT)
+    connect = min(max(base_connect, 0.0), MAX_CONNECT_TIMEOUT, request)
+    if hooks.connect_timeout.get_hookimpls():
+        filtered = host.fold("connect_timeout", connect, mode=mode, provider=provider,
+                             model=model, payload=dict(payload), request_timeout=request)
+        connect = min(max(0.0, _number(filtered, connect)), MAX_CONNECT_TIMEOUT, request)
+    return Timeouts(request=request, connect=connect)
+
+
+# -- the requests -------------------------------------------------------------------------------
 class ProviderTurn:
     """The requests of one run to one provider (provider, model, mode, tools, payload).
 

@@ -67,7 +67,7 @@ def run_chat_turn(host: Host, turn: ChatTurn, *,
     """
     from agents_api.drive import drive_sync
     from datamachine.conversation.chat import chat_turns_on
-    from datamachine.conversation.resume import resume_steps
+    from datamachine.conversation.resuming import resume_steps
 
     session_id = turn.session_id or uuid.uuid4().hex
     payload: dict[str, Any] = {PAYLOAD_KEY: turn.caller.to_payload(),

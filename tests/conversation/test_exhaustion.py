@@ -9,7 +9,7 @@ import pytest
 
 import bootstrap
 from datamachine import ProviderRequest, hookimpl
-from datamachine.conversation.exhaustion import strip_thinking
+from datamachine.conversation.ending import strip_thinking
 from datamachine.host import Host
 from tests.conversation.work import USER, step
 
