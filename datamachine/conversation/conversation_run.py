@@ -280,8 +280,11 @@ class ConversationRun:
         the spend windows it counts against (None when there is nothing to count)."""
         spec, settings = self.spec, self.services.settings
         own = {b.name(): b for b in self.budgets if b.name() in METERED_BUDGETS}
-        price = price_for(settings.get("prices"), spec.model)
-        limits = parse_spend_limits(settings.get("spend_limits"))
+        prices, limits_setting = settings.get("prices"), settings.get("spend_limits")
+        if not own and not prices and not limits_setting:
+            return None  # nothing to count: the run never enters the metering modules
+        price = price_for(prices, spec.model)
+        limits = parse_spend_limits(limits_setting)
         spend = None
         if limits:
             spend = SpendWindows(self.services.spend, limits,
@@ -305,8 +308,11 @@ class ConversationRun:
                         spend=spend, units=units)
 
     def _pressure(self) -> PressureTracker | None:
-        rules = parse_budget_pressure(self.spec.runtime.budget_pressure,
-                                      self.services.settings.get("budget_pressure"))
+        given, setting = (self.spec.runtime.budget_pressure,
+                          self.services.settings.get("budget_pressure"))
+        if given is None and setting is not True:
+            return None  # pressure is off (the setting's default)
+        rules = parse_budget_pressure(given, setting)
         if rules is False:
             return None
         return PressureTracker(rules, self.events.emit,

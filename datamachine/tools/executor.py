@@ -87,7 +87,10 @@ class ToolExecutor:
         approved_call: str | None = None,
         declined_call: str | None = None,
     ) -> None:
-        self.tools: dict[str, Tool] = normalize_tools(tools)
+        # A run's tools come checked already (RunSpec); anything else is checked here.
+        self.tools: dict[str, Tool] = (tools if type(tools) is dict and all(
+            type(tool) is Tool and tool.name == name for name, tool in tools.items())
+            else normalize_tools(tools))
         # The host the run belongs to, for tools that need its settings or stores.
         self.host = host
         raw_payload = dict(payload or {})
