@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from datamachine.budgets_builtin import BUILTIN_BUDGETS, BUILTIN_OWNER
-from datamachine.db import default_db_target, is_postgres_url, open_handle
 from datamachine.errors import (
     DataMachineError,
     DuplicateBudgetError,
@@ -41,6 +40,7 @@ from datamachine.storage import (
     TokenStore,
     TranscriptStore,
 )
+from datamachine.storage.database import default_db_target, is_postgres_url, open_handle
 from datamachine.tools.registry import ToolRegistry
 
 __all__ = ["boot"]

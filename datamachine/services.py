@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from datamachine.db import DatabaseHandle
 from datamachine.modes import BUILTIN_MODES
 from datamachine.plugins import PluginInfo, first_result, fold_value
 from datamachine.providers.registry import ProviderRegistry
@@ -26,6 +25,7 @@ from datamachine.storage import (
     TokenStore,
     TranscriptStore,
 )
+from datamachine.storage.database import DatabaseHandle
 from datamachine.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
