@@ -36,6 +36,7 @@ from datamachine.settings import Settings
 from datamachine.storage import (
     ChatSessionStore,
     JobStore,
+    SettingsStore,
     SpendStore,
     TokenStore,
     TranscriptStore,
@@ -77,7 +78,7 @@ def boot(
             check_provider_setting(key, value, providers)
 
     declarations = SettingDeclarations(budgets=registry)
-    settings = Settings(handle, validator=validate, declarations=declarations)
+    settings = Settings(SettingsStore(handle), validator=validate, declarations=declarations)
     registry.settings_lookup = settings.get
     for spec in BUILTIN_BUDGETS:
         registry.register(spec, owner=BUILTIN_OWNER)

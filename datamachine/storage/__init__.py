@@ -1,5 +1,5 @@
-"""SQLite storage of a host: transcripts and their locks, jobs, chat sessions, API tokens,
-spend windows.
+"""The storage of a host (SQLite, or PostgreSQL): settings, transcripts and their locks, jobs,
+chat sessions, API tokens, spend windows; the driver and migrations under them.
 
 Each store owns one table group and takes the database connection's lock for every use, so one
 host can be shared across threads; every write is one ``BEGIN IMMEDIATE`` transaction, so several
@@ -15,6 +15,7 @@ from datamachine.storage.chat_sessions import (
 from datamachine.storage.jobs import Job, JobStatus, JobStore
 from datamachine.storage.locks import LockInfo, TranscriptLocks
 from datamachine.storage.spend import SpendStore, WindowKey, WindowUse
+from datamachine.storage.stored_settings import SettingsStore
 from datamachine.storage.tokens import ApiToken, TokenStore
 from datamachine.storage.transcript_writer import TranscriptWriter
 from datamachine.storage.transcripts import (
@@ -34,6 +35,7 @@ __all__ = [
     "JobStore",
     "LockInfo",
     "MaxTurns",
+    "SettingsStore",
     "SpendStore",
     "TokenStore",
     "Transcript",
