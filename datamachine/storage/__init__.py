@@ -14,6 +14,7 @@ from datamachine.storage.chat_sessions import (
 )
 from datamachine.storage.jobs import Job, JobStatus, JobStore
 from datamachine.storage.locks import LockInfo, TranscriptLocks
+from datamachine.storage.site_secrets import SiteSecretStore
 from datamachine.storage.spend import SpendStore, WindowKey, WindowUse
 from datamachine.storage.stored_settings import SettingsStore
 from datamachine.storage.tokens import ApiToken, TokenStore
@@ -25,6 +26,7 @@ from datamachine.storage.transcripts import (
     TranscriptStore,
     TranscriptSummary,
 )
+from datamachine.storage.viewer_logins import ViewerLogin, ViewerLoginStore
 
 __all__ = [
     "ApiToken",
@@ -36,6 +38,7 @@ __all__ = [
     "LockInfo",
     "MaxTurns",
     "SettingsStore",
+    "SiteSecretStore",
     "SpendStore",
     "TokenStore",
     "Transcript",
@@ -45,6 +48,8 @@ __all__ = [
     "TranscriptStore",
     "TranscriptSummary",
     "TranscriptWriter",
+    "ViewerLogin",
+    "ViewerLoginStore",
     "WindowKey",
     "WindowUse",
     "validate_max_turns",
