@@ -21,6 +21,7 @@ from datamachine.errors import (
     PluginLoadError,
 )
 from datamachine.host import Host
+from datamachine.job_queue import JobQueue
 from datamachine.modes import collect_modes
 from datamachine.plugins import collect, make_plugin_manager, plugin_failed
 from datamachine.providers.registry import ProviderRegistry
@@ -38,6 +39,7 @@ from datamachine.storage import (
     JobStore,
     SettingsStore,
     SpendStore,
+    TaskQueueStore,
     TokenStore,
     TranscriptStore,
 )
@@ -88,12 +90,12 @@ def boot(
     providers = ProviderRegistry.from_plugin_manager(pm)
     providers.bind_settings(settings.get)
     tools.append(ToolRegistry.from_plugin_manager(pm))
+    queue = JobQueue(TaskQueueStore(handle), tools=tools[0], providers=providers)
     host = Host(pm=pm, handle=handle, settings=settings, budgets=registry, db_path=resolved_path,
                 plugins=infos, providers=providers, tools=tools[0],
-                transcripts=transcripts, jobs=JobStore(handle),
+                transcripts=transcripts, jobs=JobStore(handle, queue=queue), queue=queue,
                 chat_sessions=ChatSessionStore(handle, settings=settings, transcripts=transcripts),
                 tokens=TokenStore(handle), spend=SpendStore(handle), modes=collect_modes(pm))
-    host.jobs.attach(host)
     # Every host has a site id from its first boot (agent-to-agent chains use it). A bad one
     # (stored by hand or by an older version) must not stop the boot: `datamachine settings`
     # has to run to fix it, and what needs the id (serve, call_remote_agent) refuses it there.

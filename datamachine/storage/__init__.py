@@ -12,11 +12,12 @@ from datamachine.storage.chat_sessions import (
     MaxTurns,
     validate_max_turns,
 )
-from datamachine.storage.jobs import Job, JobStatus, JobStore
+from datamachine.storage.jobs import Job, JobQueuing, JobStatus, JobStore
 from datamachine.storage.locks import LockInfo, TranscriptLocks
 from datamachine.storage.site_secrets import SiteSecretStore
 from datamachine.storage.spend import SpendStore, WindowKey, WindowUse
 from datamachine.storage.stored_settings import SettingsStore
+from datamachine.storage.task_queue import TaskQueueStore
 from datamachine.storage.tokens import ApiToken, TokenStore
 from datamachine.storage.transcript_writer import TranscriptWriter
 from datamachine.storage.transcripts import (
@@ -33,6 +34,7 @@ __all__ = [
     "ChatSession",
     "ChatSessionStore",
     "Job",
+    "JobQueuing",
     "JobStatus",
     "JobStore",
     "LockInfo",
@@ -40,6 +42,7 @@ __all__ = [
     "SettingsStore",
     "SiteSecretStore",
     "SpendStore",
+    "TaskQueueStore",
     "TokenStore",
     "Transcript",
     "TranscriptLocks",
