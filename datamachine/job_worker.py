@@ -61,7 +61,6 @@ class JobNotDone(DataMachineError, RuntimeError):
         self.retry_in = retry_in
 
 
-
 def worker_app(host: Host) -> procrastinate.App:
     """The procrastinate app of ``host``'s queue with the job task registered, bound to
     ``host`` (a worker runs jobs on it); registered once per host."""
@@ -86,7 +85,6 @@ class _RetryWhenAsked(BaseRetryStrategy):
             return None
         return JobRetry(RetryDecision(
             retry_in={"milliseconds": max(1, round(exception.retry_in * 1000))}))
-
 
 
 def run_attempt(host: Host, job_id: int) -> str:
@@ -307,7 +305,6 @@ def _fail(host: Host, job_id: int, reason: str) -> str:
         host.jobs.start(job_id)
     host.jobs.fail(job_id, reason)
     return "failed"
-
 
 
 # Taken by the one worker at a time that looks for the jobs of dead workers.

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -201,16 +201,14 @@ class Settings:
             raise SiteMisconfigured(f"{exc} (from the environment variable {_env_name(key)}; "
                                     "change or unset it)", setting=key) from None
 
-    @contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self) -> AbstractContextManager[None]:
         """Read several stored settings as one consistent snapshot, checking the database for
         changes once (environment overrides are still read per lookup).
 
         Holds the connection lock for the block (keep it short: a run's set-up uses it), so no
         other thread can write in between.
         """
-        with self._store.batch():
-            yield
+        return self._store.batch()
 
     def source(self, key: str) -> Literal["env", "db"] | None:
         """Where ``get(key)`` reads from: ``"env"``, ``"db"`` or None (unset)."""
