@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import itertools
 
 from agents_api import Message
-from datamachine.db import open_database
 from datamachine.storage import TranscriptStore
+from datamachine.storage.database import open_database
 
 
 def turn_messages(turn: int) -> list[Message]:

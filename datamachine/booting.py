@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from datamachine.budgets_builtin import BUILTIN_BUDGETS, BUILTIN_OWNER
-from datamachine.db import default_db_target, is_postgres_url, open_handle
 from datamachine.errors import (
     DataMachineError,
     DuplicateBudgetError,
@@ -22,6 +21,7 @@ from datamachine.errors import (
     PluginLoadError,
 )
 from datamachine.host import Host
+from datamachine.job_queue import JobQueue
 from datamachine.modes import collect_modes
 from datamachine.plugins import collect, make_plugin_manager, plugin_failed
 from datamachine.providers.registry import ProviderRegistry
@@ -37,10 +37,13 @@ from datamachine.settings import Settings
 from datamachine.storage import (
     ChatSessionStore,
     JobStore,
+    SettingsStore,
     SpendStore,
+    TaskQueueStore,
     TokenStore,
     TranscriptStore,
 )
+from datamachine.storage.database import default_db_target, is_postgres_url, open_handle
 from datamachine.tools.registry import ToolRegistry
 
 __all__ = ["boot"]
@@ -77,7 +80,7 @@ def boot(
             check_provider_setting(key, value, providers)
 
     declarations = SettingDeclarations(budgets=registry)
-    settings = Settings(handle, validator=validate, declarations=declarations)
+    settings = Settings(SettingsStore(handle), validator=validate, declarations=declarations)
     registry.settings_lookup = settings.get
     for spec in BUILTIN_BUDGETS:
         registry.register(spec, owner=BUILTIN_OWNER)
@@ -87,12 +90,12 @@ def boot(
     providers = ProviderRegistry.from_plugin_manager(pm)
     providers.bind_settings(settings.get)
     tools.append(ToolRegistry.from_plugin_manager(pm))
+    queue = JobQueue(TaskQueueStore(handle), tools=tools[0], providers=providers)
     host = Host(pm=pm, handle=handle, settings=settings, budgets=registry, db_path=resolved_path,
                 plugins=infos, providers=providers, tools=tools[0],
-                transcripts=transcripts, jobs=JobStore(handle),
+                transcripts=transcripts, jobs=JobStore(handle, queue=queue), queue=queue,
                 chat_sessions=ChatSessionStore(handle, settings=settings, transcripts=transcripts),
                 tokens=TokenStore(handle), spend=SpendStore(handle), modes=collect_modes(pm))
-    host.jobs.attach(host)
     # Every host has a site id from its first boot (agent-to-agent chains use it). A bad one
     # (stored by hand or by an older version) must not stop the boot: `datamachine settings`
     # has to run to fix it, and what needs the id (serve, call_remote_agent) refuses it there.

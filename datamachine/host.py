@@ -8,7 +8,6 @@ that only boots (registers budgets, opens storage) never pays for it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -260,13 +259,10 @@ class Host(Services):
             self.handle.conn.close()
 
     def _closing(self) -> None:
-        if getattr(self, "_closed", False):
+        if self._closed:
             return
         self._closed = True
-        queue = getattr(self, "_job_queue_opened", None)
-        if queue is not None:  # the job queue's connections (datamachine.job_queue)
-            with contextlib.suppress(Exception):
-                queue.close()
+        self.queue.close()
         for impl in self.pm.hook.host_closing.get_hookimpls():
             try:
                 impl.function(host=self)

@@ -1,5 +1,6 @@
-"""Pipeline jobs on a distributed task queue: ``host.jobs.enqueue`` and ``datamachine worker``
-(DESIGN.md 18), on procrastinate over the host's own PostgreSQL database.
+"""The task queue a host puts pipeline jobs on: :class:`JobQueue` (``host.queue``), behind
+``host.jobs.enqueue`` and ``datamachine jobs enqueue`` (DESIGN.md 18). Workers run the jobs:
+:mod:`datamachine.job_worker`.
 
 Why procrastinate and not Celery: the scale-out setup already has PostgreSQL for the stores, and
 procrastinate needs nothing else (Celery would add Redis, a second server to run and secure).
@@ -10,61 +11,41 @@ schema beside ours (``procrastinate_*``).
 
 What a job is: a row of ``jobs`` (``pending`` until a worker starts it) whose engine data holds
 the run's request under ``"request"``, and one procrastinate job carrying its id. A worker runs
-it as a pipeline-mode conversation on the transcript ``job-<id>``. A second attempt, after a
-provider outage or a worker that died, continues that transcript instead of starting over (the
-turns already stored are not paid for twice), and the transcript lock makes sure two workers
-never write one job's run at once: an attempt that finds the lock held waits and retries.
+it as a pipeline-mode conversation on the transcript ``job-<id>``.
+
+procrastinate (the ``postgres`` extra) is imported when the queue is first used, never at boot:
+a SQLite host never loads it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import procrastinate
-from procrastinate.exceptions import JobRetry
-from procrastinate.retry import BaseRetryStrategy, RetryDecision
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents_api.errors import brief_repr
-from agents_api.transcript import HeldLock
-from datamachine.errors import DataMachineError, UsageError, first_field_error
+from datamachine.errors import UsageError, first_field_error
 
 if TYPE_CHECKING:
-    from datamachine.host import Host
-    from datamachine.storage.jobs import Job
+    import procrastinate
 
-__all__ = ["JOB_QUEUE", "OUTAGE_CODES", "JobNotDone", "JobRequest", "enqueue", "job_session_id",
-           "queue_app", "requeue", "run_attempt", "run_job", "run_worker"]
+    from datamachine.providers.registry import ProviderRegistry
+    from datamachine.storage.jobs import Job, JobStore
+    from datamachine.storage.task_queue import TaskQueueStore
+    from datamachine.tools.registry import ToolRegistry
 
-logger = logging.getLogger("datamachine.worker")
+__all__ = ["JOB_QUEUE", "TASK_NAME", "JobQueue", "JobRequest", "job_session_id"]
 
 JOB_QUEUE = "datamachine"
 TASK_NAME = "datamachine.run_job"
-# Failures worth another attempt later: the model (or the database) was unreachable, not
-# wrong. HTTP errors are not among them: the provider layer already retried the statuses worth
-# retrying (429, 5xx) with backoff, so what reaches the run is an answer to act on. Any other
-# failure settles the job as failed at once.
-OUTAGE_CODES = frozenset({"provider_timeout", "provider_connection_error",
-                          "provider_unavailable", "provider_stream_error",
-                          "transcript_write_failed"})
-# Another run holds (or took over) the job's transcript: a worker that died, whose lock has
-# not run out yet, or one that is slow but alive. Never a reason to fail the job.
-BUSY_CODES = frozenset({"transcript_lock_contention", "transcript_lock_lost"})
-RETRY_CODES = OUTAGE_CODES | BUSY_CODES
-# Where a job counts the outages its attempts met (its engine data).
-OUTAGES_KEY = "queue_outages"
-MAX_RETRY_WAIT_S = 300.0
 
 
 class JobRequest(BaseModel):
     """What a queued job runs: stored in its engine data (``engine_data["request"]``), so any
     worker can run it from the database alone."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     messages: list[dict[str, Any]] = Field(min_length=1)
     tools: list[str] = Field(default_factory=list)
@@ -74,82 +55,150 @@ class JobRequest(BaseModel):
     max_turns: int | None = Field(default=None, ge=1, le=10_000)
 
 
-class JobNotDone(DataMachineError, RuntimeError):
-    """An attempt that could not finish its job and leaves it for a later one (a provider
-    outage, or another run holding the job's transcript); procrastinate retries it after
-    ``retry_in`` seconds."""
-
-    def __init__(self, message: str, *, retry_in: float = 1.0) -> None:
-        super().__init__(message)
-        self.retry_in = retry_in
-
-
 def job_session_id(job_id: int) -> str:
     """The transcript a job's run writes: the same for every attempt, so a later one
     continues it."""
     return f"job-{job_id}"
 
 
-def _require_postgres(host: Host) -> str:
-    from datamachine.storage._tx import dialect
+class JobQueue:
+    """One host's side of the task queue: the procrastinate app on its database (made on first
+    use), whether the queue's tables exist, the connections opened to put jobs on it.
 
-    url = getattr(host.handle, "url", None)
-    if dialect(host.handle.conn) != "postgresql" or not isinstance(url, str):
-        raise UsageError(
-            "The job queue runs on PostgreSQL: set DATAMACHINE_DB=postgresql://... (or boot "
-            "with db_path=\"postgresql://...\") on every host that enqueues or works. "
-            "See `datamachine docs scale-out`.")
-    return url
+    ``tools`` and ``providers`` are the host's: a job naming a tool or provider the host does
+    not have is refused before anything is stored.
+    """
 
+    def __init__(self, tables: TaskQueueStore, *, tools: ToolRegistry,
+                 providers: ProviderRegistry) -> None:
+        self._tables = tables
+        self._tools = tools
+        self._providers = providers
+        self._app: procrastinate.App | None = None
+        self._tables_ready = False
+        # Opened once, on the first job put on the queue (its connections are reused), and
+        # closed with the host.
+        self._opened: procrastinate.App | None = None
 
-def queue_app(host: Host) -> procrastinate.App:
-    """The procrastinate app of ``host``'s database, with the job task registered (bound to
-    ``host``: a worker runs jobs on it). Built once per host; its tables are created on first
-    use."""
-    cached = getattr(host, "_job_queue_app", None)
-    if cached is not None:
-        return cached  # type: ignore[no-any-return]
-    from datamachine.storage._pg import conninfo
+    def url(self) -> str:
+        """The PostgreSQL URL of the queue's database; on SQLite a UsageError saying what to
+        set (there is no queue there)."""
+        url = self._tables.postgres_url
+        if url is None:
+            raise UsageError(
+                "The job queue runs on PostgreSQL: set DATAMACHINE_DB=postgresql://... (or boot "
+                "with db_path=\"postgresql://...\") on every host that enqueues or works. "
+                "See `datamachine docs scale-out`.")
+        return url
 
-    url = _require_postgres(host)
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo(url)))
+    def app(self) -> procrastinate.App:
+        """The procrastinate app of the host's database, made once. Workers register the job
+        task on it (:func:`datamachine.job_worker.run_worker`); putting a job on the queue
+        needs only its name."""
+        if self._app is not None:
+            return self._app
+        url = self.url()
+        try:
+            import procrastinate
+        except ImportError as exc:
+            raise UsageError(f"The job queue needs the postgres extra ({exc}): pip install "
+                             "'datamachine-agents[postgres]'.") from None
+        self._app = procrastinate.App(
+            connector=procrastinate.PsycopgConnector(conninfo=self._tables.conninfo(url)))
+        return self._app
 
-    @app.task(name=TASK_NAME, queue=JOB_QUEUE, retry=_RetryWhenAsked())
-    def run_queued_job(job_id: int) -> str:
-        return run_attempt(host, job_id)
+    def ensure_tables(self) -> None:
+        """procrastinate's tables, created once per database: applied by procrastinate itself
+        while this host holds the whole-database lock, so hosts starting together take turns."""
+        if self._tables_ready:
+            return
+        app = self.app()
 
-    host._job_queue_app = app  # type: ignore[attr-defined]
-    return app
-
-
-class _RetryWhenAsked(BaseRetryStrategy):
-    """procrastinate's retry strategy: retry exactly when :func:`run_job` said so
-    (:class:`JobNotDone`), after the wait it named. procrastinate counts every attempt; a job's
-    outages are counted by the job itself (its engine data), so waiting for a dead worker's
-    lock never uses up the attempts its outages have."""
-
-    def get_retry_exception(self, exception: BaseException, job: Any) -> Any:
-        if not isinstance(exception, JobNotDone):
-            return None
-        return JobRetry(RetryDecision(
-            retry_in={"milliseconds": max(1, round(exception.retry_in * 1000))}))
-
-
-def _ensure_schema(app: procrastinate.App, host: Host) -> None:
-    """procrastinate's tables, created once per database: applied by procrastinate itself
-    while this host holds the whole-database lock, so hosts starting together take turns."""
-    if getattr(host, "_job_queue_ready", False):
-        return
-    from datamachine.storage._tx import connection_lock, db_label, immediate
-
-    conn = host.handle.conn
-    with immediate(host.handle, connection_lock(host.handle), db_label(host.handle),
-                   "create the job queue's tables"):
-        exists = conn.execute("SELECT to_regclass('datamachine.procrastinate_jobs')").fetchone()
-        if exists is None or exists[0] is None:
+        def apply() -> None:
             with app.open():
                 app.schema_manager.apply_schema()
-    host._job_queue_ready = True  # type: ignore[attr-defined]
+
+        self._tables.create_tables_once(apply)
+        self._tables_ready = True
+
+    def enqueue(self, store: JobStore, messages: Sequence[Mapping[str, Any]],
+                tools: Sequence[str] | None = None, provider: str | None = None,
+                model: str | None = None, *, payload: Mapping[str, Any] | None = None,
+                max_turns: int | None = None, flow_step_id: str | None = None) -> Job:
+        """Store a ``pending`` job in ``store`` and put it on the queue; the job (``job.id``).
+
+        Everything is checked before anything is written: the messages, the tool names
+        (registered on this host), the provider, a JSON-only payload. If the queue refuses the
+        job, the job row is removed again. (The row and the queue entry are two commits: a
+        process killed between them leaves a ``pending`` job that ``datamachine jobs list
+        --status pending`` shows and no worker runs; :meth:`requeue` puts it on the queue.)
+        """
+        self.url()  # on SQLite: refused before anything is checked
+        request = self._checked(messages, tools, provider, model, payload, max_turns)
+        self.ensure_tables()
+        job = store.create(flow_step_id, {"request": request.model_dump(mode="json")})
+        try:
+            self._defer(job.id)
+        except BaseException:
+            store.delete_pending(job.id)
+            raise
+        return job
+
+    def requeue(self, store: JobStore, job_id: int) -> Job:
+        """Put a ``pending`` job on the queue again: one whose queue entry was never written
+        (its process died between the two commits of :meth:`enqueue`). A job already waiting
+        on the queue, or one that started, is refused with what to do instead."""
+        self.url()  # on SQLite: refused first
+        job = store.get(job_id)
+        if job.status != "pending":
+            raise UsageError(f"Job {job.id} is {job.status!r}; only a pending job can be "
+                             "queued again (a running one is continued by the workers; enqueue "
+                             "a new job to run a finished one again).")
+        self.ensure_tables()
+        from procrastinate.exceptions import AlreadyEnqueued
+
+        try:
+            self._defer(job.id)
+        except AlreadyEnqueued:
+            raise UsageError(f"Job {job.id} is already on the queue; a worker will run it "
+                             "(`datamachine worker`).") from None
+        return job
+
+    def close(self) -> None:
+        """Close the connections opened to put jobs on the queue (the host closes it)."""
+        opened, self._opened = self._opened, None
+        if opened is not None:
+            with contextlib.suppress(Exception):
+                opened.close()
+
+    def _defer(self, job_id: int) -> None:
+        app = self.app()
+        if self._opened is None:
+            self._opened = app.open()
+        app.configure_task(TASK_NAME, queue=JOB_QUEUE, lock=job_session_id(job_id),
+                           queueing_lock=job_session_id(job_id)).defer(job_id=job_id)
+
+    def _checked(self, messages: Any, tools: Any, provider: Any, model: Any, payload: Any,
+                 max_turns: Any) -> JobRequest:
+        """The job's request, checked as its run would check it (UsageError naming what is
+        wrong)."""
+        from agents_api import normalize_messages
+        from agents_api.errors import InvalidMessage
+
+        request = _request(messages, tools, provider, model, payload, max_turns)
+        try:
+            normalize_messages(request.messages)
+        except InvalidMessage as exc:
+            raise UsageError(f"Cannot enqueue the job: messages: {exc}") from None
+        unknown = [name for name in request.tools if name not in self._tools.names()]
+        if unknown:
+            raise UsageError(f"Cannot enqueue the job: no tool named "
+                             f"{' or '.join(map(repr, unknown))} is registered on this host "
+                             "(see `datamachine tools`).")
+        if request.provider is not None and request.provider not in self._providers.names():
+            raise UsageError(f"Cannot enqueue the job: no provider named {request.provider!r} "
+                             f"(known: {', '.join(sorted(self._providers.names()))}).")
+        return request
 
 
 def _request(messages: Any, tools: Any, provider: Any, model: Any, payload: Any,
@@ -184,378 +233,3 @@ def _check_assertions(raw: Any, tools: Sequence[str]) -> None:
         raise UsageError(f"Cannot enqueue the job: completion_assertions require "
                          f"{', '.join(map(repr, missing))}, which the job does not offer "
                          "(add them to its tools).")
-
-
-def enqueue(host: Host, messages: Sequence[Mapping[str, Any]], tools: Sequence[str] | None = None,
-            provider: str | None = None, model: str | None = None, *,
-            payload: Mapping[str, Any] | None = None, max_turns: int | None = None,
-            flow_step_id: str | None = None) -> Job:
-    """Store a ``pending`` job and put it on the queue; the job (``job.id``).
-
-    Everything is checked before anything is written: the messages, the tool names (registered
-    on this host), the provider, a JSON-only payload. If the queue refuses the job, the job row
-    is removed again. (The row and the queue entry are two commits: a process killed between
-    them leaves a ``pending`` job that ``datamachine jobs list --status pending`` shows and no
-    worker runs; :func:`requeue` puts it on the queue.)
-    """
-    from agents_api import normalize_messages
-    from agents_api.errors import InvalidMessage
-
-    _require_postgres(host)
-    request = _request(messages, tools, provider, model, payload, max_turns)
-    try:
-        normalize_messages(request.messages)
-    except InvalidMessage as exc:
-        raise UsageError(f"Cannot enqueue the job: messages: {exc}") from None
-    unknown = [name for name in request.tools if name not in host.tools.names()]
-    if unknown:
-        raise UsageError(f"Cannot enqueue the job: no tool named "
-                         f"{' or '.join(map(repr, unknown))} is registered on this host (see "
-                         "`datamachine tools`).")
-    if request.provider is not None and request.provider not in host.providers.names():
-        raise UsageError(f"Cannot enqueue the job: no provider named {request.provider!r} "
-                         f"(known: {', '.join(sorted(host.providers.names()))}).")
-    app = queue_app(host)
-    _ensure_schema(app, host)
-    job = host.jobs.create(flow_step_id, {"request": request.model_dump(mode="json")})
-    try:
-        _defer(host, app, job.id)
-    except BaseException:
-        host.handle.conn.execute("DELETE FROM jobs WHERE id = ? AND status = 'pending'", [job.id])
-        raise
-    return job
-
-
-def _defer(host: Host, app: procrastinate.App, job_id: int) -> None:
-    if getattr(host, "_job_queue_opened", None) is None:
-        # Opened once per host (its connections are reused), closed with the host.
-        host._job_queue_opened = app.open()  # type: ignore[attr-defined]
-    app.configure_task(TASK_NAME, queue=JOB_QUEUE, lock=job_session_id(job_id),
-                       queueing_lock=job_session_id(job_id)).defer(job_id=job_id)
-
-
-def requeue(host: Host, job_id: int) -> Job:
-    """Put a ``pending`` job on the queue again: one whose queue entry was never written (its
-    process died between the two commits of :func:`enqueue`). A job already waiting on the
-    queue, or one that started, is refused with what to do instead."""
-    from procrastinate.exceptions import AlreadyEnqueued
-
-    _require_postgres(host)
-    job = host.jobs.get(job_id)
-    if job.status != "pending":
-        raise UsageError(f"Job {job.id} is {job.status!r}; only a pending job can be queued "
-                         "again (a running one is continued by the workers; enqueue a new job "
-                         "to run a finished one again).")
-    app = queue_app(host)
-    _ensure_schema(app, host)
-    try:
-        _defer(host, app, job.id)
-    except AlreadyEnqueued:
-        raise UsageError(f"Job {job.id} is already on the queue; a worker will run it "
-                         "(`datamachine worker`).") from None
-    return job
-
-
-def run_attempt(host: Host, job_id: int) -> str:
-    """One attempt of job ``job_id`` as the queue runs it: :func:`run_job`, with anything it
-    did not expect turned into a decision, so a job row is never left ``pending`` or
-    ``running`` with no attempt to come. A database failure (a restart, a dropped connection)
-    is retried like an outage; anything else fails the job, naming the error."""
-    from datamachine.errors import DatabaseError
-
-    try:
-        return run_job(host, job_id)
-    except JobNotDone as exc:
-        logger.info("%s", exc)
-        raise
-    except DatabaseError as exc:
-        logger.warning("datamachine worker: job %s: %s", job_id, exc)
-        try:
-            return _outage_or_fail(host, job_id, "database_error", str(exc))
-        except DatabaseError:
-            raise JobNotDone(f"Job {job_id}: the database is unreachable ({exc}); trying "
-                             "again later.", retry_in=_backoff(host, 0)) from None
-    except Exception as exc:
-        logger.exception("datamachine worker: job %s failed", job_id)
-        with contextlib.suppress(Exception):
-            return _fail(host, job_id, f"job_error: {type(exc).__name__}: {exc}")
-        raise
-
-
-def _backoff(host: Host, outages: int) -> float:
-    base = float(host.settings.effective("job_retry_wait"))
-    return float(min(MAX_RETRY_WAIT_S, base * 2 ** outages))
-
-
-def _outage_or_fail(host: Host, job_id: int, code: str, detail: str) -> str:
-    """Count one outage of the job; another attempt after a backoff (JobNotDone), or, when
-    the job has had ``job_max_attempts``, fail it with ``code``."""
-    job = host.jobs.get(job_id)
-    if job.status not in ("pending", "running"):
-        return job.status
-    outages = int(job.engine_data.get(OUTAGES_KEY) or 0) + 1
-    if outages >= int(host.settings.effective("job_max_attempts")):
-        return _fail(host, job_id, code)
-    host.jobs.merge_engine_data(job_id, {OUTAGES_KEY: outages})
-    raise JobNotDone(f"Job {job_id}: {code} ({detail}); attempt {outages + 1} later.",
-                     retry_in=_backoff(host, outages - 1))
-
-
-def _busy(host: Host, job_id: int, session_id: str) -> JobNotDone:
-    """Another run holds the job's transcript: try again when its lock runs out (a dead
-    worker's), or shortly (a live one renews it every turn and then finishes the job)."""
-    from agents_api import clock
-
-    info = host.transcripts.locks.info(session_id)
-    left = info.expires_at - clock.now() if info is not None else 0.0
-    wait = min(MAX_RETRY_WAIT_S, max(_backoff(host, 0), left + 0.1))
-    return JobNotDone(f"Job {job_id}: another run holds its transcript {session_id!r}; "
-                      f"trying again in {wait:.1f} s.", retry_in=wait)
-
-
-def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
-    """Run (or go on with) job ``job_id`` on ``host``; its status when this attempt ends.
-
-    Raises :class:`JobNotDone` (with the wait before the next attempt) when a later attempt
-    should go on: after a provider outage (at most ``job_max_attempts`` attempts, counted in the
-    job's engine data), or while another run holds the job's transcript (never counted: a dead
-    worker's lock runs out, a live worker finishes). ``final``: force this to be (or not be)
-    the last attempt for outages; None counts them.
-    """
-    from agents_api.drive import drive_sync
-    from datamachine.conversation.resuming import TranscriptFinished, continuation_steps
-
-    job = host.jobs.get(job_id)
-    if job.status in ("completed", "failed"):
-        return job.status  # an attempt that finished it already (its ack was lost)
-    try:
-        request = JobRequest.model_validate(job.engine_data.get("request"))
-    except ValidationError as exc:
-        return _fail(host, job_id, f"job_request_invalid: {first_field_error(exc)[1]}")
-    missing = [name for name in request.tools if host.tools.get(name) is None]
-    if missing:
-        return _fail(host, job_id, f"job_tools_missing: {', '.join(missing)} not registered "
-                                   "on this worker")
-    if request.provider is not None and request.provider not in host.providers.names():
-        return _fail(host, job_id, f"job_provider_missing: {request.provider} not registered "
-                                   "on this worker")
-    session_id = job_session_id(job_id)
-    if final is None:
-        outages = int(job.engine_data.get(OUTAGES_KEY) or 0)
-        final = outages + 1 >= int(host.settings.effective("job_max_attempts"))
-    stored = host.transcripts.summary(session_id) if host.transcripts.exists(session_id) \
-        else None
-    ttl = int(host.settings.effective("job_lock_ttl"))
-    settled = _settled_already(host, job_id, request, stored, ttl)
-    if settled is not None:
-        return settled
-    payload = {**request.payload, "job_id": job_id, "transcript_session_id": session_id,
-               "transcript_lock_ttl": ttl,
-               "job_retry_codes": sorted(BUSY_CODES if final else RETRY_CODES)}
-    tools = [host.tools.get(name) for name in request.tools] or None
-    if stored is not None:  # an earlier attempt stored turns: go on from there
-        ceiling = request.max_turns or int(host.settings.effective("max_turns"))
-        try:
-            result = drive_sync(continuation_steps(
-                host, session_id, max(1, ceiling - stored.cumulative_turn_count), tools,
-                request.provider, request.model, payload=payload, lock_ttl=ttl,
-                unfinished_only=_unfinished))
-        except TranscriptFinished as finished:  # another attempt finished it meanwhile
-            return _settle_from(host, job_id, finished.record.result)
-    else:
-        # A first attempt takes the lock before it looks: a duplicate attempt (a worker taken
-        # for dead that was only slow) may have run the whole job between our look above and
-        # now, and starting afresh would run it a second time on its finished transcript.
-        token = host.transcripts.acquire(session_id, ttl)
-        if token is None:
-            raise _busy(host, job_id, session_id)
-        if host.transcripts.exists(session_id):
-            host.transcripts.release(session_id, token)
-            return run_job(host, job_id, final=final)  # go on with (or settle) what it stored
-        held = HeldLock(host.transcripts, session_id, token)
-        try:
-            result = host.run_conversation(request.messages, tools, request.provider,
-                                           request.model, "pipeline",
-                                           {**payload, "transcript_lock": held},
-                                           request.max_turns)
-        finally:
-            host.transcripts.release(session_id, token)  # freed already when the run ended
-    after = host.jobs.get(job_id)
-    if after.status == "completed":
-        # An earlier attempt's error stays in the engine data unless cleared: the job did not
-        # end with it.
-        stale = {key: None for key in ("error", "error_code")
-                 if after.engine_data.get(key) is not None and getattr(result, key) is None}
-        if stale:
-            host.jobs.merge_engine_data(job_id, stale)
-    if after.status not in ("pending", "running"):
-        return after.status
-    if result.error_code in BUSY_CODES:
-        raise _busy(host, job_id, session_id)
-    return _outage_or_fail(host, job_id, result.error_code or f"job_{result.status}",
-                           str(result.error))
-
-
-def _settled_already(host: Host, job_id: int, request: JobRequest, stored: Any,
-                     ttl: int) -> str | None:
-    """The job's status when an earlier attempt's run is over and only its settling is left
-    (never ask the model again); None when the run must go on (or start)."""
-    if stored is None:
-        return None
-    if not _unfinished(stored):
-        # The run ended and was stored, but its job was not settled (the worker died between
-        # the two, or settling failed): settle it from what was stored.
-        return _settle_from(host, job_id, stored.result)
-    if _answered(host, stored.id, request):
-        return _close_answered(host, job_id, stored.id, ttl)
-    return None
-
-
-# Payload keys under which a run's end is more than the model's answer (a policy decides).
-_DECIDED_ENDS = ("completion_assertions", "completion_policy", "output_type")
-
-
-def _answered(host: Host, session_id: str, request: JobRequest) -> bool:
-    """Whether a job's unfinished transcript ends with the model's answer: its worker died
-    after storing the last turn (an answer, no tool call after it) and before the run's final
-    write. Going on would ask the model for that answer a second time. Only for jobs whose
-    end the answer alone decides: no completion assertions or policy, no structured output,
-    no handler tools (those may have nudged the answer instead)."""
-    if any(request.payload.get(key) for key in _DECIDED_ENDS):
-        return False
-    if any(getattr(host.tools.get(name), "handler", None) for name in request.tools):
-        return False
-    messages = host.transcripts.get(session_id)
-    last = messages[-1] if messages else {}
-    return bool(last.get("type") == "text" and last.get("role") == "assistant"
-                and isinstance(last.get("content"), str) and last["content"].strip()
-                and not (last.get("metadata") or {}).get("type"))
-
-
-def _close_answered(host: Host, job_id: int, session_id: str, ttl: int) -> str:
-    """Store the end of a run whose answer was stored (see :func:`_answered`) and settle its
-    job, under the transcript's lock (another attempt may be at it: then wait for it)."""
-    token = host.transcripts.acquire(session_id, ttl)
-    if token is None:
-        raise _busy(host, job_id, session_id)
-    try:
-        now = host.transcripts.summary(session_id)
-        if not _unfinished(now):  # another attempt ended it meanwhile
-            return _settle_from(host, job_id, now.result)
-        host.transcripts.set_status(session_id, "completed")
-    finally:
-        host.transcripts.release(session_id, token)
-    logger.info("datamachine: job %s: its run had answered before its worker stopped; "
-                "settled from the stored answer", job_id)
-    return _settle_from(host, job_id, {})
-
-
-def _unfinished(record: Any) -> bool:
-    """Whether a job's stored transcript is one to go on with: a run still going (or killed),
-    or one that stopped on an outage or a busy lock; not one that ended."""
-    return bool(record.status in ("running", "interrupted")
-                or record.result.get("error_code") in RETRY_CODES)
-
-
-def _settle_from(host: Host, job_id: int, stored: Mapping[str, Any]) -> str:
-    from datamachine.completion.jobs import failure_reason
-
-    reason = failure_reason(stored, remaining_handlers=stored.get("remaining_handlers") or ())
-    if reason is None:
-        if host.jobs.get(job_id).status == "pending":
-            host.jobs.start(job_id)
-        host.jobs.complete(job_id)
-        return "completed"
-    return _fail(host, job_id, reason)
-
-
-def _fail(host: Host, job_id: int, reason: str) -> str:
-    if host.jobs.get(job_id).status == "pending":
-        host.jobs.start(job_id)
-    host.jobs.fail(job_id, reason)
-    return "failed"
-
-
-_RECOVERY_LOCK = "SELECT pg_try_advisory_lock(%s)"
-_RECOVERY_UNLOCK = "SELECT pg_advisory_unlock(%s)"
-
-
-async def _recover_stalled(app: procrastinate.App, url: str, stalled_after: float,
-                           every: float) -> None:
-    """Hand the jobs of dead workers (no heartbeat for ``stalled_after`` seconds) out again.
-
-    One worker at a time does it (a session advisory lock on a connection of its own), reading
-    the stalled jobs while it holds the lock: two workers acting on one stale list could put a
-    job back in the queue after a live worker had fetched it.
-    """
-
-
-    while True:
-        await asyncio.sleep(every)
-        await _recover_once(app, url, stalled_after)
-
-
-async def _recover_once(app: procrastinate.App, url: str, stalled_after: float) -> None:
-    import psycopg
-
-    from datamachine.storage._pg import conninfo, lock_key
-
-    key = lock_key("datamachine:stalled-job-recovery")
-    try:
-        async with await psycopg.AsyncConnection.connect(conninfo(url), autocommit=True) as conn:
-            row = await (await conn.execute(_RECOVERY_LOCK, [key])).fetchone()
-            if not row or not row[0]:
-                return  # another worker is at it
-            try:
-                for job in await app.job_manager.get_stalled_jobs(
-                        seconds_since_heartbeat=stalled_after):
-                    with contextlib.suppress(Exception):  # it finished meanwhile
-                        await app.job_manager.retry_job(job)
-                        logger.warning("datamachine worker: job %s was left by a worker that "
-                                       "stopped; handed out again",
-                                       job.task_kwargs.get("job_id"))
-            finally:
-                await conn.execute(_RECOVERY_UNLOCK, [key])
-    except Exception:
-        logger.exception("datamachine worker: looking for stalled jobs failed")
-
-
-def run_worker(host: Host, *, concurrency: int = 4, stalled_after: float = 30.0,
-               heartbeat: float | None = None, poll_interval: float = 1.0,
-               wait: bool = True) -> None:
-    """Run queued jobs on ``host`` until stopped (SIGINT/SIGTERM), ``concurrency`` at a time.
-
-    ``stalled_after``: seconds without a heartbeat after which another worker's jobs count as
-    abandoned and are run again (continuing their transcripts); heartbeats go out every
-    ``heartbeat`` seconds (default: a third of it). New jobs arrive at once (LISTEN/NOTIFY);
-    a retry that comes due is found within ``poll_interval`` seconds. ``wait=False`` returns
-    once the queue is empty (for scripts and tests).
-    """
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise UsageError(f"concurrency must be a whole number from 1, got "
-                         f"{brief_repr(concurrency)}.")
-    if not stalled_after > 0:
-        raise UsageError(f"stalled_after must be a number of seconds above 0, got "
-                         f"{brief_repr(stalled_after)}.")
-    beat = heartbeat if heartbeat is not None else stalled_after / 3
-    app = queue_app(host)
-    _ensure_schema(app, host)
-
-    async def work() -> None:
-        async with app.open_async():
-            if not wait:  # a burst: no loop to find dead workers' jobs later, so look once now
-                await _recover_once(app, _require_postgres(host), stalled_after)
-            recovery = asyncio.create_task(
-                _recover_stalled(app, _require_postgres(host), stalled_after, beat))
-            try:
-                await app.run_worker_async(
-                    queues=[JOB_QUEUE], concurrency=concurrency, wait=wait,
-                    update_heartbeat_interval=beat, stalled_worker_timeout=stalled_after,
-                    fetch_job_polling_interval=poll_interval,
-                    install_signal_handlers=True, delete_jobs="never")
-            finally:
-                recovery.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await recovery
-
-    asyncio.run(work())

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from datamachine.db import DatabaseHandle
+from datamachine.job_queue import JobQueue
 from datamachine.modes import BUILTIN_MODES
 from datamachine.plugins import PluginInfo, first_result, fold_value
 from datamachine.providers.registry import ProviderRegistry
@@ -26,6 +26,7 @@ from datamachine.storage import (
     TokenStore,
     TranscriptStore,
 )
+from datamachine.storage.database import DatabaseHandle
 from datamachine.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -55,9 +56,14 @@ class Services:
     chat_sessions: ChatSessionStore = field(kw_only=True)
     tokens: TokenStore = field(kw_only=True)
     spend: SpendStore = field(kw_only=True)
+    # The task queue ``jobs.enqueue`` puts jobs on (PostgreSQL only; DESIGN.md 18), and
+    # ``datamachine worker`` runs them from.
+    queue: JobQueue = field(kw_only=True)
     # The modes a run may name, {mode: owner}: built-in ones and plugins' register_modes().
     modes: dict[str, str] = field(kw_only=True, default_factory=lambda: dict.fromkeys(
         BUILTIN_MODES, "datamachine"))
+    # Whether close() ran: it runs the plugins' host_closing once.
+    _closed: bool = field(default=False, init=False, repr=False)
 
     @property
     def db(self) -> Database:

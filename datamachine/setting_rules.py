@@ -8,6 +8,7 @@ are declared by their budgets, plugins' settings by the plugins (``register_sett
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -17,8 +18,24 @@ from datamachine.errors import InvalidSetting, UsageError
 from datamachine.registry import validate_budget_value
 from datamachine.setting_spec import SettingSpec
 
-__all__ = ["CORE_SETTINGS", "check_provider_setting", "check_tools_setting",
-           "validate_known_setting"]
+__all__ = ["CORE_SETTINGS", "SITE_ID_PATTERN", "SITE_ID_SETTING", "check_provider_setting",
+           "check_site_id", "check_tools_setting", "validate_known_setting"]
+
+SITE_ID_SETTING = "site_id"
+# Short and without commas: a chain of calls carries the site ids as one comma-separated
+# header (datamachine.server.chain), and an API token's ``site`` claim names one.
+SITE_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
+
+
+def check_site_id(value: object, where: str = f"setting {SITE_ID_SETTING!r}") -> str:
+    """Return ``value`` if it is a usable site id, else raise :class:`InvalidSetting`."""
+    if not isinstance(value, str) or not SITE_ID_PATTERN.fullmatch(value):
+        raise InvalidSetting(
+            f"{where} must be 1-64 letters, digits, '.', '_', ':' or '-' (starting with a letter "
+            f"or digit), got {value!r}. Fix it with `datamachine settings set {SITE_ID_SETTING} "
+            "<id>` or unset it to have one generated."
+        )
+    return value
 
 
 def _number(key: str, value: Any, *, positive: bool = False) -> None:
@@ -70,8 +87,6 @@ def _bytes(key: str, value: Any) -> None:
 
 
 def _site_id(key: str, value: Any) -> None:
-    from datamachine.server.site import check_site_id
-
     check_site_id(value, f"setting {key!r}")
 
 

@@ -1,23 +1,24 @@
-"""Site settings: JSON values in SQLite, with ``DATAMACHINE_<KEY>`` environment overrides.
+"""Site settings: JSON values in the database, with ``DATAMACHINE_<KEY>`` environment
+overrides.
 
 The environment wins so a deployment can pin a value without touching the database. Every
 setting is declared (:mod:`datamachine.setting_spec`): writes of a key nobody declared are
 refused (keys starting with ``x_`` are the application's own, free-form), and values are checked
 against their declaration (budget settings must be positive integers <= 10,000) before they land.
+The rows themselves are read and written by :class:`datamachine.storage.stored_settings
+.SettingsStore`.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agents_api import clock
 from agents_api.errors import brief_repr
 from agents_api.jsontext import plain_json, unreadable
 from datamachine.errors import (
@@ -39,8 +40,8 @@ from datamachine.setting_spec import (
     unknown_setting,
 )
 
-if TYPE_CHECKING:  # datamachine.storage imports this module
-    from datamachine.storage._tx import Connected
+if TYPE_CHECKING:
+    from datamachine.storage.stored_settings import SettingsStore
 
 __all__ = ["RESERVED_ENV", "SettingEntry", "Settings"]
 
@@ -134,38 +135,24 @@ class SettingEntry(BaseModel):
 
 
 
-class _BatchState(threading.local):
-    trusted = False
-
 class Settings:
-    """``get/set/delete/all`` over the ``settings`` table of one host's database."""
+    """``get/set/delete/all`` over the stored settings of one host (``store``)."""
 
     def __init__(
         self,
-        db: Connected,
+        store: SettingsStore,
         *,
         environ: Mapping[str, str] | None = None,
         validator: Callable[[str, Any], None] | None = None,
         declarations: SettingDeclarations | None = None,
     ) -> None:
-        self._db = db
+        self._store = store
         self._environ = environ
         # Checks beyond the declarations (tools and providers this host registers, the older
         # validate_setting hook); run after the declared check, on every write.
         self.validator = validator
         # None: nothing is declared and any key may be written (a bare Settings in a test).
         self.declarations = declarations
-        # The connection is shared with the stores; reads and writes take the same lock they do,
-        # so a settings write never lands inside another thread's transaction and a read never
-        # sees another thread's uncommitted one.
-        from datamachine.storage._tx import connection_lock
-
-        self._write_lock = connection_lock(db)
-        self._cache: dict[str, str] | None = None
-        self._version: int | None = None
-        # Whether this thread is inside batch(): per thread, because on PostgreSQL nothing
-        # keeps other threads out while one batch is open.
-        self._batch = _BatchState()
         self._problems: tuple[dict[str, str], tuple[tuple[str, str], ...],
                               tuple[tuple[str, str], ...]] | None = None
 
@@ -195,7 +182,7 @@ class Settings:
             raw = (os.environ if self._environ is None else self._environ).get(env_name)
             if raw is not None:
                 return self._from_env(key, raw)
-        encoded = self._rows().get(key)
+        encoded = self._store.rows().get(key)
         return default if encoded is None else _decode(encoded, key)
 
     def effective(self, key: str) -> Any:
@@ -214,48 +201,14 @@ class Settings:
             raise SiteMisconfigured(f"{exc} (from the environment variable {_env_name(key)}; "
                                     "change or unset it)", setting=key) from None
 
-    def _rows(self) -> dict[str, str]:
-        """Every stored key and its JSON text, read again only when the database changed.
-
-        ``PRAGMA data_version`` moves when another connection (another process) commits, and
-        this object's own writes drop the cache, so a run reads its half-dozen settings with one
-        cheap query instead of one each.
-        """
-        with self._write_lock:
-            if self._batch.trusted and self._cache is not None:
-                return self._cache  # inside batch(): checked once already
-            from datamachine.storage._tx import dialect
-
-            conn = self._db.conn
-            # PostgreSQL has no counterpart of data_version: the table (a few rows) is read
-            # each time, still one query for a run's whole batch() of settings.
-            version = (conn.execute("PRAGMA data_version").fetchone()[0]
-                       if dialect(conn) == "sqlite" else None)
-            if self._cache is None or version is None or version != self._version:
-                self._cache = dict(
-                    self._db.conn.execute("SELECT key, value FROM settings").fetchall()
-                )
-                self._version = version
-            return self._cache
-
-    @contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self) -> AbstractContextManager[None]:
         """Read several stored settings as one consistent snapshot, checking the database for
         changes once (environment overrides are still read per lookup).
 
         Holds the connection lock for the block (keep it short: a run's set-up uses it), so no
         other thread can write in between.
         """
-        with self._write_lock:
-            if self._batch.trusted:
-                yield
-                return
-            self._rows()
-            self._batch.trusted = True
-            try:
-                yield
-            finally:
-                self._batch.trusted = False
+        return self._store.batch()
 
     def source(self, key: str) -> Literal["env", "db"] | None:
         """Where ``get(key)`` reads from: ``"env"``, ``"db"`` or None (unset)."""
@@ -263,12 +216,12 @@ class Settings:
         env_name = _env_name(key)
         if env_name not in RESERVED_ENV and env_name in self._env:
             return "env"
-        return "db" if key in self._rows() else None
+        return "db" if key in self._store.rows() else None
 
     def stored(self, key: str, default: Any = None) -> Any:
         """The value in the database only, ignoring the environment."""
         self.check_key(key)
-        encoded = self._rows().get(key)
+        encoded = self._store.rows().get(key)
         return default if encoded is None else _decode(encoded, key)
 
     def problems(self) -> list[tuple[str, str]]:
@@ -282,7 +235,7 @@ class Settings:
         problems. Cached until the stored settings or the environment change, so a server may
         ask on every request.
         """
-        rows = self._rows()
+        rows = self._store.rows()
         overrides = tuple(sorted(self._overrides().items()))
         cached = self._problems
         if cached is not None and cached[0] is rows and cached[1] == overrides:
@@ -349,6 +302,23 @@ class Settings:
         declaration (type and validator), else :class:`InvalidSetting` (or
         ``InvalidBudgetValue`` for a budget setting) says what a good value looks like.
         """
+        self._store.put(key, self._encode(key, value))
+
+    def setdefault(self, key: str, value: Any) -> Any:
+        """``get(key)`` when that is not None; else store ``value`` (checked as :meth:`set`
+        checks it) and return it, unless another process stored a value first: then that one.
+
+        The check for a stored value and the write are one transaction, so processes starting
+        together on one database agree on one value (the site id is made so).
+        """
+        current = self.get(key)
+        if current is not None:
+            return current
+        return _decode(self._store.put_if_unset(key, self._encode(key, value)), key)
+
+    def _encode(self, key: str, value: Any) -> str:
+        """The JSON text stored for ``value`` under ``key``, after every check :meth:`set`
+        documents."""
         self.check_key(key)
         if nests_too_deep(value):  # before any check walks it, past the recursion limit
             raise InvalidSetting(f"Setting {key!r} nests lists and objects more than "
@@ -363,38 +333,21 @@ class Settings:
         if problem is not None:
             # Stored, it would not read back (or not equal): every later read would fail.
             raise InvalidSetting(f"Setting {key!r}{problem[0]} cannot be stored: {problem[1]}.")
-        with self._write_lock:
-            self._cache = None
-            with self._write(f"store the setting {key!r}") as conn:
-                conn.execute(
-                    "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?) "
-                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
-                    "updated_at = excluded.updated_at",
-                    [key, encoded, clock.now()],
-                )
+        return encoded
 
     def delete(self, key: str) -> bool:
         """Remove the stored value of any key, declared or not, whatever it holds; True if
         there was one (environment overrides stay). A stored key that :meth:`check_key` would
         refuse for writing (``"Bad Key"``, stored by hand) is removed too: ``settings list``
         names it, so ``settings unset`` must take it."""
-        if not isinstance(key, str) or key not in self._rows():
+        if not isinstance(key, str) or key not in self._store.rows():
             self.check_key(key)
-        with self._write_lock:
-            self._cache = None
-            with self._write(f"delete the setting {key!r}") as conn:
-                cursor = conn.execute("DELETE FROM settings WHERE key = ?", [key])
-        return bool(cursor.rowcount)
-
-    def _write(self, action: str) -> Any:
-        from datamachine.storage._tx import db_label, immediate
-
-        return immediate(self._db, self._write_lock, db_label(self._db), action)
+        return self._store.remove(key)
 
     def all(self) -> dict[str, Any]:
         """Every stored setting, with environment overrides applied on top (declared
         defaults are not included: :meth:`entries` lists those)."""
-        values = {key: _decode(encoded, key) for key, encoded in self._rows().items()}
+        values = {key: _decode(encoded, key) for key, encoded in self._store.rows().items()}
         for key, raw in self._overrides().items():
             values[key] = self._from_env(key, raw)
         return dict(sorted(values.items()))
@@ -433,7 +386,7 @@ class Settings:
         """Every declared setting, and every stored or environment key nobody declares, with
         its default, value, source, owner and any problem; secrets masked unless
         ``reveal``. A value that cannot be read is reported in ``problem``, never raised."""
-        rows, env = self._rows(), self._overrides()
+        rows, env = self._store.rows(), self._overrides()
         declared = set(self.declarations.names()) if self.declarations is not None else set()
         return [self._entry(key, rows, env, reveal)
                 for key in sorted(declared | set(rows) | set(env))]
@@ -441,7 +394,7 @@ class Settings:
     def entry(self, key: str, *, reveal: bool = False) -> SettingEntry:
         """:meth:`entries`' row for ``key`` (declared or not, set or not)."""
         self.check_key(key)
-        return self._entry(key, self._rows(), self._overrides(), reveal)
+        return self._entry(key, self._store.rows(), self._overrides(), reveal)
 
     def _entry(self, key: str, rows: Mapping[str, str], env: Mapping[str, str],
                reveal: bool) -> SettingEntry:

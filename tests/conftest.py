@@ -81,7 +81,7 @@ def file_host(tmp_path: Path) -> Iterator[Host]:
 def postgres_server() -> Iterator[PostgresServer]:
     """A PostgreSQL server of this test session (tests/postgres_server.py), with a migrated
     template database every test's own database is copied from."""
-    from datamachine.db import open_handle
+    from datamachine.storage.database import open_handle
     from tests.postgres_server import REQUIRE_ENV, find_bin_dir, start_postgres
 
     if find_bin_dir() is None:

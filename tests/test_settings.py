@@ -112,7 +112,7 @@ def test_batch_reads_a_consistent_snapshot_and_sees_own_writes(db_target: str) -
 def _store_raw(host: Host, key: str, text: str) -> None:
     """Write a setting's text around ``set`` (a hand edit, an older version, another tool),
     through a connection of its own."""
-    from datamachine.db import open_handle
+    from datamachine.storage.database import open_handle
 
     url = getattr(host.handle, "url", None)
     other = open_handle(url if url is not None else host.db_path)

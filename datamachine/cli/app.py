@@ -87,7 +87,7 @@ def handle_errors(func: F) -> F:
 @click.pass_context
 def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
     """datamachine: bounded LLM agent loops with named budgets."""
-    from datamachine.db import is_postgres_url
+    from datamachine.storage.database import is_postgres_url
 
     # A URL stays text: a postgresql:// one opens PostgreSQL, any other is refused by name.
     target = None if not db else db if is_postgres_url(db) or "://" in db \

@@ -116,7 +116,7 @@ def demo(state: State, as_json: bool) -> None:
         where = host.db_path or ":memory:"
         given = ""
         if host.db_path is not None:
-            from datamachine.db import default_db_target
+            from datamachine.storage.database import default_db_target
 
             if str(default_db_target()) != str(host.db_path):
                 given = f"--db {shlex.quote(str(host.db_path))} "

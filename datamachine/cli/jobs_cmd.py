@@ -108,11 +108,11 @@ def worker(state: State, concurrency: int, stalled_after: float, burst: bool) ->
     once at a time, and a job whose worker died is continued by another one.
     """
     try:
-        from datamachine.job_queue import queue_app, run_worker
+        from datamachine.job_worker import run_worker
     except ImportError as exc:
         raise UsageError(f"The worker needs the postgres extra ({exc}): pip install "
                          "'datamachine-agents[postgres]'.") from None
-    queue_app(state.host)  # on SQLite: refused here, with what to set
+    state.host.queue.url()  # on SQLite: refused here, with what to set
     _show_progress()
     click.echo(f"datamachine worker: {concurrency} at a time on {state.host.handle.label}",
                err=True)

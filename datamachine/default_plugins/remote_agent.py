@@ -25,7 +25,6 @@ from datamachine.errors import InvalidSetting, UsageError
 from datamachine.hookspecs import hookimpl
 from datamachine.server.site import current_host, ensure_site_id
 from datamachine.setting_spec import SettingSpec
-from datamachine.storage._tx import connection_lock
 from datamachine.tools import Tool, ToolContext, tool
 
 if TYPE_CHECKING:
@@ -67,8 +66,7 @@ def load_remote_sites(host: Host) -> dict[str, RemoteSite]:
 
     Raises :class:`InvalidSetting` naming the entry and field when it is malformed.
     """
-    with connection_lock(host.handle):
-        raw = host.settings.get(REMOTE_SITES_SETTING, {})
+    raw = host.settings.get(REMOTE_SITES_SETTING, {})
     return parse_remote_sites(raw)
 
 
@@ -92,8 +90,7 @@ def parse_remote_sites(raw: object) -> dict[str, RemoteSite]:
 
 
 def _timeout(host: Host) -> float:
-    with connection_lock(host.handle):
-        value = host.settings.get(TIMEOUT_SETTING, DEFAULT_TIMEOUT_SECONDS)
+    value = host.settings.get(TIMEOUT_SETTING, DEFAULT_TIMEOUT_SECONDS)
     return min(_check_timeout(value), _MAX_TIMEOUT_SECONDS)
 
 

@@ -27,7 +27,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from datamachine.budgets_builtin import CHAIN_DEPTH
 from datamachine.errors import ChainCycle, ChainDepthExceeded, InvalidCallerContext, UsageError
 from datamachine.server.site import SITE_ID_PATTERN
-from datamachine.storage._tx import connection_lock
 
 if TYPE_CHECKING:
     from datamachine.host import Host
@@ -270,7 +269,7 @@ def admit(host: Host, inbound: InboundChain, site_id: str) -> CallerContext:
             "refusing the call to break the cycle. Answer from what you have instead.",
             chain_id=inbound.chain_id, site_id=site_id, chain_sites=passed)
     landing = inbound.landing_depth
-    with connection_lock(host.handle):
+    with host.settings.batch():  # the budget's settings, read as one snapshot
         budget = host.budgets.create(CHAIN_DEPTH_BUDGET, current=landing)
     if budget.exceeded():
         logger.warning("datamachine: refused chain %s at depth %d (ceiling %d)",

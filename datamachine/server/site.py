@@ -10,15 +10,14 @@ ids as one comma-separated header.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
-from datamachine.errors import InvalidSetting, SiteMisconfigured
-from datamachine.storage._tx import connection_lock, db_label, immediate
+from datamachine.errors import SiteMisconfigured
+from datamachine.setting_rules import SITE_ID_PATTERN, SITE_ID_SETTING, check_site_id
 
 if TYPE_CHECKING:
     from datamachine.host import Host
@@ -36,38 +35,19 @@ __all__ = [
     "max_request_bytes",
 ]
 
-SITE_ID_SETTING = "site_id"
-SITE_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 MAX_REQUEST_BYTES_SETTING = "max_request_bytes"
 DEFAULT_MAX_REQUEST_BYTES = 1_048_576
-
-
-def check_site_id(value: object, where: str = f"setting {SITE_ID_SETTING!r}") -> str:
-    """Return ``value`` if it is a usable site id, else raise :class:`InvalidSetting`."""
-    if not isinstance(value, str) or not SITE_ID_PATTERN.fullmatch(value):
-        raise InvalidSetting(
-            f"{where} must be 1-64 letters, digits, '.', '_', ':' or '-' (starting with a letter "
-            f"or digit), got {value!r}. Fix it with `datamachine settings set {SITE_ID_SETTING} "
-            "<id>` or unset it to have one generated."
-        )
-    return value
 
 
 def ensure_site_id(host: Host) -> str:
     """This host's site id, generating and storing one (a uuid4 hex) on first use.
 
-    The read and the write are one ``BEGIN IMMEDIATE`` transaction, so two processes starting on
-    one database agree on a single id instead of each storing their own.
+    The read and the write are one transaction (``settings.setdefault``), so two processes
+    starting on one database agree on a single id instead of each storing their own.
     """
-    lock = connection_lock(host.handle)
-    with lock:
-        current = host.settings.get(SITE_ID_SETTING)
+    current = host.settings.get(SITE_ID_SETTING)
     if current is None:
-        with immediate(host.handle, lock, db_label(host.handle), "create the site id"):
-            current = host.settings.get(SITE_ID_SETTING)
-            if current is None:
-                current = uuid.uuid4().hex
-                host.settings.set(SITE_ID_SETTING, current)
+        current = host.settings.setdefault(SITE_ID_SETTING, uuid.uuid4().hex)
     return check_site_id(current)
 
 
@@ -76,8 +56,7 @@ def max_request_bytes(host: Host) -> int:
     (checked by the same rule as ``settings set``: a whole number from 1 to 1 GiB)."""
     from datamachine.setting_rules import validate_known_setting
 
-    with connection_lock(host.handle):
-        value = host.settings.get(MAX_REQUEST_BYTES_SETTING, DEFAULT_MAX_REQUEST_BYTES)
+    value = host.settings.get(MAX_REQUEST_BYTES_SETTING, DEFAULT_MAX_REQUEST_BYTES)
     validate_known_setting(MAX_REQUEST_BYTES_SETTING, value)
     return int(value)
 
@@ -90,8 +69,7 @@ def check_site(host: Host) -> None:
     ``datamachine serve`` calls it before listening; ``/chat`` on every request (the answer is
     cached until a setting or the environment changes).
     """
-    with connection_lock(host.handle):
-        problems = host.settings.problems()
+    problems = host.settings.problems()
     if problems:
         key, why = problems[0]
         raise SiteMisconfigured(f"Setting {key!r} cannot be used: {why}", setting=key)

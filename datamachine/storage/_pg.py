@@ -584,6 +584,6 @@ class PgHandle:
 
     @property
     def migrated(self) -> bool:
-        from datamachine.pg_migrations import pending
+        from datamachine.storage.pg_migrations import pending
 
         return not pending(self.conn)

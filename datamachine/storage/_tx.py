@@ -62,8 +62,8 @@ class Conn(Protocol):
 
 class Connected(Protocol):
     """What a store needs of a database: its connection. A sqlite-utils ``Database`` has one,
-    and so has the host's :class:`datamachine.db.DatabaseHandle`, which lets a host boot without
-    importing sqlite-utils, and its PostgreSQL twin ``PgHandle``."""
+    and so has the host's :class:`datamachine.storage.database.DatabaseHandle`, which lets a
+    host boot without importing sqlite-utils, and its PostgreSQL twin ``PgHandle``."""
 
     @property
     def conn(self) -> sqlite3.Connection | PgConnection: ...

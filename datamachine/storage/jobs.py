@@ -6,15 +6,18 @@ against that order raises :class:`InvalidJobTransition` instead of silently rewr
 pipeline run merges its diagnostics, usage and transcript id into; a merge is a read-modify-write
 inside one ``BEGIN IMMEDIATE`` transaction, so concurrent merges from several processes never
 lose each other's keys.
+
+Putting a job on the task queue (``enqueue``, ``requeue``) is the queue's business: the store
+is given one (:class:`JobQueuing`, the host's ``datamachine.job_queue.JobQueue``) when it is
+made, and imports nothing of it.
 """
 
 from __future__ import annotations
 
 import builtins
 import json
-import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,7 +36,8 @@ from datamachine.storage._tx import (
     query_one,
 )
 
-__all__ = ["MAX_JOB_ID", "Job", "JobStatus", "JobStore", "check_job_id", "is_job_id"]
+__all__ = ["MAX_JOB_ID", "Job", "JobQueuing", "JobStatus", "JobStore", "check_job_id",
+           "is_job_id"]
 
 JobStatus = Literal["pending", "running", "completed", "failed"]
 JOB_STATUSES: tuple[JobStatus, ...] = ("pending", "running", "completed", "failed")
@@ -113,18 +117,31 @@ def _job(row: Any) -> Job:
     return Job(**{**dict(row), "engine_data": json.loads(row["engine_data"])})
 
 
-class JobStore:
-    """Create, read, list and move jobs through their statuses."""
+class JobQueuing(Protocol):
+    """What puts a store's jobs on a task queue (the host's ``datamachine.job_queue
+    .JobQueue``): it stores the job through ``store`` and queues it."""
 
-    def __init__(self, db: Connected) -> None:
+    def enqueue(self, store: JobStore, messages: Sequence[Mapping[str, Any]],
+                tools: Sequence[str] | None, provider: str | None, model: str | None, *,
+                payload: Mapping[str, Any] | None, max_turns: int | None,
+                flow_step_id: str | None) -> Job:
+        """Check the request, store a ``pending`` job and queue it; the job."""
+        ...
+
+    def requeue(self, store: JobStore, job_id: int) -> Job:
+        """Queue the ``pending`` job ``job_id`` again; the job."""
+        ...
+
+
+class JobStore:
+    """Create, read, list and move jobs through their statuses; with a ``queue``, put them on
+    the task queue too."""
+
+    def __init__(self, db: Connected, *, queue: JobQueuing | None = None) -> None:
         self._db = db
         self._lock = connection_lock(db)
         self._label = db_label(db)
-        self._host: weakref.ref[Any] | None = None
-
-    def attach(self, host: Any) -> None:
-        """The host whose queue ``enqueue`` uses (boot attaches it)."""
-        self._host = weakref.ref(host)
+        self._queue = queue
 
     def enqueue(self, messages: Sequence[Mapping[str, Any]],
                 tools: Sequence[str] | None = None, provider: str | None = None,
@@ -133,31 +150,20 @@ class JobStore:
         """Store a ``pending`` job and put it on the task queue for ``datamachine worker``
         (DESIGN.md 18; PostgreSQL only). ``tools`` are names of registered tools; the payload
         must be JSON data. Returns the job; ``get(job.id)`` follows it."""
-        host, queue = self._queue("enqueue")
-        job: Job = queue.enqueue(host, messages, tools, provider, model, payload=payload,
-                                 max_turns=max_turns, flow_step_id=flow_step_id)
-        return job
+        return self._queuing("enqueue").enqueue(
+            self, messages, tools, provider, model, payload=payload, max_turns=max_turns,
+            flow_step_id=flow_step_id)
 
     def requeue(self, job_id: int) -> Job:
         """Put a ``pending`` job back on the task queue (its queue entry was lost: the process
         that enqueued it died between storing the job and queueing it)."""
-        host, queue = self._queue("requeue")
-        job: Job = queue.requeue(host, job_id)
-        return job
+        return self._queuing("requeue").requeue(self, job_id)
 
-    def _queue(self, method: str) -> tuple[Any, Any]:
-        """The attached host and ``datamachine.job_queue`` (imported only when used: it needs
-        the ``postgres`` extra)."""
-        host = self._host() if self._host is not None else None
-        if host is None:
+    def _queuing(self, method: str) -> JobQueuing:
+        if self._queue is None:
             raise UsageError(f"{method}() needs a host's job store: use "
                              f"host.jobs.{method}(...).")
-        try:
-            from datamachine import job_queue
-        except ImportError as exc:
-            raise UsageError(f"The job queue needs the postgres extra ({exc}): pip install "
-                             "'datamachine-agents[postgres]'.") from None
-        return host, job_queue
+        return self._queue
 
     def create(self, flow_step_id: str | None = None,
                engine_data: Mapping[str, Any] | None = None) -> Job:
@@ -179,6 +185,15 @@ class JobStore:
                 else:
                     job_id = int(conn.execute(insert + " RETURNING id", params).fetchone()[0])
             return self.get(job_id)
+
+    def delete_pending(self, job_id: int) -> bool:
+        """Remove job ``job_id`` if it is still ``pending`` (the queue refused it, so nothing
+        will ever run it); True if it was removed."""
+        jid = check_job_id(job_id)
+        with immediate(self._db, self._lock, self._label, "delete a job",
+                       (f"job:{jid}",)) as conn:
+            cursor = conn.execute("DELETE FROM jobs WHERE id = ? AND status = 'pending'", [jid])
+        return cursor.rowcount == 1
 
     def get(self, job_id: int) -> Job:
         """The job with ``job_id``; JobNotFound if there is none."""

@@ -136,7 +136,7 @@ class TokenStore:
                              "site (those are claims of a /chat token).")
         allowed = None if tools is None else check_tool_names(tools)
         if site is not None:
-            from datamachine.server.site import check_site_id
+            from datamachine.setting_rules import check_site_id
 
             check_site_id(site, "site")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)

@@ -227,7 +227,7 @@ def test_a_second_attempt_while_the_first_still_runs_waits_instead_of_running_tw
     worker taken for dead that was only slow): the job's transcript lock."""
     import threading
 
-    from datamachine.job_queue import JobNotDone, run_job
+    from datamachine.job_worker import JobNotDone, run_job
 
     log = tmp_path / "asked.log"
     url = getattr(queue_host.handle, "url", "")
@@ -269,7 +269,7 @@ def _started_job(host: Host, prompt: str) -> Any:
 def test_a_run_that_ended_before_its_job_was_settled_is_settled_not_asked_again(
         queue_host: Host, tmp_path: Path) -> None:
     """The worker died between storing the run's end and settling its job."""
-    from datamachine.job_queue import run_job
+    from datamachine.job_worker import run_job
 
     log = tmp_path / "asked.log"
     with _logging_host(queue_host, log) as host:
@@ -289,7 +289,7 @@ def test_a_run_killed_after_storing_its_answer_is_settled_not_asked_again(
         queue_host: Host, tmp_path: Path) -> None:
     """The worker died after the answer's turn was stored and before the run's final write
     (the kill test caught a final answer asked twice this way)."""
-    from datamachine.job_queue import run_job
+    from datamachine.job_worker import run_job
 
     log = tmp_path / "asked.log"
     with _logging_host(queue_host, log) as host:
@@ -324,7 +324,7 @@ def test_an_http_error_the_provider_layer_gave_up_on_fails_the_job_at_once(
         queue_host: Host) -> None:
     from datamachine import ProviderRequest, hookimpl
     from datamachine.errors import ProviderError
-    from datamachine.job_queue import run_job
+    from datamachine.job_worker import run_job
 
     class Refusing:
         @hookimpl
@@ -341,7 +341,7 @@ def test_an_http_error_the_provider_layer_gave_up_on_fails_the_job_at_once(
 
 def test_a_job_naming_a_provider_the_worker_lacks_fails_naming_it(queue_host: Host) -> None:
     from datamachine import hookimpl
-    from datamachine.job_queue import run_job
+    from datamachine.job_worker import run_job
 
     class Elsewhere:
         name = "elsewhere"
@@ -365,7 +365,7 @@ def test_a_job_naming_a_provider_the_worker_lacks_fails_naming_it(queue_host: Ho
 
 def test_a_burst_worker_takes_over_the_jobs_a_dead_worker_left(
         queue_host: Host, workers: Workers) -> None:
-    from datamachine.job_queue import run_worker
+    from datamachine.job_worker import run_worker
 
     queue_host.settings.set("job_lock_ttl", 1)
     steps = 30
@@ -390,7 +390,7 @@ def test_a_burst_worker_takes_over_the_jobs_a_dead_worker_left(
 
 
 def test_a_pending_job_whose_queue_entry_was_lost_is_requeued_once(queue_host: Host) -> None:
-    from datamachine.job_queue import run_worker
+    from datamachine.job_worker import run_worker
 
     # What a process killed between enqueue's two commits leaves: the job, not its entry.
     request = {"messages": [{"role": "user", "content": "lost 1 steps 1"}], "tools": ["step"],

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 import bootstrap
-from datamachine.job_queue import run_worker
+from datamachine.job_worker import run_worker
 from tests.queue.slow_model import SlowModel
 
 

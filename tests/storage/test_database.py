@@ -12,9 +12,9 @@ import pytest
 from sqlite_utils import Database, Migrations
 
 import bootstrap
-from datamachine.db import open_database
 from datamachine.errors import DatabaseError
-from datamachine.migrations import MIGRATIONS, migrate
+from datamachine.storage.database import open_database
+from datamachine.storage.sqlite_migrations import MIGRATIONS, migrate
 
 TABLES = {"settings", "transcripts", "transcript_messages", "transcript_locks", "chat_sessions",
           "jobs", "api_tokens"}
@@ -159,7 +159,7 @@ def test_a_read_only_directory_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_the_schema_check_at_boot_knows_every_migration() -> None:
-    from datamachine import db as dbmodule
+    from datamachine.storage import database as dbmodule
 
     assert (MIGRATIONS.migrations_table, MIGRATIONS.name) == (
         dbmodule.MIGRATIONS_TABLE, dbmodule.MIGRATION_SET)
@@ -167,7 +167,7 @@ def test_the_schema_check_at_boot_knows_every_migration() -> None:
 
 
 def test_a_database_missing_a_migration_is_migrated_when_opened(tmp_path: Path) -> None:
-    from datamachine.db import MIGRATION_NAMES, open_handle
+    from datamachine.storage.database import MIGRATION_NAMES, open_handle
 
     path = tmp_path / "partial.db"
     handle = open_handle(path)
@@ -191,8 +191,8 @@ def test_a_database_missing_a_migration_is_migrated_when_opened(tmp_path: Path) 
 
 
 def test_the_handles_database_shares_its_connection_and_lock(tmp_path: Path) -> None:
-    from datamachine.db import open_handle
     from datamachine.storage._tx import connection_lock
+    from datamachine.storage.database import open_handle
 
     handle = open_handle(tmp_path / "shared.db")
     # Set from the start, as sqlite-utils would set it: the connection behaves the same
@@ -209,7 +209,7 @@ def test_stored_refusals_move_to_the_executors_own_mark_and_tool_data_stays(
         tmp_path: Path) -> None:
     import json
 
-    from datamachine.db import open_handle
+    from datamachine.storage.database import open_handle
     from datamachine.tools.results import REJECTED
 
     path = tmp_path / "old.db"

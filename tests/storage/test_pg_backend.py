@@ -12,12 +12,12 @@ import psycopg
 import pytest
 
 import bootstrap
-from datamachine.db import MIGRATION_NAMES
 from datamachine.errors import DatabaseError, UsageError
 from datamachine.host import Host
-from datamachine.pg_migrations import PG_MIGRATIONS
 from datamachine.storage._pg import PgHandle, translate
 from datamachine.storage._tx import connection_lock, immediate
+from datamachine.storage.database import MIGRATION_NAMES
+from datamachine.storage.pg_migrations import PG_MIGRATIONS
 from tests.postgres_server import PostgresServer
 
 DEADLINE_S = 30.0

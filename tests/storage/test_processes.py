@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from freezegun import freeze_time
 
-from datamachine.db import open_database
 from datamachine.storage import TranscriptStore
+from datamachine.storage.database import open_database
 from tests.storage import workers
 
 CTX = multiprocessing.get_context("spawn")

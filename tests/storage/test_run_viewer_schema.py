@@ -10,12 +10,12 @@ import pytest
 from sqlite_utils import Database
 
 import bootstrap
-from datamachine.db import open_handle
 from datamachine.errors import UsageError
 from datamachine.host import Host
-from datamachine.migrations import MIGRATIONS
 from datamachine.server.auth import authenticate
 from datamachine.server.errors import Problem
+from datamachine.storage.database import open_handle
+from datamachine.storage.sqlite_migrations import MIGRATIONS
 from datamachine.storage.transcript_rows import TITLE_LENGTH
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from agents_api import IterationBudget, LoopResult, Message, TurnResult, run_loop
-from datamachine.db import open_database
 from datamachine.storage import TranscriptStore
+from datamachine.storage.database import open_database
 
 Runner = Callable[[list[Message], dict[str, Any]], TurnResult]
 
@@ -157,7 +157,7 @@ def integrity_check(target: Path | str) -> str:
     """``"ok"``, or what is wrong: SQLite's ``PRAGMA integrity_check`` of a file (through a
     connection of its own), then on either backend the shape of every stored transcript."""
     if str(target).startswith("postgresql://"):
-        from datamachine.db import open_handle
+        from datamachine.storage.database import open_handle
 
         handle = open_handle(str(target))
         try:

@@ -41,7 +41,9 @@ from datamachine.server.ui.session import (
     login_open,
     record_login,
 )
+from datamachine.storage.site_secrets import SiteSecretStore
 from datamachine.storage.transcripts import TRANSCRIPT_STATUSES, TranscriptSummary
+from datamachine.storage.viewer_logins import ViewerLoginStore
 
 if TYPE_CHECKING:
     from datamachine.host import Host
@@ -82,7 +84,8 @@ class RunViewer:
     def __init__(self, host: Host, *, open_access: bool = False) -> None:
         self.host = host
         self.open_access = open_access
-        self.keys = SessionKeys(host)
+        self.logins = ViewerLoginStore(host.handle)
+        self.keys = SessionKeys(SiteSecretStore(host.handle))
         self.templates = Environment(loader=FileSystemLoader(_HERE / "templates"),
                                      autoescape=select_autoescape(default=True),
                                      trim_blocks=True, lstrip_blocks=True)
@@ -165,7 +168,7 @@ class RunViewer:
         token = self.host.tokens.get(session.token_name)
         allowed = (token is not None and token.scope == "viewer"
                    and token.created_at == session.token_created_at
-                   and login_open(self.host, session))
+                   and login_open(self.logins, session))
         return session, allowed
 
     async def _form(self, request: Request, session: Session) -> dict[str, str]:
@@ -259,7 +262,7 @@ class RunViewer:
                               next=target, error=error)
         logger.info("datamachine: run viewer login by token %r", token.name)
         signed_in = self.keys.login(token.name, token.created_at)
-        await anyio.to_thread.run_sync(record_login, self.host, signed_in)
+        await anyio.to_thread.run_sync(record_login, self.logins, signed_in)
         return self._redirect(request, signed_in, target, store=True)
 
     async def logout(self, request: Request) -> Response:
@@ -271,7 +274,7 @@ class RunViewer:
         except _Refused as refused:
             return self._error(request, refused.status, refused.message)
         if session.token_name is not None:
-            await anyio.to_thread.run_sync(end_login, self.host, session)
+            await anyio.to_thread.run_sync(end_login, self.logins, session)
         return self._redirect(request, None, "/ui/login", store=True)
 
     # -- pages ------------------------------------------------------------------------------

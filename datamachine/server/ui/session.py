@@ -34,13 +34,14 @@ from typing import TYPE_CHECKING, Any
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from agents_api import clock
-from datamachine.storage._tx import connection_lock, db_label, immediate, query_one
+from datamachine.errors import UsageError
 
 if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
-    from datamachine.host import Host
+    from datamachine.storage.site_secrets import SiteSecretStore
+    from datamachine.storage.viewer_logins import ViewerLoginStore
 
 __all__ = ["COOKIE", "MAX_AGE", "Session", "SessionKeys", "end_login", "is_loopback_host",
            "login_open", "record_login", "site_secret"]
@@ -50,24 +51,10 @@ MAX_AGE = 12 * 3600
 _SECRET_NAME = "ui_cookie_key"
 
 
-def site_secret(host: Host, name: str) -> str:
+def site_secret(store: SiteSecretStore, name: str) -> str:
     """The site's secret called ``name``, made (32 random bytes, hex) and stored on first use;
     one transaction, so hosts starting together on one database agree on one."""
-    lock = connection_lock(host.handle)
-    with lock:
-        row = query_one(host.handle.conn, "SELECT value FROM site_secrets WHERE name = ?",
-                        [name])
-    if row is not None:
-        return str(row["value"])
-    with immediate(host.handle, lock, db_label(host.handle), "create a site secret",
-                   (f"secret:{name}",)) as conn:
-        row = query_one(conn, "SELECT value FROM site_secrets WHERE name = ?", [name])
-        if row is not None:
-            return str(row["value"])
-        value = secrets.token_hex(32)
-        conn.execute("INSERT INTO site_secrets (name, value, created_at) VALUES (?, ?, ?)",
-                     [name, value, clock.now()])
-    return value
+    return store.get_or_create(name, lambda: secrets.token_hex(32))
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +69,11 @@ class Session:
 
 
 class SessionKeys:
-    """Signs and reads the cookie and makes CSRF tokens, with the site's key."""
+    """Signs and reads the cookie and makes CSRF tokens, with the site's key (kept in
+    ``site_secrets``)."""
 
-    def __init__(self, host: Host) -> None:
-        key = site_secret(host, _SECRET_NAME)
+    def __init__(self, site_secrets: SiteSecretStore) -> None:
+        key = site_secret(site_secrets, _SECRET_NAME)
         self._key = bytes.fromhex(key)
         self._serializer = URLSafeTimedSerializer(key, salt="datamachine-ui-session")
 
@@ -133,32 +121,25 @@ def _login_id(session: Session) -> str:
     return hashlib.sha256(b"login:" + session.nonce.encode()).hexdigest()
 
 
-def record_login(host: Host, session: Session) -> None:
+def record_login(logins: ViewerLoginStore, session: Session) -> None:
     """Store ``session``'s login as open (and forget logins past their age)."""
-    now = clock.now()
-    with immediate(host.handle, connection_lock(host.handle), db_label(host.handle),
-                   "record a viewer login", (f"login:{session.token_name}",)) as conn:
-        conn.execute("DELETE FROM ui_logins WHERE created_at < ?", [now - MAX_AGE])
-        conn.execute("INSERT INTO ui_logins (id, token_name, created_at) VALUES (?, ?, ?)",
-                     [_login_id(session), session.token_name, now])
+    if session.token_name is None:
+        raise UsageError("Only a session logged in with a viewer token has a login to record "
+                         "(SessionKeys.login makes one).")
+    logins.record(_login_id(session), session.token_name, max_age=MAX_AGE)
 
 
-def login_open(host: Host, session: Session) -> bool:
+def login_open(logins: ViewerLoginStore, session: Session) -> bool:
     """Whether ``session``'s login is stored, not signed out, and younger than MAX_AGE."""
-    with connection_lock(host.handle):
-        row = query_one(host.handle.conn, "SELECT created_at, ended_at, token_name FROM "
-                                          "ui_logins WHERE id = ?", [_login_id(session)])
-    return (row is not None and row["ended_at"] is None
-            and row["token_name"] == session.token_name
-            and float(row["created_at"]) >= clock.now() - MAX_AGE)
+    login = logins.get(_login_id(session))
+    return (login is not None and login.ended_at is None
+            and login.token_name == session.token_name
+            and login.created_at >= clock.now() - MAX_AGE)
 
 
-def end_login(host: Host, session: Session) -> None:
+def end_login(logins: ViewerLoginStore, session: Session) -> None:
     """Sign ``session`` out on the server: its cookie, even copied, opens nothing more."""
-    with immediate(host.handle, connection_lock(host.handle), db_label(host.handle),
-                   "end a viewer login", (f"login:{session.token_name}",)) as conn:
-        conn.execute("UPDATE ui_logins SET ended_at = ? WHERE id = ?",
-                     [clock.now(), _login_id(session)])
+    logins.end(_login_id(session), session.token_name)
 
 
 def is_loopback_host(name: str) -> bool:

@@ -1,8 +1,9 @@
-"""Opening the one SQLite file a host uses, and migrating it.
+"""Opening a host's database, and migrating it: the one SQLite file (or the PostgreSQL
+database of a ``postgresql://`` URL, through :mod:`datamachine.storage._pg`) its stores share.
 
-Every connection gets WAL mode and a busy timeout, so readers never block the writer and a
-briefly locked database waits instead of surfacing ``database is locked``. Failures name the path
-and say what to do; a foreign or corrupt file is refused before anything is written to it.
+Every SQLite connection gets WAL mode and a busy timeout, so readers never block the writer and
+a briefly locked database waits instead of surfacing ``database is locked``. Failures name the
+path and say what to do; a foreign or corrupt file is refused before anything is written to it.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ DB_ENV = "DATAMACHINE_DB"
 # Connections a PostgreSQL host keeps open at most (one per thread writing at once).
 POOL_SIZE_ENV = "DATAMACHINE_DB_POOL_SIZE"
 DEFAULT_POOL_SIZE = 10
-# The schema's migrations (datamachine.migrations) as sqlite-utils records them: read here
-# without importing sqlite-utils, so a boot on a current database does not load it at all.
+# The schema's migrations (datamachine.storage.sqlite_migrations) as sqlite-utils records
+# them: read here without importing sqlite-utils, so a boot on a current database does not
+# load it at all.
 # tests/storage/test_database.py checks they match the migrations themselves.
 MIGRATIONS_TABLE = "_sqlite_migrations"
 MIGRATION_SET = "datamachine"
@@ -134,7 +136,7 @@ def open_postgres(url: str) -> Any:
         raise DatabaseError(
             f"DATAMACHINE_DB names a PostgreSQL database, but psycopg is not installed ({exc}). "
             "Install the extra: pip install 'datamachine-agents[postgres]'.") from None
-    from datamachine.pg_migrations import migrate
+    from datamachine.storage.pg_migrations import migrate
 
     handle = PgHandle(url, max_size=_pool_size())
     try:
@@ -224,7 +226,7 @@ def open_handle(path: str | Path | None = None, *,
 
 
 def _migrate(handle: DatabaseHandle) -> None:
-    from datamachine.migrations import migrate
+    from datamachine.storage.sqlite_migrations import migrate
 
     migrate(handle.database, label=handle.label)
 

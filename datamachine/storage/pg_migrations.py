@@ -1,5 +1,6 @@
-"""The schema on PostgreSQL: the same numbered migrations as ``datamachine.migrations``, in
-PostgreSQL's words, in the schema ``datamachine``.
+"""The schema on PostgreSQL: the same numbered migrations as
+:mod:`datamachine.storage.sqlite_migrations`, in PostgreSQL's words, in the schema
+``datamachine``.
 
 Each migration here has the name of its SQLite twin (``MIGRATION_NAMES`` lists both), so a
 column added to one backend without the other fails ``tests/storage/test_pg_schema.py``. The
@@ -16,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from datamachine.db import MIGRATION_NAMES
 from datamachine.errors import DatabaseError
 from datamachine.storage._tx import Connected
+from datamachine.storage.database import MIGRATION_NAMES
 
 __all__ = ["PG_MIGRATIONS", "migrate", "pending"]
 

@@ -1,0 +1,381 @@
+"""Workers of the task queue: ``datamachine worker`` runs queued pipeline jobs
+(:func:`run_worker`), one attempt at a time (:func:`run_attempt`, :func:`run_job`). Jobs are
+put on the queue by :class:`datamachine.job_queue.JobQueue` (``host.jobs.enqueue``).
+
+A job runs as a pipeline-mode conversation on the transcript ``job-<id>``. A second attempt,
+after a provider outage or a worker that died, continues that transcript instead of starting
+over (the turns already stored are not paid for twice), and the transcript lock makes sure two
+workers never write one job's run at once: an attempt that finds the lock held waits and
+retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import procrastinate
+from procrastinate.exceptions import JobRetry
+from procrastinate.retry import BaseRetryStrategy, RetryDecision
+from pydantic import ValidationError
+
+from agents_api.errors import brief_repr
+from agents_api.transcript import HeldLock
+from datamachine.errors import DataMachineError, UsageError, first_field_error
+from datamachine.job_queue import JOB_QUEUE, TASK_NAME, JobRequest, job_session_id
+from datamachine.storage.task_queue import TaskQueueStore
+
+if TYPE_CHECKING:
+    from datamachine.host import Host
+
+__all__ = ["OUTAGE_CODES", "JobNotDone", "run_attempt", "run_job", "run_worker", "worker_app"]
+
+logger = logging.getLogger("datamachine.worker")
+
+# Failures worth another attempt later: the model (or the database) was unreachable, not
+# wrong. HTTP errors are not among them: the provider layer already retried the statuses worth
+# retrying (429, 5xx) with backoff, so what reaches the run is an answer to act on. Any other
+# failure settles the job as failed at once.
+OUTAGE_CODES = frozenset({"provider_timeout", "provider_connection_error",
+                          "provider_unavailable", "provider_stream_error",
+                          "transcript_write_failed"})
+# Another run holds (or took over) the job's transcript: a worker that died, whose lock has
+# not run out yet, or one that is slow but alive. Never a reason to fail the job.
+BUSY_CODES = frozenset({"transcript_lock_contention", "transcript_lock_lost"})
+RETRY_CODES = OUTAGE_CODES | BUSY_CODES
+# Where a job counts the outages its attempts met (its engine data).
+OUTAGES_KEY = "queue_outages"
+MAX_RETRY_WAIT_S = 300.0
+
+
+class JobNotDone(DataMachineError, RuntimeError):
+    """An attempt that could not finish its job and leaves it for a later one (a provider
+    outage, or another run holding the job's transcript); procrastinate retries it after
+    ``retry_in`` seconds."""
+
+    def __init__(self, message: str, *, retry_in: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_in = retry_in
+
+
+def worker_app(host: Host) -> procrastinate.App:
+    """The procrastinate app of ``host``'s queue with the job task registered, bound to
+    ``host`` (a worker runs jobs on it); registered once per host."""
+    app = host.queue.app()
+    if TASK_NAME not in app.tasks:
+
+        @app.task(name=TASK_NAME, queue=JOB_QUEUE, retry=_RetryWhenAsked())
+        def run_queued_job(job_id: int) -> str:
+            return run_attempt(host, job_id)
+
+    return app
+
+
+class _RetryWhenAsked(BaseRetryStrategy):
+    """procrastinate's retry strategy: retry exactly when :func:`run_job` said so
+    (:class:`JobNotDone`), after the wait it named. procrastinate counts every attempt; a job's
+    outages are counted by the job itself (its engine data), so waiting for a dead worker's
+    lock never uses up the attempts its outages have."""
+
+    def get_retry_exception(self, exception: BaseException, job: Any) -> Any:
+        if not isinstance(exception, JobNotDone):
+            return None
+        return JobRetry(RetryDecision(
+            retry_in={"milliseconds": max(1, round(exception.retry_in * 1000))}))
+
+
+def run_attempt(host: Host, job_id: int) -> str:
+    """One attempt of job ``job_id`` as the queue runs it: :func:`run_job`, with anything it
+    did not expect turned into a decision, so a job row is never left ``pending`` or
+    ``running`` with no attempt to come. A database failure (a restart, a dropped connection)
+    is retried like an outage; anything else fails the job, naming the error."""
+    from datamachine.errors import DatabaseError
+
+    try:
+        return run_job(host, job_id)
+    except JobNotDone as exc:
+        logger.info("%s", exc)
+        raise
+    except DatabaseError as exc:
+        logger.warning("datamachine worker: job %s: %s", job_id, exc)
+        try:
+            return _outage_or_fail(host, job_id, "database_error", str(exc))
+        except DatabaseError:
+            raise JobNotDone(f"Job {job_id}: the database is unreachable ({exc}); trying "
+                             "again later.", retry_in=_backoff(host, 0)) from None
+    except Exception as exc:
+        logger.exception("datamachine worker: job %s failed", job_id)
+        with contextlib.suppress(Exception):
+            return _fail(host, job_id, f"job_error: {type(exc).__name__}: {exc}")
+        raise
+
+
+def _backoff(host: Host, outages: int) -> float:
+    base = float(host.settings.effective("job_retry_wait"))
+    return float(min(MAX_RETRY_WAIT_S, base * 2 ** outages))
+
+
+def _outage_or_fail(host: Host, job_id: int, code: str, detail: str) -> str:
+    """Count one outage of the job; another attempt after a backoff (JobNotDone), or, when
+    the job has had ``job_max_attempts``, fail it with ``code``."""
+    job = host.jobs.get(job_id)
+    if job.status not in ("pending", "running"):
+        return job.status
+    outages = int(job.engine_data.get(OUTAGES_KEY) or 0) + 1
+    if outages >= int(host.settings.effective("job_max_attempts")):
+        return _fail(host, job_id, code)
+    host.jobs.merge_engine_data(job_id, {OUTAGES_KEY: outages})
+    raise JobNotDone(f"Job {job_id}: {code} ({detail}); attempt {outages + 1} later.",
+                     retry_in=_backoff(host, outages - 1))
+
+
+def _busy(host: Host, job_id: int, session_id: str) -> JobNotDone:
+    """Another run holds the job's transcript: try again when its lock runs out (a dead
+    worker's), or shortly (a live one renews it every turn and then finishes the job)."""
+    from agents_api import clock
+
+    info = host.transcripts.locks.info(session_id)
+    left = info.expires_at - clock.now() if info is not None else 0.0
+    wait = min(MAX_RETRY_WAIT_S, max(_backoff(host, 0), left + 0.1))
+    return JobNotDone(f"Job {job_id}: another run holds its transcript {session_id!r}; "
+                      f"trying again in {wait:.1f} s.", retry_in=wait)
+
+
+def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
+    """Run (or go on with) job ``job_id`` on ``host``; its status when this attempt ends.
+
+    Raises :class:`JobNotDone` (with the wait before the next attempt) when a later attempt
+    should go on: after a provider outage (at most ``job_max_attempts`` attempts, counted in the
+    job's engine data), or while another run holds the job's transcript (never counted: a dead
+    worker's lock runs out, a live worker finishes). ``final``: force this to be (or not be)
+    the last attempt for outages; None counts them.
+    """
+    from agents_api.drive import drive_sync
+    from datamachine.conversation.resuming import TranscriptFinished, continuation_steps
+
+    job = host.jobs.get(job_id)
+    if job.status in ("completed", "failed"):
+        return job.status  # an attempt that finished it already (its ack was lost)
+    try:
+        request = JobRequest.model_validate(job.engine_data.get("request"))
+    except ValidationError as exc:
+        return _fail(host, job_id, f"job_request_invalid: {first_field_error(exc)[1]}")
+    missing = [name for name in request.tools if host.tools.get(name) is None]
+    if missing:
+        return _fail(host, job_id, f"job_tools_missing: {', '.join(missing)} not registered "
+                                   "on this worker")
+    if request.provider is not None and request.provider not in host.providers.names():
+        return _fail(host, job_id, f"job_provider_missing: {request.provider} not registered "
+                                   "on this worker")
+    session_id = job_session_id(job_id)
+    if final is None:
+        outages = int(job.engine_data.get(OUTAGES_KEY) or 0)
+        final = outages + 1 >= int(host.settings.effective("job_max_attempts"))
+    stored = host.transcripts.summary(session_id) if host.transcripts.exists(session_id) \
+        else None
+    ttl = int(host.settings.effective("job_lock_ttl"))
+    settled = _settled_already(host, job_id, request, stored, ttl)
+    if settled is not None:
+        return settled
+    payload = {**request.payload, "job_id": job_id, "transcript_session_id": session_id,
+               "transcript_lock_ttl": ttl,
+               "job_retry_codes": sorted(BUSY_CODES if final else RETRY_CODES)}
+    tools = [host.tools.get(name) for name in request.tools] or None
+    if stored is not None:  # an earlier attempt stored turns: go on from there
+        ceiling = request.max_turns or int(host.settings.effective("max_turns"))
+        try:
+            result = drive_sync(continuation_steps(
+                host, session_id, max(1, ceiling - stored.cumulative_turn_count), tools,
+                request.provider, request.model, payload=payload, lock_ttl=ttl,
+                unfinished_only=_unfinished))
+        except TranscriptFinished as finished:  # another attempt finished it meanwhile
+            return _settle_from(host, job_id, finished.record.result)
+    else:
+        # A first attempt takes the lock before it looks: a duplicate attempt (a worker taken
+        # for dead that was only slow) may have run the whole job between our look above and
+        # now, and starting afresh would run it a second time on its finished transcript.
+        token = host.transcripts.acquire(session_id, ttl)
+        if token is None:
+            raise _busy(host, job_id, session_id)
+        if host.transcripts.exists(session_id):
+            host.transcripts.release(session_id, token)
+            return run_job(host, job_id, final=final)  # go on with (or settle) what it stored
+        held = HeldLock(host.transcripts, session_id, token)
+        try:
+            result = host.run_conversation(request.messages, tools, request.provider,
+                                           request.model, "pipeline",
+                                           {**payload, "transcript_lock": held},
+                                           request.max_turns)
+        finally:
+            host.transcripts.release(session_id, token)  # freed already when the run ended
+    after = host.jobs.get(job_id)
+    if after.status == "completed":
+        # An earlier attempt's error stays in the engine data unless cleared: the job did not
+        # end with it.
+        stale = {key: None for key in ("error", "error_code")
+                 if after.engine_data.get(key) is not None and getattr(result, key) is None}
+        if stale:
+            host.jobs.merge_engine_data(job_id, stale)
+    if after.status not in ("pending", "running"):
+        return after.status
+    if result.error_code in BUSY_CODES:
+        raise _busy(host, job_id, session_id)
+    return _outage_or_fail(host, job_id, result.error_code or f"job_{result.status}",
+                           str(result.error))
+
+
+def _settled_already(host: Host, job_id: int, request: JobRequest, stored: Any,
+                     ttl: int) -> str | None:
+    """The job's status when an earlier attempt's run is over and only its settling is left
+    (never ask the model again); None when the run must go on (or start)."""
+    if stored is None:
+        return None
+    if not _unfinished(stored):
+        # The run ended and was stored, but its job was not settled (the worker died between
+        # the two, or settling failed): settle it from what was stored.
+        return _settle_from(host, job_id, stored.result)
+    if _answered(host, stored.id, request):
+        return _close_answered(host, job_id, stored.id, ttl)
+    return None
+
+
+# Payload keys under which a run's end is more than the model's answer (a policy decides).
+_DECIDED_ENDS = ("completion_assertions", "completion_policy", "output_type")
+
+
+def _answered(host: Host, session_id: str, request: JobRequest) -> bool:
+    """Whether a job's unfinished transcript ends with the model's answer: its worker died
+    after storing the last turn (an answer, no tool call after it) and before the run's final
+    write. Going on would ask the model for that answer a second time. Only for jobs whose
+    end the answer alone decides: no completion assertions or policy, no structured output,
+    no handler tools (those may have nudged the answer instead)."""
+    if any(request.payload.get(key) for key in _DECIDED_ENDS):
+        return False
+    if any(getattr(host.tools.get(name), "handler", None) for name in request.tools):
+        return False
+    messages = host.transcripts.get(session_id)
+    last = messages[-1] if messages else {}
+    return bool(last.get("type") == "text" and last.get("role") == "assistant"
+                and isinstance(last.get("content"), str) and last["content"].strip()
+                and not (last.get("metadata") or {}).get("type"))
+
+
+def _close_answered(host: Host, job_id: int, session_id: str, ttl: int) -> str:
+    """Store the end of a run whose answer was stored (see :func:`_answered`) and settle its
+    job, under the transcript's lock (another attempt may be at it: then wait for it)."""
+    token = host.transcripts.acquire(session_id, ttl)
+    if token is None:
+        raise _busy(host, job_id, session_id)
+    try:
+        now = host.transcripts.summary(session_id)
+        if not _unfinished(now):  # another attempt ended it meanwhile
+            return _settle_from(host, job_id, now.result)
+        host.transcripts.set_status(session_id, "completed")
+    finally:
+        host.transcripts.release(session_id, token)
+    logger.info("datamachine: job %s: its run had answered before its worker stopped; "
+                "settled from the stored answer", job_id)
+    return _settle_from(host, job_id, {})
+
+
+def _unfinished(record: Any) -> bool:
+    """Whether a job's stored transcript is one to go on with: a run still going (or killed),
+    or one that stopped on an outage or a busy lock; not one that ended."""
+    return bool(record.status in ("running", "interrupted")
+                or record.result.get("error_code") in RETRY_CODES)
+
+
+def _settle_from(host: Host, job_id: int, stored: Mapping[str, Any]) -> str:
+    from datamachine.completion.jobs import failure_reason
+
+    reason = failure_reason(stored, remaining_handlers=stored.get("remaining_handlers") or ())
+    if reason is None:
+        if host.jobs.get(job_id).status == "pending":
+            host.jobs.start(job_id)
+        host.jobs.complete(job_id)
+        return "completed"
+    return _fail(host, job_id, reason)
+
+
+def _fail(host: Host, job_id: int, reason: str) -> str:
+    if host.jobs.get(job_id).status == "pending":
+        host.jobs.start(job_id)
+    host.jobs.fail(job_id, reason)
+    return "failed"
+
+
+# Taken by the one worker at a time that looks for the jobs of dead workers.
+_RECOVERY_LOCK = "datamachine:stalled-job-recovery"
+
+
+async def _recover_stalled(app: procrastinate.App, url: str, stalled_after: float,
+                           every: float) -> None:
+    """Hand the jobs of dead workers (no heartbeat for ``stalled_after`` seconds) out again.
+
+    One worker at a time does it (a session advisory lock on a connection of its own), reading
+    the stalled jobs while it holds the lock: two workers acting on one stale list could put a
+    job back in the queue after a live worker had fetched it.
+    """
+    while True:
+        await asyncio.sleep(every)
+        await _recover_once(app, url, stalled_after)
+
+
+async def _recover_once(app: procrastinate.App, url: str, stalled_after: float) -> None:
+    try:
+        async with TaskQueueStore.alone(url, _RECOVERY_LOCK) as held:
+            if not held:
+                return  # another worker is at it
+            for job in await app.job_manager.get_stalled_jobs(
+                    seconds_since_heartbeat=stalled_after):
+                with contextlib.suppress(Exception):  # it finished meanwhile
+                    await app.job_manager.retry_job(job)
+                    logger.warning("datamachine worker: job %s was left by a worker that "
+                                   "stopped; handed out again",
+                                   job.task_kwargs.get("job_id"))
+    except Exception:
+        logger.exception("datamachine worker: looking for stalled jobs failed")
+
+
+def run_worker(host: Host, *, concurrency: int = 4, stalled_after: float = 30.0,
+               heartbeat: float | None = None, poll_interval: float = 1.0,
+               wait: bool = True) -> None:
+    """Run queued jobs on ``host`` until stopped (SIGINT/SIGTERM), ``concurrency`` at a time.
+
+    ``stalled_after``: seconds without a heartbeat after which another worker's jobs count as
+    abandoned and are run again (continuing their transcripts); heartbeats go out every
+    ``heartbeat`` seconds (default: a third of it). New jobs arrive at once (LISTEN/NOTIFY);
+    a retry that comes due is found within ``poll_interval`` seconds. ``wait=False`` returns
+    once the queue is empty (for scripts and tests).
+    """
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise UsageError(f"concurrency must be a whole number from 1, got "
+                         f"{brief_repr(concurrency)}.")
+    if not stalled_after > 0:
+        raise UsageError(f"stalled_after must be a number of seconds above 0, got "
+                         f"{brief_repr(stalled_after)}.")
+    beat = heartbeat if heartbeat is not None else stalled_after / 3
+    app = worker_app(host)
+    host.queue.ensure_tables()
+    url = host.queue.url()
+
+    async def work() -> None:
+        async with app.open_async():
+            if not wait:  # a burst: no loop to find dead workers' jobs later, so look once now
+                await _recover_once(app, url, stalled_after)
+            recovery = asyncio.create_task(_recover_stalled(app, url, stalled_after, beat))
+            try:
+                await app.run_worker_async(
+                    queues=[JOB_QUEUE], concurrency=concurrency, wait=wait,
+                    update_heartbeat_interval=beat, stalled_worker_timeout=stalled_after,
+                    fetch_job_polling_interval=poll_interval,
+                    install_signal_handlers=True, delete_jobs="never")
+            finally:
+                recovery.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await recovery
+
+    asyncio.run(work())
