@@ -25,7 +25,7 @@ from datamachine.job_queue import JobQueue
 from datamachine.modes import collect_modes
 from datamachine.plugins import collect, make_plugin_manager, plugin_failed
 from datamachine.providers.registry import ProviderRegistry
-from datamachine.registry import BudgetSpec, IterationBudgetRegistry
+from datamachine.registry import BudgetSpec, BudgetSpecs, IterationBudgetRegistry
 from datamachine.server.site import ensure_site_id
 from datamachine.setting_rules import (
     CORE_SETTINGS,
@@ -66,7 +66,7 @@ def boot(
     resolved_path = None if str(target) == ":memory:" or is_postgres_url(target) \
         else Path(target).expanduser()
     handle = open_handle(db_path)
-    registry = IterationBudgetRegistry()
+    specs = BudgetSpecs()  # the budgets' settings are declared by the budgets
     tools: list[ToolRegistry] = []  # filled below: the validator outlives this function
     legacy = bool(pm.hook.validate_setting.get_hookimpls())
 
@@ -79,9 +79,9 @@ def boot(
             check_tools_setting(key, value, tools[0])
             check_provider_setting(key, value, providers)
 
-    declarations = SettingDeclarations(budgets=registry)
+    declarations = SettingDeclarations(budgets=specs)
     settings = Settings(SettingsStore(handle), validator=validate, declarations=declarations)
-    registry.settings_lookup = settings.get
+    registry = IterationBudgetRegistry(settings.get, specs=specs)
     for spec in BUILTIN_BUDGETS:
         registry.register(spec, owner=BUILTIN_OWNER)
     _register_plugin_budgets(pm, registry)

@@ -54,8 +54,8 @@ class Host(Services):
         """Run one bounded conversation on this host (see ``datamachine.run_conversation``)."""
         from datamachine.conversation.conversation_run import ConversationRun
 
-        return ConversationRun.create(self, messages, tools, self.default_provider(provider),
-                                      self.default_model(model), mode,
+        return ConversationRun.create(self, messages, tools, provider,
+                                      model, mode,
                                       with_output_type(payload, output_type), max_turns,
                                       single_turn).run()
 
@@ -75,8 +75,8 @@ class Host(Services):
         """Async twin of :meth:`run_conversation`."""
         from datamachine.conversation.conversation_run import ConversationRun
 
-        run = ConversationRun.create(self, messages, tools, self.default_provider(provider),
-                                     self.default_model(model), mode,
+        run = ConversationRun.create(self, messages, tools, provider,
+                                     model, mode,
                                      with_output_type(payload, output_type), max_turns,
                                      single_turn)
         return await run.arun()

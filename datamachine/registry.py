@@ -178,13 +178,16 @@ class ResolvedCeiling:
         )
 
 
-class IterationBudgetRegistry:
-    """Registered budgets, resolved into :class:`agents_api.IterationBudget` objects per run."""
+SettingsLookup = Callable[[str], Any]
 
-    def __init__(self, settings_lookup: Callable[[str], Any] | None = None) -> None:
+
+class BudgetSpecs:
+    """The registered budgets of one host and who registered each: what settings declarations
+    read (a budget's ``setting`` is declared by its budget) before any setting can be read."""
+
+    def __init__(self) -> None:
         self._specs: dict[str, BudgetSpec] = {}
         self._owners: dict[str, str] = {}
-        self.settings_lookup = settings_lookup
 
     # -- registration ---------------------------------------------------------------------
     def register(
@@ -244,9 +247,41 @@ class IterationBudgetRegistry:
         """Map of setting key to the budget it feeds."""
         return {s.setting: s.name for s in self._specs.values() if s.setting}
 
+    def validate_setting(self, key: str, value: object) -> None:
+        """Refuse a value for a budget's setting that is not a positive integer within its
+        unit's limit (10,000 for a count, 10^12 for tokens and microdollars), or for a
+        microdollar budget's ``*_usd`` setting, a positive number of dollars."""
+        name = self.setting_keys().get(key)
+        if name is not None:
+            _setting_ceiling(self._specs[name], key, value)
+
+    def unit(self, name: str) -> BudgetUnit:
+        """The unit of ``name`` (``count`` for an unregistered budget)."""
+        spec = self._specs.get(name)
+        return spec.unit if spec is not None else "count"
+
+
+class IterationBudgetRegistry(BudgetSpecs):
+    """Registered budgets, resolved into :class:`agents_api.IterationBudget` objects per run.
+
+    ``settings_lookup``: where a budget's setting is read (a host's ``settings.get``) when the
+    caller gives none; a run gives its settings snapshot (``settings=``) instead. ``specs``: the
+    registrations to resolve (a host's, which its settings declarations read too); a new,
+    empty table by default.
+    """
+
+    def __init__(self, settings_lookup: SettingsLookup | None = None, *,
+                 specs: BudgetSpecs | None = None) -> None:
+        super().__init__()
+        if specs is not None:  # one table: registering here is registering there
+            self._specs, self._owners = specs._specs, specs._owners
+        self.settings_lookup = settings_lookup
+
     # -- resolution -----------------------------------------------------------------------
-    def resolve(self, name: str, ceiling_override: int | None = None) -> ResolvedCeiling:
-        """Choose the ceiling for ``name``: override, else setting, else default; then clamp."""
+    def resolve(self, name: str, ceiling_override: int | None = None, *,
+                settings: SettingsLookup | None = None) -> ResolvedCeiling:
+        """Choose the ceiling for ``name``: override, else setting, else default; then clamp.
+        ``settings``: where the setting is read (default: the registry's lookup)."""
         spec = self._specs.get(name)
         default, low, high = (
             (spec.default, spec.min, spec.max) if spec is not None
@@ -261,8 +296,8 @@ class IterationBudgetRegistry:
                     f"got {brief_repr(ceiling_override)}."
                 )
             requested, source = ceiling_override, "override"
-        elif spec is not None and spec.setting and self.settings_lookup is not None:
-            stored = self.settings_lookup(spec.setting)
+        elif spec is not None and spec.setting and (lookup := settings or self.settings_lookup):
+            stored = lookup(spec.setting)
             if stored is not None:
                 requested = _setting_ceiling(spec, spec.setting, stored)
                 source = "setting"
@@ -278,12 +313,14 @@ class IterationBudgetRegistry:
         *,
         warnings: list[str] | None = None,
         max_seconds: float | None = None,
+        settings: SettingsLookup | None = None,
     ) -> IterationBudget:
         """A fresh per-run budget; its ``hard_ceiling`` is the spec's ``max``.
 
-        A clamped ceiling is appended to ``warnings`` when a list is given.
+        A clamped ceiling is appended to ``warnings`` when a list is given. ``settings``:
+        where its setting is read (a run's snapshot; default: the registry's lookup).
         """
-        resolved = self.resolve(name, ceiling_override)
+        resolved = self.resolve(name, ceiling_override, settings=settings)
         if resolved.clamped and warnings is not None:
             warnings.append(str(resolved.warning()))
         spec = self._specs.get(name)
@@ -291,24 +328,13 @@ class IterationBudgetRegistry:
         return IterationBudget(name, resolved.ceiling, current, hard_ceiling=hard,
                                max_seconds=max_seconds)
 
-    def validate_setting(self, key: str, value: object) -> None:
-        """Refuse a value for a budget's setting that is not a positive integer within its
-        unit's limit (10,000 for a count, 10^12 for tokens and microdollars), or for a
-        microdollar budget's ``*_usd`` setting, a positive number of dollars."""
-        name = self.setting_keys().get(key)
-        if name is not None:
-            _setting_ceiling(self._specs[name], key, value)
-
-    def setting_ceiling(self, name: str) -> int | None:
+    def setting_ceiling(self, name: str, *, settings: SettingsLookup | None = None
+                        ) -> int | None:
         """The ceiling the setting of budget ``name`` asks for, in its unit (None when the
-        budget has no setting or it is not set)."""
+        budget has no setting or it is not set). ``settings``: as in :meth:`create`."""
         spec = self._specs.get(name)
-        if spec is None or not spec.setting or self.settings_lookup is None:
+        lookup = settings or self.settings_lookup
+        if spec is None or not spec.setting or lookup is None:
             return None
-        stored = self.settings_lookup(spec.setting)
+        stored = lookup(spec.setting)
         return None if stored is None else _setting_ceiling(spec, spec.setting, stored)
-
-    def unit(self, name: str) -> BudgetUnit:
-        """The unit of ``name`` (``count`` for an unregistered budget)."""
-        spec = self._specs.get(name)
-        return spec.unit if spec is not None else "count"

@@ -38,7 +38,7 @@ from datamachine.errors import (
 )
 
 if TYPE_CHECKING:
-    from datamachine.registry import BudgetSpec, IterationBudgetRegistry
+    from datamachine.registry import BudgetSpec, BudgetSpecs
 
 __all__ = [
     "CORE_OWNER",
@@ -412,7 +412,7 @@ class SettingDeclarations:
     the budget's default (none for token and cost budgets, which count only when set).
     """
 
-    def __init__(self, budgets: IterationBudgetRegistry | None = None) -> None:
+    def __init__(self, budgets: BudgetSpecs | None = None) -> None:
         self._specs: dict[str, SettingSpec] = {}
         self._owners: dict[str, str] = {}
         self._budgets = budgets

@@ -43,13 +43,14 @@ from datamachine.setting_spec import (
 if TYPE_CHECKING:
     from datamachine.storage.stored_settings import SettingsStore
 
-__all__ = ["RESERVED_ENV", "SettingEntry", "Settings"]
+__all__ = ["RESERVED_ENV", "SettingEntry", "Settings", "SettingsSnapshot"]
 
 # Environment variables with their own meaning; they never override a setting.
 RESERVED_ENV = frozenset({"DATAMACHINE_DB", "DATAMACHINE_DB_POOL_SIZE", "DATAMACHINE_LOAD_PLUGINS",
                           "DATAMACHINE_TRACE_HOOKS"})
 _KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _MISSING = object()
+_UNREAD = object()  # a snapshot's key not read yet
 
 
 def _env_name(key: str) -> str:
@@ -200,6 +201,21 @@ class Settings:
         except UsageError as exc:
             raise SiteMisconfigured(f"{exc} (from the environment variable {_env_name(key)}; "
                                     "change or unset it)", setting=key) from None
+
+    def snapshot(self) -> SettingsSnapshot:
+        """The settings as one run sees them: the stored rows read once, now, and each
+        environment override read once, when first asked (see :class:`SettingsSnapshot`)."""
+        return SettingsSnapshot(self, self._store.rows())
+
+    def _read(self, key: str, rows: Mapping[str, str]) -> Any:
+        """``get(key)`` against ``rows`` (``_MISSING`` when unset)."""
+        env_name = _override_name(key)
+        if env_name is not None:
+            raw = (os.environ if self._environ is None else self._environ).get(env_name)
+            if raw is not None:
+                return self._from_env(key, raw)
+        encoded = rows.get(key)
+        return _MISSING if encoded is None else _decode(encoded, key)
 
     def batch(self) -> AbstractContextManager[None]:
         """Read several stored settings as one consistent snapshot, checking the database for
@@ -418,3 +434,38 @@ class Settings:
             default=default, value=value, source=source, owner=self.owner(key),
             declared=spec is not None, secret=spec is not None and spec.is_secret,
             description=spec.description if spec is not None else "", problem=problem)
+
+
+class SettingsSnapshot:
+    """One run's settings: read once, when the run starts, never again while it runs.
+
+    A run reads a dozen settings while it is set up and its providers read some on every
+    request; asking the database each time would cost a query per read (a ``PRAGMA
+    data_version`` on SQLite, the table on PostgreSQL) and let one run see two different
+    values. The stored rows are taken when the snapshot is made; an environment override is read
+    when its key is first asked, then kept. A value that is a list or a dict is decoded afresh
+    for each reader (a reader may change its copy); others are kept once decoded.
+    """
+
+    __slots__ = ("_rows", "_settings", "_values")
+
+    def __init__(self, settings: Settings, rows: Mapping[str, str]) -> None:
+        self._settings = settings
+        self._rows = rows
+        self._values: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """What :meth:`Settings.get` answered when the snapshot was made."""
+        value = self._values.get(key, _UNREAD)
+        if value is _UNREAD:
+            if type(key) is not str:
+                Settings.check_key(key)
+            value = self._settings._read(key, self._rows)
+            if type(value) not in _SCALAR_TYPES and value is not _MISSING:
+                return value  # a fresh copy for every reader
+            self._values[key] = value
+        return default if value is _MISSING else value
+
+    def source(self, key: str) -> Literal["env", "db"] | None:
+        """Where :meth:`get` reads ``key`` from (as :meth:`Settings.source`)."""
+        return self._settings.source(key)

@@ -168,7 +168,7 @@ def chat_steps(services: Services, session_id: str, new_messages: list[dict[str,
         store.release(session_id, token)
         raise
     gate = ChatTurnGate(services, session, create=not existing,
-                        pause=confirmation_mode(services, runtime) == "pause",
+                        pause=confirmation_mode(services.settings.get, runtime) == "pause",
                         token_name=runtime.token_name)
     writer = store.open_writer(session_id, token, ttl, on_turn=gate.write)
     try:
@@ -180,7 +180,7 @@ def chat_steps(services: Services, session_id: str, new_messages: list[dict[str,
             return abort_before_run(services, session, writer, payload)
         run = ConversationRun.create(
             services, [*writer.history(), *new_messages], tools,
-            services.default_provider(provider), services.default_model(model), mode,
+            provider, model, mode,
             {**(payload or {}), "transcript_session_id": session_id}, max_turns, False,
             writer=writer, turn_gate=gate, cumulative_base=writer.stored_turns(),
             on_text=on_text)

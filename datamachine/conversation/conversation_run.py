@@ -78,6 +78,7 @@ from datamachine.providers.options import (
 )
 from datamachine.registry import unit_maximum, validate_budget_value
 from datamachine.services import Services
+from datamachine.settings import SettingsSnapshot
 from datamachine.tools.executor import ToolExecutor
 from datamachine.tools.results import is_rejected
 
@@ -101,8 +102,11 @@ class ConversationRun:
     def __init__(self, services: Services, spec: RunSpec, *,
                  writer: TranscriptWriter | None = None, turn_gate: TurnGate | None = None,
                  cumulative_base: int = 0, resumption: Resumption | None = None,
-                 on_text: Callable[[str], None] | None = None) -> None:
+                 on_text: Callable[[str], None] | None = None,
+                 settings: SettingsSnapshot | None = None) -> None:
         self.services = services
+        # Read once: the whole run (its set-up, its requests) sees these values.
+        self.settings = settings if settings is not None else services.settings.snapshot()
         self.spec = spec
         self.writer = writer
         self.turn_gate = turn_gate
@@ -110,7 +114,7 @@ class ConversationRun:
         self.resumption = resumption
         self.warnings: list[str] = []
         runtime = spec.runtime
-        self.confirmation = Confirmation(services, runtime)
+        self.confirmation = Confirmation(self.settings.get, runtime)
         self.persister, self.lock, self.session_id = self._transcript()
         base = base_log_context(spec.mode, spec.payload)
         self.observers = self._observers(base)
@@ -153,19 +157,24 @@ class ConversationRun:
     def create(cls, services: Services, messages: Any, tools: Any, provider: Any, model: Any,
                mode: Any = "pipeline", payload: Any = None, max_turns: Any = None,
                single_turn: Any = False, **options: Any) -> ConversationRun:
-        """Check the arguments and build the run (``options``: see the class)."""
-        with services.settings.batch():  # one consistent read of the settings set-up uses
-            spec = RunSpec.build(messages, tools, provider, model, mode, payload, max_turns,
-                                 single_turn, known_modes=services.modes)
-            run = cls.__new__(cls)
-            try:
-                run.__init__(services, spec, **options)  # type: ignore[misc]
-            except BaseException as exc:
-                # Refused during set-up (a budget ceiling, a bad option): observers that
-                # started a span for the run end it, failed.
-                close_observers(getattr(run, "observers", ()), exc)
-                raise
-            return run
+        """Check the arguments and build the run (``options``: see the class). ``provider``
+        and ``model`` None: the settings ``default_provider`` and ``default_model``."""
+        settings = options.pop("settings", None) or services.settings.snapshot()
+        if provider is None:
+            provider = settings.get("default_provider", "scripted")
+        if model is None:
+            model = settings.get("default_model", "")
+        spec = RunSpec.build(messages, tools, provider, model, mode, payload, max_turns,
+                             single_turn, known_modes=services.modes)
+        run = cls.__new__(cls)
+        try:
+            run.__init__(services, spec, settings=settings, **options)  # type: ignore[misc]
+        except BaseException as exc:
+            # Refused during set-up (a budget ceiling, a bad option): observers that started
+            # a span for the run end it, failed.
+            close_observers(getattr(run, "observers", ()), exc)
+            raise
+        return run
 
     # -- set-up -----------------------------------------------------------------------------
     def _observers(self, base: dict[str, Any]) -> tuple[RunObserver, ...]:
@@ -209,7 +218,7 @@ class ConversationRun:
         default; clamped and reported), carried on from the paused run a resumed run goes on
         from."""
         budget = self.services.budgets.create(name, ceiling_override=override,
-                                              warnings=self.warnings)
+                                              warnings=self.warnings, settings=self.settings.get)
         self.ceilings[name] = budget.ceiling()
         return self._resumed(budget)
 
@@ -235,7 +244,8 @@ class ConversationRun:
         # Token and cost budgets join a run only when a ceiling is set for it.
         budgets += [self._budget(name, overrides.get(name))
                     for name in METERED_BUDGETS
-                    if name in overrides or registry.setting_ceiling(name) is not None]
+                    if name in overrides
+                    or registry.setting_ceiling(name, settings=self.settings.get) is not None]
         if self.resumption is not None:
             budgets += self._carried_budgets({self.turn_budget.name(),
                                               *(b.name() for b in budgets)})
@@ -250,8 +260,8 @@ class ConversationRun:
         (their use moved on meanwhile), and the wall clock is made anew."""
         assert self.resumption is not None
         present |= {limit.name for limit in parse_spend_limits(
-            self.services.settings.get("spend_limits"))}
-        return [self._resumed(self.services.budgets.create(name))
+            self.settings.get("spend_limits"))}
+        return [self._resumed(self.services.budgets.create(name, settings=self.settings.get))
                 for name in self.resumption.budgets
                 if name not in present and name != WALL_CLOCK]
 
@@ -259,7 +269,7 @@ class ConversationRun:
         """The run's time rail: payload ``max_seconds``, else the setting."""
         max_seconds = self.spec.runtime.max_seconds
         if max_seconds is None:
-            setting = self.services.settings.get("max_run_seconds")
+            setting = self.settings.get("max_run_seconds")
             if setting is not None:
                 if clock.duration(setting) is None:
                     raise UsageError(
@@ -278,7 +288,7 @@ class ConversationRun:
     def _meter(self) -> RunMeter | None:
         """What the run's requests spend: its token and cost budgets, the model's price and
         the spend windows it counts against (None when there is nothing to count)."""
-        spec, settings = self.spec, self.services.settings
+        spec, settings = self.spec, self.settings
         own = {b.name(): b for b in self.budgets if b.name() in METERED_BUDGETS}
         prices, limits_setting = settings.get("prices"), settings.get("spend_limits")
         if not own and not prices and not limits_setting:
@@ -309,7 +319,7 @@ class ConversationRun:
 
     def _pressure(self) -> PressureTracker | None:
         given, setting = (self.spec.runtime.budget_pressure,
-                          self.services.settings.get("budget_pressure"))
+                          self.settings.get("budget_pressure"))
         if given is None and setting is not True:
             return None  # pressure is off (the setting's default)
         rules = parse_budget_pressure(given, setting)
@@ -324,11 +334,11 @@ class ConversationRun:
         # process (scripted) or a text_result hook may answer. Fails closed: anything but
         # true (false, 0, "no", a bad value) refuses.
         refused = (not getattr(self.provider, "answers_offline", False)
-                   and services.settings.get("allow_model_requests", True) is not True)
+                   and self.settings.get("allow_model_requests", True) is not True)
         refusal = ""
         if refused:
             refusal = ("unset the environment variable DATAMACHINE_ALLOW_MODEL_REQUESTS"
-                       if services.settings.source("allow_model_requests") == "env"
+                       if self.settings.source("allow_model_requests") == "env"
                        else "`datamachine settings set allow_model_requests true`")
         hook = services.pm.hook
         hooked = frozenset(name for name in ("text_result", "provider_availability")
@@ -339,7 +349,7 @@ class ConversationRun:
             tools_json="[" + ",".join(t.provider_json() for t in tools.values()) + "]",
             payload=spec.payload, options=self._model_options(),
             timeouts=resolve_timeouts(services, spec.mode, spec.provider, spec.model,
-                                      spec.payload),
+                                      spec.payload, self.settings.get),
             emit=self.events.emit, emit_active=self.events.active, first=services.first,
             hooked=hooked, refused=refused, refusal=refusal, on_text=on_text,
             report_content=any(wants_content(o) for o in self.observers),
@@ -349,7 +359,7 @@ class ConversationRun:
         """The setting ``model_options`` (checked here too: an environment variable is not
         checked when it is set), under the payload's; with an output type, its schema as
         ``response_format`` unless one was given."""
-        setting = self.services.settings.get(MODEL_OPTIONS_KEY)
+        setting = self.settings.get(MODEL_OPTIONS_KEY)
         options = (self.spec.runtime.model_options if setting is None else merge_model_options(
             validate_model_options(setting, f"setting {MODEL_OPTIONS_KEY!r}"),
             self.spec.runtime.model_options))

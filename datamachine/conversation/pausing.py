@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from datamachine.payload_keys import RuntimeOptions
+from datamachine.registry import SettingsLookup
 from datamachine.services import Services
 
 __all__ = ["CONFIRMATION_SETTING", "Confirmation", "PausedRun", "PausedRuns", "PendingKind",
@@ -34,11 +35,12 @@ _KEPT_OPTIONS = ("completion_assertions", "completion_policy", "tool_runtime_rul
 _JOB_KEYS = frozenset({"job_id", "flow_step_id"})
 
 
-def confirmation_mode(services: Services, runtime: RuntimeOptions) -> str:
-    """The run's payload ``confirmation``, else the setting, else ``"ask"``."""
+def confirmation_mode(settings: SettingsLookup, runtime: RuntimeOptions) -> str:
+    """The run's payload ``confirmation``, else the setting (read through ``settings``, a
+    host's or a run's ``get``), else ``"ask"``."""
     if runtime.confirmation is not None:
         return runtime.confirmation
-    setting = services.settings.get(CONFIRMATION_SETTING)
+    setting = settings(CONFIRMATION_SETTING)
     return setting if setting in ("ask", "pause") else "ask"
 
 
@@ -47,10 +49,10 @@ class Confirmation:
     answer costs no settings lookup). Holds no reference to the run, so handing its
     :meth:`pauses` to the tool executor makes no reference cycle."""
 
-    __slots__ = ("_mode", "_runtime", "_services")
+    __slots__ = ("_mode", "_runtime", "_settings")
 
-    def __init__(self, services: Services, runtime: RuntimeOptions) -> None:
-        self._services = services
+    def __init__(self, settings: SettingsLookup, runtime: RuntimeOptions) -> None:
+        self._settings = settings
         self._runtime = runtime
         self._mode: str | None = None
 
@@ -58,7 +60,7 @@ class Confirmation:
     def mode(self) -> str:
         """``"ask"`` or ``"pause"``."""
         if self._mode is None:
-            self._mode = confirmation_mode(self._services, self._runtime)
+            self._mode = confirmation_mode(self._settings, self._runtime)
         return self._mode
 
     def pauses(self) -> bool:

@@ -30,6 +30,7 @@ from datamachine.providers.normalize import normalize_response
 from datamachine.providers.options import without_tool_options
 
 if TYPE_CHECKING:
+    from datamachine.registry import SettingsLookup
     from datamachine.services import Services
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_REQUEST_TIMEOUT", "ProviderTurn", "Timeouts",
@@ -67,11 +68,14 @@ def _number(value: object, fallback: float) -> float:
 
 
 def resolve_timeouts(
-    host: Services, mode: str, provider: str, model: str, payload: Mapping[str, Any]
+    host: Services, mode: str, provider: str, model: str, payload: Mapping[str, Any],
+    settings: SettingsLookup | None = None,
 ) -> Timeouts:
-    """Settings ``request_timeout`` / ``connect_timeout``, clamped, then the filter hooks."""
+    """Settings ``request_timeout`` / ``connect_timeout`` (read through ``settings``, a run's
+    snapshot, else the host's), clamped, then the filter hooks."""
     hooks = host.pm.hook
-    base_request = _number(host.settings.get("request_timeout"), DEFAULT_REQUEST_TIMEOUT)
+    setting = settings or host.settings.get
+    base_request = _number(setting("request_timeout"), DEFAULT_REQUEST_TIMEOUT)
     request = min(max(base_request, 0.0), MAX_REQUEST_TIMEOUT)
     if hooks.request_timeout.get_hookimpls():
         filtered = host.fold("request_timeout", request, mode=mode, provider=provider,
@@ -79,7 +83,7 @@ def resolve_timeouts(
         # The clamps hold after the filters too: a plugin cannot make a call wait forever.
         request = min(max(0.0, _number(filtered, request)), MAX_REQUEST_TIMEOUT)
 
-    base_connect = _number(host.settings.get("connect_timeout"), DEFAULT_CONNECT_TIMEOUT)
+    base_connect = _number(setting("connect_timeout"), DEFAULT_CONNECT_TIMEOUT)
     connect = min(max(base_connect, 0.0), MAX_CONNECT_TIMEOUT, request)
     if hooks.connect_timeout.get_hookimpls():
         filtered = host.fold("connect_timeout", connect, mode=mode, provider=provider,

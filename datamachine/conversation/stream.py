@@ -112,8 +112,8 @@ async def astream_on(services: Services, messages: Any, tools: Any = None,
         check_event_sink(given.get("event_sink")),
         lambda event, data: events.put_nowait(from_loop_event(event, data)))
     run = ConversationRun.create(
-        services, messages, tools, services.default_provider(provider),
-        services.default_model(model), mode, with_output_type(given, output_type), max_turns,
+        services, messages, tools, provider, model, mode, with_output_type(given, output_type),
+        max_turns,
         single_turn,
         on_text=lambda text: events.put_nowait(StreamEvent(type="text_delta", text=text)))
     task = asyncio.ensure_future(run.arun())
