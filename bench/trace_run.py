@@ -76,7 +76,7 @@ class Tracer:
         if module is None:
             return
         name = frame.f_code.co_name
-        if name == "get" and module == "datamachine.settings":
+        if frame.f_code.co_qualname == "Settings.get" and module == "datamachine.settings":
             self.settings_reads += 1
         if self.before_loop is None and name in _LOOP_START and module.startswith("agents_api"):
             self.before_loop = (len(set(self.sequence)), len(self.sequence))

@@ -135,9 +135,8 @@ class CompletionRun:
         run_tools = dict(tools)
         if assertions.configured and BLOCKER_TOOL_NAME not in run_tools:
             run_tools[BLOCKER_TOOL_NAME] = BLOCKER_TOOL
-        job = PipelineJob.resolve(services.jobs, modes, payload, warnings)
-        if job is not None:
-            job.retry_codes = frozenset(runtime.job_retry_codes)
+        job = PipelineJob.resolve(services.jobs, modes, payload, warnings,
+                                  runtime.job_retry_codes)
         return cls(assertions=assertions, policy=policy, tools=run_tools,
                    offered_tool_names=sorted(tools), modes=modes, payload=payload,
                    warnings=warnings, emit=emit, engine_data=engine_data,

@@ -83,17 +83,19 @@ def job_diagnostics(result: Mapping[str, Any]) -> dict[str, Any]:
 class PipelineJob:
     """The job one pipeline run belongs to."""
 
-    def __init__(self, store: JobStore, job_id: int) -> None:
+    def __init__(self, store: JobStore, job_id: int,
+                 retry_codes: frozenset[str] = frozenset()) -> None:
         self.store = store
         self.id = job_id
         # Error codes after which the job stays running for another attempt (payload
         # ``job_retry_codes``, set by the queue worker on all but the last attempt).
-        self.retry_codes: frozenset[str] = frozenset()
+        self.retry_codes = retry_codes
 
     @classmethod
     def resolve(cls, store: JobStore, modes: Sequence[str], payload: Mapping[str, Any],
-                warnings: list[str]) -> PipelineJob | None:
-        """The job of a pipeline-mode run with ``payload["job_id"]``, checked before the run.
+                warnings: list[str], retry_codes: Sequence[str] = ()) -> PipelineJob | None:
+        """The job of a pipeline-mode run with ``payload["job_id"]``, checked before the run
+        (``retry_codes``: see the class).
 
         A job id this host does not know is reported in ``warnings`` (the caller may track jobs
         elsewhere); a job that already finished raises :class:`InvalidJobTransition`, because
@@ -119,7 +121,7 @@ class PipelineJob:
                 f"Job {job_id} is already {job.status!r}; a pipeline run cannot start it again. "
                 "Create a new job (host.jobs.create()) to run the step again."
             )
-        return cls(store, job_id)
+        return cls(store, job_id, frozenset(retry_codes))
 
     def start(self) -> None:
         """``pending`` -> ``running``; a job the host already started is left as it is."""

@@ -102,6 +102,14 @@ class ChatTurnGate:
             self.count = 0
         return confirmed
 
+    def answered(self, approve: bool) -> None:
+        """A person answered the limit of a paused run (``resume``): the count starts again,
+        or the session is aborted."""
+        if approve:
+            self.count = 0
+        else:
+            self.aborted = True
+
     def __call__(self, turn: int) -> bool:
         self.count += 1
         self._reset = False

@@ -262,10 +262,9 @@ def _answer(writer: TranscriptWriter, record: Transcript, pending: Mapping[str, 
         writer.write("answer a chat session's turn limit",
                      lambda conn, now: record_limit_answer(conn, gate.session_id,
                                                            confirmed=approve, now=now))
+        gate.answered(approve)
         if not approve:
-            gate.aborted = True
             return None
-        gate.count = 0
         return Resumption(budgets=budgets, pending_calls=waiting)
     if kind == "tool_approval":
         call = pending.get("tool_call") or {}
