@@ -18,6 +18,8 @@ if TYPE_CHECKING:
         arun_conversation,
         astream_conversation,
         continue_conversation,
+        get_default_host,
+        reset_default_host,
         resume,
         run_conversation,
         stream_conversation,
@@ -31,7 +33,6 @@ if TYPE_CHECKING:
     )
     from datamachine.conversation.result import ConversationResult
     from datamachine.conversation.stream import StreamEvent
-    from datamachine.default_host import get_default_host, reset_default_host
     from datamachine.errors import (
         AmbiguousIdPrefix,
         BootError,
@@ -150,8 +151,8 @@ _EXPORTS: dict[str, str] = {
     "validate_budget_value": "datamachine.registry",
     "ProviderRequest": "datamachine.providers.base",
     "ProviderResponse": "datamachine.providers.base",
-    "get_default_host": "datamachine.default_host",
-    "reset_default_host": "datamachine.default_host",
+    "get_default_host": "datamachine.api",
+    "reset_default_host": "datamachine.api",
     "boot": "datamachine.booting",
     "SiteMisconfigured": "datamachine.errors",
 }

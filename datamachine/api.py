@@ -1,4 +1,4 @@
-"""The module-level entry points, backed by the lazily booted default host.
+"""The module-level entry points, and the lazily booted default host behind them.
 
 ``datamachine.run_conversation(...)`` is ``get_default_host().run_conversation(...)``; apps that
 want isolation (tests, several tenants) boot their own host with ``bootstrap.boot()``.
@@ -6,17 +6,30 @@ want isolation (tests, several tenants) boot their own host with ``bootstrap.boo
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncGenerator, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from datamachine.conversation.result import ConversationResult
-from datamachine.default_host import get_default_host
 
 if TYPE_CHECKING:
     from datamachine.conversation.stream import StreamEvent
+    from datamachine.host import Host
 
-__all__ = ["acontinue_conversation", "aresume", "arun_conversation", "astream_conversation",
-           "continue_conversation", "resume", "run_conversation", "stream_conversation"]
+__all__ = [
+    "acontinue_conversation",
+    "aresume",
+    "arun_conversation",
+    "astream_conversation",
+    "continue_conversation",
+    "get_default_host",
+    "install_default_host",
+    "reset_default_host",
+    "resume",
+    "run_conversation",
+    "stream_conversation",
+]
 
 
 def run_conversation(
@@ -163,3 +176,48 @@ async def aresume(
     """Async twin of :func:`resume` (default host)."""
     return await get_default_host().aresume(session_id, approve, extend_by, tools,
                                             payload=payload, pause_id=pause_id)
+
+
+# -- the default host ---------------------------------------------------------------------------
+_lock = threading.Lock()
+_host: Host | None = None
+
+
+def get_default_host() -> Host:
+    """Boot the default host on first use (database from ``$DATAMACHINE_DB`` or the data dir)."""
+    global _host
+    if _host is None:
+        with _lock:
+            if _host is None:
+                from datamachine.booting import boot
+
+                _host = boot()
+    return _host
+
+
+def reset_default_host() -> None:
+    """Close and forget the default host; the next module-level call boots a new one from the
+    environment (``DATAMACHINE_DB``, ``DATAMACHINE_LOAD_PLUGINS``), e.g. between tests."""
+    global _host
+    with _lock:
+        if _host is not None:
+            _host.close()
+        _host = None
+
+
+@contextmanager
+def install_default_host(host: Host) -> Iterator[Host]:
+    """Make ``host`` the default host for the block (tests: ``datamachine.run_conversation``
+    runs on the test's own host); the default host before it is closed first, and none is
+    left behind: the next module-level call after the block boots a new one. The caller
+    still owns ``host`` and closes it."""
+    global _host
+    reset_default_host()
+    with _lock:
+        _host = host
+    try:
+        yield host
+    finally:
+        with _lock:
+            if _host is host:
+                _host = None

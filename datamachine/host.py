@@ -1,27 +1,105 @@
 """A booted host: one plugin manager, one database, one budget registry, isolated.
 
 Two hosts in one process share nothing, which is what lets tests (and multi-tenant apps) run
-side by side. ``bootstrap.boot()`` builds hosts; the module-level functions use a default host
-booted on first use. The run methods load the conversation machinery on first use, so a host
-that only boots (registers budgets, opens storage) never pays for it.
+side by side. ``bootstrap.boot()`` builds hosts (:mod:`datamachine.booting`); the module-level
+functions use a default host booted on first use (:mod:`datamachine.api`).
+
+:class:`Services` is what a host holds: its stores, registries and settings; the conversation
+modules work with a ``Services`` and import this module only for its type. :class:`Host` is a
+``Services`` with the run methods on top, which load the conversation machinery on first use,
+so a host that only boots (registers budgets, opens storage) never pays for it.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from datamachine.services import Services
+import pluggy
+
+from datamachine.job_queue import JobQueue
+from datamachine.modes import BUILTIN_MODES
+from datamachine.plugins import PluginInfo, first_result, fold_value
+from datamachine.providers.registry import ProviderRegistry
+from datamachine.registry import IterationBudgetRegistry
+from datamachine.settings import Settings
+from datamachine.storage import (
+    ChatSessionStore,
+    JobStore,
+    SpendStore,
+    TokenStore,
+    TranscriptStore,
+)
+from datamachine.storage.database import DatabaseHandle
+from datamachine.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Callable, Iterator
+
+    from sqlite_utils import Database
 
     from datamachine.conversation.result import ConversationResult
     from datamachine.conversation.stream import StreamEvent
 
 logger = logging.getLogger("datamachine")
 
-__all__ = ["Host", "with_output_type"]
+__all__ = ["Host", "Services", "with_output_type"]
+
+
+@dataclass(eq=False)
+class Services:
+    """Everything one datamachine instance owns. Build a host with ``bootstrap.boot()``."""
+
+    pm: pluggy.PluginManager
+    # The open database the stores share; ``db`` is sqlite-utils' view of it (see ``db``).
+    handle: DatabaseHandle
+    settings: Settings
+    budgets: IterationBudgetRegistry
+    db_path: Path | None
+    plugins: dict[str, PluginInfo] = field(default_factory=dict)
+    # Providers and tools contributed by plugins (built-ins come from default plugins).
+    providers: ProviderRegistry = field(kw_only=True, default_factory=ProviderRegistry)
+    tools: ToolRegistry = field(kw_only=True, default_factory=ToolRegistry)
+    # Storage (docs/storage.md): the default transcript persister and lock, jobs, chat sessions
+    # API tokens and spend windows, all on ``db``.
+    transcripts: TranscriptStore = field(kw_only=True)
+    jobs: JobStore = field(kw_only=True)
+    chat_sessions: ChatSessionStore = field(kw_only=True)
+    tokens: TokenStore = field(kw_only=True)
+    spend: SpendStore = field(kw_only=True)
+    # The task queue ``jobs.enqueue`` puts jobs on (PostgreSQL only; DESIGN.md 18), and
+    # ``datamachine worker`` runs them from.
+    queue: JobQueue = field(kw_only=True)
+    # The modes a run may name, {mode: owner}: built-in ones and plugins' register_modes().
+    modes: dict[str, str] = field(kw_only=True, default_factory=lambda: dict.fromkeys(
+        BUILTIN_MODES, "datamachine"))
+    # Whether close() ran: it runs the plugins' host_closing once.
+    _closed: bool = field(default=False, init=False, repr=False)
+
+    @property
+    def db(self) -> Database:
+        """The sqlite-utils ``Database`` on the host's connection. Built on first use, so a host
+        that never reads it never imports sqlite-utils (when its schema is current at boot)."""
+        return self.handle.database
+
+    def fold(self, hook_name: str, value: Any, **kwargs: Any) -> Any:
+        """Pass ``value`` through a value-filter hook (see ``plugins.fold_value``)."""
+        return fold_value(self.pm, hook_name, value, **kwargs)
+
+    def first(self, hook_name: str, **kwargs: Any) -> Any:
+        """The first non-None answer of a firstresult hook."""
+        return first_result(self.pm, hook_name, **kwargs)
+
+    def default_provider(self, provider: str | None) -> Any:
+        """``provider``, else the setting ``default_provider`` (``scripted``)."""
+        return provider if provider is not None else self.settings.get("default_provider",
+                                                                        "scripted")
+
+    def default_model(self, model: str | None) -> Any:
+        """``model``, else the setting ``default_model`` (empty)."""
+        return model if model is not None else self.settings.get("default_model", "")
 
 
 def with_output_type(payload: dict[str, Any] | None,

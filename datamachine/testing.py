@@ -99,8 +99,8 @@ def isolated_host(db_path: str | Path = ":memory:", *, plugins: Iterable[object]
     ``scripted`` provider and ``text_result`` hooks answer; any other provider is a run with
     ``error_code="model_requests_disabled"``). With ``as_default`` it is also the default host
     behind ``datamachine.run_conversation`` and friends until the block ends."""
+    from datamachine.api import install_default_host
     from datamachine.booting import boot
-    from datamachine.default_host import install_default_host
 
     host = boot(db_path=db_path, plugins=plugins, load_entrypoints=load_entrypoints)
     try:

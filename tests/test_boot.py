@@ -17,7 +17,7 @@ from datamachine import (
     PluginLoadWarning,
     hookimpl,
 )
-from datamachine.default_host import get_default_host, reset_default_host
+from datamachine.api import get_default_host, reset_default_host
 from datamachine.plugins import collect, first_result, fold_value, make_plugin_manager
 from tests.plugins import (
     bad_budget_spec,

@@ -26,7 +26,7 @@ def test_python_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.Mon
     if not blocks:
         pytest.skip(f"{path.name} has no python examples")
     monkeypatch.chdir(tmp_path)
-    from datamachine.default_host import reset_default_host
+    from datamachine.api import reset_default_host
 
     reset_default_host()
     namespace: dict[str, object] = {"__name__": f"docs_{path.stem}"}

@@ -28,7 +28,7 @@ import bootstrap
 import datamachine
 from agents_api import AgentsAPIError
 from datamachine import ConversationResult, DataMachineError, tool
-from datamachine.default_host import reset_default_host
+from datamachine.api import reset_default_host
 from datamachine.payload_keys import RUNTIME_KEYS
 
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,

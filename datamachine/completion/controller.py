@@ -48,8 +48,8 @@ from datamachine.completion.preflight import (
 from datamachine.errors import InvalidCompletionPolicy, UsageError
 
 if TYPE_CHECKING:
+    from datamachine.host import Services
     from datamachine.payload_keys import RuntimeOptions
-    from datamachine.services import Services
     from datamachine.tools import Tool
 
 __all__ = ["CompletionRun", "Judgement"]

@@ -9,7 +9,7 @@ session's limit, and the count is written in the same transaction as the turn it
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents_api import IterationBudget, LockLost
 from agents_api.drive import Steps, drive_sync
@@ -33,7 +33,6 @@ from datamachine.errors import (
     ChatSessionNotFound,
     UsageError,
 )
-from datamachine.services import Services
 from datamachine.storage.chat_sessions import (
     ChatSession,
     MaxTurns,
@@ -41,6 +40,9 @@ from datamachine.storage.chat_sessions import (
     record_turn,
 )
 from datamachine.storage.transcript_writer import TranscriptWriter
+
+if TYPE_CHECKING:
+    from datamachine.host import Services
 
 __all__ = ["ChatTurnGate", "chat_gate", "chat_message", "chat_steps", "chat_turns_on"]
 

@@ -17,7 +17,7 @@ import logging
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from agents_api import (
     IterationBudget,
@@ -77,10 +77,12 @@ from datamachine.providers.options import (
     validate_model_options,
 )
 from datamachine.registry import unit_maximum, validate_budget_value
-from datamachine.services import Services
 from datamachine.settings import SettingsSnapshot
 from datamachine.tools.executor import ToolExecutor
 from datamachine.tools.results import is_rejected
+
+if TYPE_CHECKING:
+    from datamachine.host import Services
 
 __all__ = ["STREAM_LEFT", "ConversationRun", "RunEvents", "emit_outside_run"]
 

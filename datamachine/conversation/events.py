@@ -16,8 +16,8 @@ from datamachine.conversation.payload import split_payload
 from datamachine.conversation.timeline import TIMELINE_EVENTS, RunTimeline
 
 if TYPE_CHECKING:
+    from datamachine.host import Services
     from datamachine.observe import RunObserver
-    from datamachine.services import Services
 
 __all__ = ["RunEvents", "emit_outside_run"]
 

@@ -13,11 +13,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from datamachine.payload_keys import RuntimeOptions
 from datamachine.registry import SettingsLookup
-from datamachine.services import Services
+
+if TYPE_CHECKING:
+    from datamachine.host import Services
 
 __all__ = ["CONFIRMATION_SETTING", "Confirmation", "PausedRun", "PausedRuns", "PendingKind",
            "Resumption", "confirmation_mode", "kept_payload", "paused_runs", "pending_warning",

@@ -30,8 +30,8 @@ from datamachine.providers.normalize import normalize_response
 from datamachine.providers.options import without_tool_options
 
 if TYPE_CHECKING:
+    from datamachine.host import Services
     from datamachine.registry import SettingsLookup
-    from datamachine.services import Services
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_REQUEST_TIMEOUT", "ProviderTurn", "Timeouts",
            "describe_ignored_usage", "resolve_timeouts"]

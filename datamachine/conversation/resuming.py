@@ -26,7 +26,7 @@ Both take the session's lock before they read it (:mod:`.sessions`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents_api import LockLost, Message
 from agents_api.drive import Steps
@@ -53,12 +53,14 @@ from datamachine.conversation.spec import normalize_tools
 from datamachine.errors import SessionNotPaused, UsageError
 from datamachine.payload_keys import DEFAULT_LOCK_TTL
 from datamachine.registry import MAX_METERED_VALUE, validate_budget_value
-from datamachine.services import Services
 from datamachine.storage.chat_sessions import record_limit_answer
 from datamachine.storage.transcript_writer import TranscriptWriter
 from datamachine.storage.transcripts import Transcript
 from datamachine.tools import Tool
 from datamachine.tools.results import REJECTED
+
+if TYPE_CHECKING:
+    from datamachine.host import Services
 
 __all__ = ["TranscriptFinished", "check_recorded_modes", "continuation_steps", "resume_steps"]
 

@@ -31,12 +31,12 @@ from datamachine.conversation.result import ConversationResult
 from datamachine.conversation.spec import normalize_tools
 from datamachine.errors import SessionAwaitingConfirmation, TranscriptNotFound, UsageError
 from datamachine.payload_keys import RuntimeOptions
-from datamachine.services import Services
 from datamachine.storage.chat_sessions import ChatSession, MaxTurns
 from datamachine.storage.transcript_writer import TranscriptWriter
 
 if TYPE_CHECKING:
     from datamachine.conversation.chat import ChatTurnGate
+    from datamachine.host import Services
 
 __all__ = [
     "HookFailed",

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from datamachine.conversation.result import ConversationResult
 
 if TYPE_CHECKING:
-    from datamachine.services import Services
+    from datamachine.host import Services
 
 __all__ = ["StreamEvent", "astream_on", "event_data", "from_loop_event", "stream_on"]
 

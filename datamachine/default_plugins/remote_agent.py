@@ -108,7 +108,7 @@ def _resolve_host(context: ToolContext) -> Host:
     found: Host | None = getattr(context, "host", None) or current_host()
     if found is not None:
         return found
-    from datamachine.default_host import get_default_host
+    from datamachine.api import get_default_host
 
     return get_default_host()
 

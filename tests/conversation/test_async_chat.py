@@ -31,7 +31,7 @@ def test_achat_keeps_a_session_and_acontinue_resumes_a_stopped_run(tmp_path: obj
 
 
 def test_module_level_acontinue_conversation_uses_the_default_host() -> None:
-    from datamachine.default_host import reset_default_host
+    from datamachine.api import reset_default_host
 
     reset_default_host()
     try:

@@ -9,7 +9,7 @@ import pytest
 import bootstrap
 import datamachine
 from datamachine import ProviderRequest, SessionAborted, hookimpl
-from datamachine.default_host import reset_default_host
+from datamachine.api import reset_default_host
 from datamachine.host import Host
 from tests.conversation.work import USER, step
 

@@ -20,7 +20,7 @@ from datamachine import (
     hookimpl,
     tool,
 )
-from datamachine.default_host import reset_default_host
+from datamachine.api import reset_default_host
 from datamachine.host import Host
 
 USER = [{"role": "user", "content": "go"}]

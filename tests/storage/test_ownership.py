@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from datamachine.services import Services
+from datamachine.host import Services
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "datamachine"
@@ -151,14 +151,14 @@ def test_nothing_sets_attributes_on_a_host_from_outside() -> None:
         found += [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
                   for number, line in enumerate(lines, 1)
                   if "type: ignore[attr-defined]" in line and re.search(r"\bhost\.\w+\s*=", line)]
-    assert found == [], ("A host's attributes are its declared fields (datamachine/services.py); "
+    assert found == [], ("A host's attributes are its declared fields (datamachine/host.py); "
                          "give what you keep an owner of its own:\n" + "\n".join(found))
 
 
 def test_the_host_sets_only_its_declared_fields() -> None:
     declared = {field.name for field in dataclasses.fields(Services)}
     found = []
-    for path in (PACKAGE / "host.py", PACKAGE / "services.py"):
+    for path in (PACKAGE / "host.py", PACKAGE / "host.py"):
         for target in _assigned(_tree(path)):
             if isinstance(target.value, ast.Name) and target.value.id == "self" \
                     and target.attr not in declared:
