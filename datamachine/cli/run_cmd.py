@@ -15,7 +15,7 @@ import click
 from agents_api.jsontext import pretty_json
 from datamachine.cli.app import State, exit_code_for, handle_errors
 from datamachine.cli.model_options import model_option
-from datamachine.cli.output import print_run_summary
+from datamachine.cli.output import print_answer, print_run_summary
 from datamachine.cli.progress import Progress, TextEcho
 from datamachine.cli.prompt_input import read_prompt
 from datamachine.cli.provider_notice import provider_for_script, warn_if_scripted_fallback
@@ -76,13 +76,19 @@ def _streamed(host: Any, *args: Any) -> Any:
 @click.option("--no-stream", is_flag=True,
               help="On a terminal, print the answer when it is complete instead of as it "
                    "arrives.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="With stdout piped (only the answer goes there): write the report (status, "
+                   "why it stopped, budgets, transcript id) to stderr.")
 @click.pass_obj
 @handle_errors
 def run(state: State, prompt: str | None, system: str | None, mode: str, provider: str | None,
         model: str | None, max_turns: int | None, single_turn: bool, script: Path | None,
         tool_names: str, model_options: dict[str, Any], confirmation: str | None,
-        as_json: bool, no_stream: bool) -> None:
+        as_json: bool, no_stream: bool, verbose: bool) -> None:
     """Run one conversation with PROMPT as the user message.
+
+    On a terminal the answer is followed by a report (status, why it stopped, budgets,
+    transcript id); piped, stdout gets only the answer (-v: the report on stderr).
 
     PROMPT may come from stdin instead: '-' reads it, and so does a missing PROMPT when stdin
     is piped (echo hi | datamachine run). Given both, the prompt is stdin, a space, then
@@ -122,6 +128,8 @@ def run(state: State, prompt: str | None, system: str | None, mode: str, provide
                                            max_turns, single_turn)
     if as_json:
         click.echo(pretty_json(result.model_dump(mode="json")))
+    elif sys.stdout.isatty():
+        print_run_summary("Run", result, host)  # a person reads it: the whole report
     else:
-        print_run_summary("Run", result, host)
+        print_answer(result, host, verbose=verbose)
     raise SystemExit(exit_code_for(result.status))
