@@ -14,6 +14,7 @@ import click
 
 from agents_api.jsontext import pretty_json
 from datamachine.cli.app import State, exit_code_for, handle_errors
+from datamachine.cli.conversations import continued, find_transcript, started_here
 from datamachine.cli.model_options import model_option
 from datamachine.cli.output import print_answer, print_run_summary
 from datamachine.cli.progress import Progress, TextEcho
@@ -22,7 +23,7 @@ from datamachine.cli.provider_notice import provider_for_script, warn_if_scripte
 from datamachine.errors import InvalidBudgetValue, UsageError
 from datamachine.registry import validate_budget_value
 
-__all__ = ["parse_max_turns", "run"]
+__all__ = ["check_run_flags", "parse_max_turns", "run"]
 
 
 def parse_max_turns(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
@@ -55,8 +56,9 @@ def _streamed(host: Any, *args: Any) -> Any:
 @click.argument("prompt", required=False)
 @click.option("-s", "--system", default=None,
               help="A system prompt, sent as the first message.")
-@click.option("--mode", default="pipeline", show_default=True,
-              help="pipeline, chat, system or an extension mode.")
+@click.option("--mode", default=None,
+              help="pipeline (default), chat, system or an extension mode (a continued run: "
+                   "the mode it recorded).")
 @click.option("--provider", default=None,
               help="Provider name (default: setting default_provider; `datamachine models` "
                    "lists them).")
@@ -66,12 +68,17 @@ def _streamed(host: Any, *args: Any) -> Any:
 @click.option("--single-turn", is_flag=True, help="Stop after exactly one provider turn.")
 @click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="JSON or YAML script for the scripted provider.")
-@click.option("--tools", "tool_names", default="",
+@click.option("--tools", "tool_names", default=None,
               help="Comma-separated names of registered tools to offer.")
 @model_option
 @click.option("--confirmation", type=click.Choice(["ask", "pause"]), default=None,
               help="pause: stop (exit 4) where the run would ask a person, to be answered "
                    "later with `datamachine resume` (default: setting confirmation, else ask).")
+@click.option("-c", "--continue", "continue_", is_flag=True,
+              help="Continue the conversation of the most recent `run` started here, with its "
+                   "provider and model unless given.")
+@click.option("--cid", default=None, metavar="ID",
+              help="Continue the transcript ID (or a unique prefix of it).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON.")
 @click.option("--no-stream", is_flag=True,
               help="On a terminal, print the answer when it is complete instead of as it "
@@ -81,10 +88,11 @@ def _streamed(host: Any, *args: Any) -> Any:
                    "why it stopped, budgets, transcript id) to stderr.")
 @click.pass_obj
 @handle_errors
-def run(state: State, prompt: str | None, system: str | None, mode: str, provider: str | None,
-        model: str | None, max_turns: int | None, single_turn: bool, script: Path | None,
-        tool_names: str, model_options: dict[str, Any], confirmation: str | None,
-        as_json: bool, no_stream: bool, verbose: bool) -> None:
+def run(state: State, prompt: str | None, system: str | None, mode: str | None,
+        provider: str | None, model: str | None, max_turns: int | None, single_turn: bool,
+        script: Path | None, tool_names: str | None, model_options: dict[str, Any],
+        confirmation: str | None, continue_: bool, cid: str | None, as_json: bool,
+        no_stream: bool, verbose: bool) -> None:
     """Run one conversation with PROMPT as the user message.
 
     On a terminal the answer is followed by a report (status, why it stopped, budgets,
@@ -93,21 +101,13 @@ def run(state: State, prompt: str | None, system: str | None, mode: str, provide
     PROMPT may come from stdin instead: '-' reads it, and so does a missing PROMPT when stdin
     is piped (echo hi | datamachine run). Given both, the prompt is stdin, a space, then
     PROMPT (cat notes.txt | datamachine run "Summarize this"), as llm joins them.
+    -c continues the conversation of the most recent run started here, --cid ID a given one.
     """
+    check_run_flags(system=system, single_turn=single_turn, max_turns=max_turns,
+                    continuing=continue_ or cid is not None)
     text = read_prompt(prompt)
-    if system is not None and not system.strip():
-        raise UsageError("-s/--system: the system prompt is empty.")
     host = state.host
-    provider = provider_for_script(provider, script)
-    warn_if_scripted_fallback(host, provider, scripted_on_purpose=script is not None,
-                              asked_for_model=model is not None or bool(model_options))
-    tools = []
-    for name in [n.strip() for n in tool_names.split(",") if n.strip()]:
-        found = host.tools.get(name)
-        if found is None:
-            known = ", ".join(host.tools.names()) or "none"
-            raise UsageError(f"--tools: no registered tool named {name!r} (registered: {known}).")
-        tools.append(found)
+    tools = _tools(host, tool_names)
     payload: dict[str, Any] = {}
     if model_options:
         payload["model_options"] = model_options
@@ -115,17 +115,33 @@ def run(state: State, prompt: str | None, system: str | None, mode: str, provide
         payload["script"] = str(script)
     if confirmation is not None:
         payload["confirmation"] = confirmation
-    messages = [{"role": "user", "content": text}]
-    if system is not None:
-        messages.insert(0, {"role": "system", "content": system})
-    if sys.stdout.isatty() and not as_json and not no_stream:
-        result = _streamed(host, messages, tools, provider, model, mode, payload, max_turns,
-                           single_turn)
+    target = find_transcript(host, cid) if continue_ or cid is not None else None
+    if target is None:
+        if continue_ and cid is None:
+            click.echo("Note: no conversation started by `datamachine run` to continue; this "
+                       "one starts a new one.", err=True)
+        messages = [started_here({"role": "user", "content": text})]
+        if system is not None:
+            messages.insert(0, {"role": "system", "content": system})
+        provider = provider_for_script(provider, script)
+        warn_if_scripted_fallback(host, provider, scripted_on_purpose=script is not None,
+                                  asked_for_model=model is not None or bool(model_options))
+        result = _run(host, messages, tools, provider, model, mode or "pipeline", payload,
+                      max_turns, single_turn, as_json=as_json, no_stream=no_stream)
     else:
-        with Progress(enabled=None if not as_json else False) as progress:
-            payload["event_sink"] = progress
-            result = host.run_conversation(messages, tools, provider, model, mode, payload,
-                                           max_turns, single_turn)
+        with continued(host, target) as start:
+            payload.update(transcript_session_id=start.session_id, transcript_lock=start.lock)
+            messages = [*start.messages, {"role": "user", "content": text}]
+            recorded = start.mode.split(",") if start.mode and "," in start.mode else start.mode
+            result = _run(host, messages, tools,
+                          provider_for_script(provider or start.provider, script),
+                          model if model is not None else start.model, mode or recorded or
+                          "pipeline", payload, max_turns, single_turn, as_json=as_json,
+                          no_stream=no_stream)
+        # run_conversation counts this run's turns only; the transcript counts every run's.
+        stored = host.transcripts.summary(start.session_id)
+        result = result.model_copy(
+            update={"cumulative_turn_count": stored.cumulative_turn_count})
     if as_json:
         click.echo(pretty_json(result.model_dump(mode="json")))
     elif sys.stdout.isatty():
@@ -133,3 +149,39 @@ def run(state: State, prompt: str | None, system: str | None, mode: str, provide
     else:
         print_answer(result, host, verbose=verbose)
     raise SystemExit(exit_code_for(result.status))
+
+
+def check_run_flags(*, system: str | None, single_turn: bool, max_turns: int | None,
+                    continuing: bool) -> None:
+    """Flags that contradict each other: a usage error (exit 2) before anything runs."""
+    if system is not None and not system.strip():
+        raise UsageError("-s/--system: the system prompt is empty.")
+    if system is not None and continuing:
+        raise UsageError("-s/--system starts a conversation; a continued one (-c, --cid) keeps "
+                         "the system prompt it started with. Leave -s out, or start a new "
+                         "conversation.")
+
+
+def _tools(host: Any, tool_names: str | None) -> list[Any]:
+    """The registered tools ``--tools A,B`` names."""
+    tools = []
+    for name in [n.strip() for n in (tool_names or "").split(",") if n.strip()]:
+        found = host.tools.get(name)
+        if found is None:
+            known = ", ".join(host.tools.names()) or "none"
+            raise UsageError(f"--tools: no registered tool named {name!r} (registered: {known}).")
+        tools.append(found)
+    return tools
+
+
+def _run(host: Any, messages: list[dict[str, Any]], tools: list[Any], provider: str | None,
+         model: str | None, mode: Any, payload: dict[str, Any], max_turns: int | None,
+         single_turn: bool, *, as_json: bool, no_stream: bool) -> Any:
+    """The run: streamed on a terminal (unless --json or --no-stream), else run whole."""
+    if sys.stdout.isatty() and not as_json and not no_stream:
+        return _streamed(host, messages, tools, provider, model, mode, payload, max_turns,
+                         single_turn)
+    with Progress(enabled=None if not as_json else False) as progress:
+        payload["event_sink"] = progress
+        return host.run_conversation(messages, tools, provider, model, mode, payload,
+                                     max_turns, single_turn)
