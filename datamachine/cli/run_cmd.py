@@ -7,6 +7,7 @@ piped stdin, or stdin then the argument.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,11 @@ import click
 from agents_api.jsontext import pretty_json
 from datamachine.cli.app import State, exit_code_for, handle_errors
 from datamachine.cli.conversations import continued, find_transcript, started_here
-from datamachine.cli.model_options import model_option
+from datamachine.cli.model_options import (
+    check_declared_options,
+    model_option,
+    passthrough_option,
+)
 from datamachine.cli.output import print_answer, print_run_summary
 from datamachine.cli.progress import Progress, TextEcho
 from datamachine.cli.prompt_input import read_prompt
@@ -71,6 +76,7 @@ def _streamed(host: Any, *args: Any) -> Any:
 @click.option("--tools", "tool_names", default=None,
               help="Comma-separated names of registered tools to offer.")
 @model_option
+@passthrough_option
 @click.option("--confirmation", type=click.Choice(["ask", "pause"]), default=None,
               help="pause: stop (exit 4) where the run would ask a person, to be answered "
                    "later with `datamachine resume` (default: setting confirmation, else ask).")
@@ -91,8 +97,8 @@ def _streamed(host: Any, *args: Any) -> Any:
 def run(state: State, prompt: str | None, system: str | None, mode: str | None,
         provider: str | None, model: str | None, max_turns: int | None, single_turn: bool,
         script: Path | None, tool_names: str | None, model_options: dict[str, Any],
-        confirmation: str | None, continue_: bool, cid: str | None, as_json: bool,
-        no_stream: bool, verbose: bool) -> None:
+        option_passthrough: bool, confirmation: str | None, continue_: bool, cid: str | None,
+        as_json: bool, no_stream: bool, verbose: bool) -> None:
     """Run one conversation with PROMPT as the user message.
 
     On a terminal the answer is followed by a report (status, why it stopped, budgets,
@@ -107,7 +113,6 @@ def run(state: State, prompt: str | None, system: str | None, mode: str | None,
                     continuing=continue_ or cid is not None)
     text = read_prompt(prompt)
     host = state.host
-    tools = _tools(host, tool_names)
     payload: dict[str, Any] = {}
     if model_options:
         payload["model_options"] = model_options
@@ -115,33 +120,25 @@ def run(state: State, prompt: str | None, system: str | None, mode: str | None,
         payload["script"] = str(script)
     if confirmation is not None:
         payload["confirmation"] = confirmation
+    ask = _Ask(host=host, tools=_tools(host, tool_names), provider=provider, model=model,
+               mode=mode, payload=payload, max_turns=max_turns, single_turn=single_turn,
+               script=script, passthrough=option_passthrough,
+               stream=sys.stdout.isatty() and not as_json and not no_stream, quiet=as_json)
     target = find_transcript(host, cid) if continue_ or cid is not None else None
-    if target is None:
-        if continue_ and cid is None:
+    if target is not None:
+        result = _continue_run(ask, target, text)
+    else:
+        if continue_:
             click.echo("Note: no conversation started by `datamachine run` to continue; this "
                        "one starts a new one.", err=True)
         messages = [started_here({"role": "user", "content": text})]
         if system is not None:
             messages.insert(0, {"role": "system", "content": system})
-        provider = provider_for_script(provider, script)
-        warn_if_scripted_fallback(host, provider, scripted_on_purpose=script is not None,
+        ask.provider = provider_for_script(provider, script)
+        check_declared_options(host, ask.provider, model_options, passthrough=option_passthrough)
+        warn_if_scripted_fallback(host, ask.provider, scripted_on_purpose=script is not None,
                                   asked_for_model=model is not None or bool(model_options))
-        result = _run(host, messages, tools, provider, model, mode or "pipeline", payload,
-                      max_turns, single_turn, as_json=as_json, no_stream=no_stream)
-    else:
-        with continued(host, target) as start:
-            payload.update(transcript_session_id=start.session_id, transcript_lock=start.lock)
-            messages = [*start.messages, {"role": "user", "content": text}]
-            recorded = start.mode.split(",") if start.mode and "," in start.mode else start.mode
-            result = _run(host, messages, tools,
-                          provider_for_script(provider or start.provider, script),
-                          model if model is not None else start.model, mode or recorded or
-                          "pipeline", payload, max_turns, single_turn, as_json=as_json,
-                          no_stream=no_stream)
-        # run_conversation counts this run's turns only; the transcript counts every run's.
-        stored = host.transcripts.summary(start.session_id)
-        result = result.model_copy(
-            update={"cumulative_turn_count": stored.cumulative_turn_count})
+        result = ask.run(messages)
     if as_json:
         click.echo(pretty_json(result.model_dump(mode="json")))
     elif sys.stdout.isatty():
@@ -149,6 +146,54 @@ def run(state: State, prompt: str | None, system: str | None, mode: str | None,
     else:
         print_answer(result, host, verbose=verbose)
     raise SystemExit(exit_code_for(result.status))
+
+
+@dataclass
+class _Ask:
+    """What one ``run`` asks for, its provider, model and mode still to be settled when it
+    continues a transcript."""
+
+    host: Any
+    tools: list[Any]
+    provider: str | None
+    model: str | None
+    mode: Any
+    payload: dict[str, Any]
+    max_turns: int | None
+    single_turn: bool
+    script: Path | None
+    passthrough: bool
+    stream: bool  # print text as it arrives (a terminal, not --json or --no-stream)
+    quiet: bool  # --json: no progress line either
+
+    def run(self, messages: list[dict[str, Any]]) -> Any:
+        """The run: streamed, else run whole with the progress line."""
+        arguments = (messages, self.tools, self.provider, self.model, self.mode or "pipeline",
+                     self.payload, self.max_turns, self.single_turn)
+        if self.stream:
+            return _streamed(self.host, *arguments)
+        with Progress(enabled=False if self.quiet else None) as progress:
+            self.payload["event_sink"] = progress
+            return self.host.run_conversation(*arguments)
+
+
+def _continue_run(ask: _Ask, session_id: str, text: str) -> Any:
+    """``text`` added to the stored transcript ``session_id`` (read under its lock), with the
+    provider, model and mode it recorded unless given."""
+    host = ask.host
+    with continued(host, session_id) as start:
+        ask.provider = provider_for_script(ask.provider or start.provider, ask.script)
+        check_declared_options(host, ask.provider, ask.payload.get("model_options", {}),
+                               passthrough=ask.passthrough)
+        if ask.model is None:
+            ask.model = start.model
+        if ask.mode is None and start.mode:
+            ask.mode = start.mode.split(",") if "," in start.mode else start.mode
+        ask.payload.update(transcript_session_id=start.session_id, transcript_lock=start.lock)
+        result = ask.run([*start.messages, {"role": "user", "content": text}])
+    # run_conversation counts this run's turns only; the transcript counts every run's.
+    stored = host.transcripts.summary(start.session_id)
+    return result.model_copy(update={"cumulative_turn_count": stored.cumulative_turn_count})
 
 
 def check_run_flags(*, system: str | None, single_turn: bool, max_turns: int | None,
@@ -172,16 +217,3 @@ def _tools(host: Any, tool_names: str | None) -> list[Any]:
             raise UsageError(f"--tools: no registered tool named {name!r} (registered: {known}).")
         tools.append(found)
     return tools
-
-
-def _run(host: Any, messages: list[dict[str, Any]], tools: list[Any], provider: str | None,
-         model: str | None, mode: Any, payload: dict[str, Any], max_turns: int | None,
-         single_turn: bool, *, as_json: bool, no_stream: bool) -> Any:
-    """The run: streamed on a terminal (unless --json or --no-stream), else run whole."""
-    if sys.stdout.isatty() and not as_json and not no_stream:
-        return _streamed(host, messages, tools, provider, model, mode, payload, max_turns,
-                         single_turn)
-    with Progress(enabled=None if not as_json else False) as progress:
-        payload["event_sink"] = progress
-        return host.run_conversation(messages, tools, provider, model, mode, payload,
-                                     max_turns, single_turn)
