@@ -41,16 +41,24 @@ def parse_max_turns(ctx: click.Context, param: click.Parameter, value: int | Non
         raise click.BadParameter(str(exc)) from None
 
 
-def _streamed(host: Any, *args: Any) -> Any:
-    """The run, its text printed as it arrives (tool calls noted on stderr)."""
+def _streamed(host: Any, progress: Progress, *args: Any) -> Any:
+    """The run, its text printed as it arrives. The progress line (fed by the run's event
+    sink as events happen) gives way while text is written and comes back at the next turn;
+    each tool call is noted on stderr."""
     echo = TextEcho()
+    echo.on_first = progress.pause
     result = None
     for event in host.stream_conversation(*args):
         if event.type == "text_delta" and event.text:
             echo(event.text)
         elif event.type == "tool_call" and event.tool_call is not None:
             echo.end()
+            progress.pause()
             click.echo(f"[tool {event.tool_call['name']}]", err=True)
+            progress.resume()
+        elif event.type == "event" and event.event == "turn_started":
+            echo.end()
+            progress.resume()
         elif event.type == "result":
             result = event.result
     echo.end()
@@ -167,13 +175,18 @@ class _Ask:
     quiet: bool  # --json: no progress line either
 
     def run(self, messages: list[dict[str, Any]]) -> Any:
-        """The run: streamed, else run whole with the progress line."""
+        """The run: streamed, else run whole; either way with the progress line on stderr
+        when stderr is a terminal (never with --json)."""
         arguments = (messages, self.tools, self.provider, self.model, self.mode or "pipeline",
                      self.payload, self.max_turns, self.single_turn)
-        if self.stream:
-            return _streamed(self.host, *arguments)
-        with Progress(enabled=False if self.quiet else None) as progress:
+        # The events carry the turn budget; the tool budget's ceiling is read here.
+        ceilings = {"tool_calls": self.host.budgets.create("tool_calls").ceiling()}
+        with Progress(enabled=False if self.quiet else None, ceilings=ceilings) as progress:
+            # Called as each event happens (a streamed run's own items can wait behind a
+            # provider call that holds its event loop).
             self.payload["event_sink"] = progress
+            if self.stream:
+                return _streamed(self.host, progress, *arguments)
             return self.host.run_conversation(*arguments)
 
 
