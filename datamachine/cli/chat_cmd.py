@@ -22,6 +22,7 @@ from datamachine.cli.model_options import (
 )
 from datamachine.cli.progress import Progress, TextEcho
 from datamachine.cli.provider_notice import provider_for_script, warn_if_scripted_fallback
+from datamachine.cli.settings_cmd import warn_unread_variables
 from datamachine.errors import SessionAborted, UsageError
 from datamachine.hookspecs import hookimpl
 from datamachine.registry import validate_budget_value
@@ -105,6 +106,7 @@ def chat(state: State, session_id: str | None, system: str | None, max_turns: st
         raise UsageError("-s/--system: the system prompt is empty.")
     stream = sys.stdout.isatty() and not no_stream
     host = state.host
+    warn_unread_variables(host)
     provider = provider_for_script(provider, script)
     check_declared_options(host, provider, model_options, passthrough=option_passthrough)
     confirm = TerminalConfirm()

@@ -25,6 +25,7 @@ from datamachine.cli.output import print_answer, print_run_summary
 from datamachine.cli.progress import Progress, TextEcho
 from datamachine.cli.prompt_input import read_prompt
 from datamachine.cli.provider_notice import provider_for_script, warn_if_scripted_fallback
+from datamachine.cli.settings_cmd import warn_unread_variables
 from datamachine.errors import InvalidBudgetValue, UsageError
 from datamachine.registry import validate_budget_value
 
@@ -118,9 +119,10 @@ def run(state: State, prompt: str | None, system: str | None, mode: str | None,
     -c continues the conversation of the most recent run started here, --cid ID a given one.
     """
     check_run_flags(system=system, single_turn=single_turn, max_turns=max_turns,
-                    continuing=continue_ or cid is not None)
+                    continuing=continue_ or cid is not None, tool_names=tool_names)
     text = read_prompt(prompt)
     host = state.host
+    warn_unread_variables(host)
     payload: dict[str, Any] = {}
     if model_options:
         payload["model_options"] = model_options
@@ -210,10 +212,19 @@ def _continue_run(ask: _Ask, session_id: str, text: str) -> Any:
 
 
 def check_run_flags(*, system: str | None, single_turn: bool, max_turns: int | None,
-                    continuing: bool) -> None:
-    """Flags that contradict each other: a usage error (exit 2) before anything runs."""
+                    continuing: bool, tool_names: str | None = None) -> None:
+    """Flags that contradict each other or say nothing: a usage error (exit 2) before anything
+    runs."""
     if system is not None and not system.strip():
         raise UsageError("-s/--system: the system prompt is empty.")
+    if single_turn and max_turns is not None:
+        raise UsageError("--single-turn stops after one provider turn and --max-turns "
+                         f"{max_turns} sets a turn ceiling: give one of them.")
+    if tool_names is not None and tool_names.strip() and any(
+            not name.strip() for name in tool_names.split(",")):
+        raise UsageError(f"--tools {tool_names!r} has an empty name: give registered tool "
+                         "names separated by commas, such as --tools fetch_url,write_note "
+                         "(`datamachine tools` lists them), or leave --tools out.")
     if system is not None and continuing:
         raise UsageError("-s/--system starts a conversation; a continued one (-c, --cid) keeps "
                          "the system prompt it started with. Leave -s out, or start a new "
