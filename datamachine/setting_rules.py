@@ -50,10 +50,9 @@ def _http_url(key: str, value: Any) -> None:
 
 
 def _model_id(key: str, value: Any) -> None:
-    from datamachine.conversation.inputs import MAX_MODEL_LENGTH
-
     if value == "":
-        return  # no default model: the provider's own
+        return  # no default model: the provider's own (checked at boot: nothing to load)
+    from datamachine.conversation.inputs import MAX_MODEL_LENGTH
     # A model's name has a letter in it (gpt-4o-mini, llama3.2, Qwen/Qwen2.5-7B); a bare
     # number (DATAMACHINE_DEFAULT_MODEL=123) is a value meant for something else.
     if (not isinstance(value, str) or len(value) > MAX_MODEL_LENGTH
