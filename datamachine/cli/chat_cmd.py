@@ -21,7 +21,11 @@ from datamachine.cli.model_options import (
     passthrough_option,
 )
 from datamachine.cli.progress import Progress, TextEcho
-from datamachine.cli.provider_notice import provider_for_script, warn_if_scripted_fallback
+from datamachine.cli.provider_notice import (
+    provider_for_script,
+    read_script,
+    warn_if_scripted_fallback,
+)
 from datamachine.cli.settings_cmd import warn_unread_variables
 from datamachine.errors import SessionAborted, UsageError
 from datamachine.hookspecs import hookimpl
@@ -140,7 +144,7 @@ def chat(state: State, session_id: str | None, system: str | None, max_turns: st
                 if model_options:
                     payload["model_options"] = model_options
                 if script is not None:
-                    payload["script"] = str(script)
+                    payload["script"] = read_script(script)
                 # As llm's chat does, the system prompt goes with the first message only.
                 messages = [{"role": "user", "content": text}]
                 if system is not None:

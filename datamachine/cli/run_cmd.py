@@ -24,7 +24,11 @@ from datamachine.cli.model_options import (
 from datamachine.cli.output import print_answer, print_run_summary
 from datamachine.cli.progress import Progress, TextEcho
 from datamachine.cli.prompt_input import read_prompt
-from datamachine.cli.provider_notice import provider_for_script, warn_if_scripted_fallback
+from datamachine.cli.provider_notice import (
+    provider_for_script,
+    read_script,
+    warn_if_scripted_fallback,
+)
 from datamachine.cli.settings_cmd import warn_unread_variables
 from datamachine.errors import InvalidBudgetValue, UsageError
 from datamachine.registry import validate_budget_value
@@ -127,7 +131,7 @@ def run(state: State, prompt: str | None, system: str | None, mode: str | None,
     if model_options:
         payload["model_options"] = model_options
     if script is not None:
-        payload["script"] = str(script)
+        payload["script"] = read_script(script)
     if confirmation is not None:
         payload["confirmation"] = confirmation
     ask = _Ask(host=host, tools=_tools(host, tool_names), provider=provider, model=model,
