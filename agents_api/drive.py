@@ -76,7 +76,14 @@ def drive_sync(steps: Steps[T]) -> T:
         return stop.value  # type: ignore[no-any-return]
     finally:
         if loop is not None:
-            loop.close()
+            # As asyncio.run does: async generators the run left open (an HTTP stream's, read
+            # up to its last event) are closed on the loop that ran them. Closed later by the
+            # garbage collector, their close was a task on a loop already gone: "Task was
+            # destroyed but it is pending! ... async_generator_athrow".
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
 
 
 async def drive_async(steps: Steps[T]) -> T:

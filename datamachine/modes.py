@@ -30,11 +30,13 @@ _MODE_RE = re.compile(MODE_PATTERN)
 
 def check_modes(mode: object) -> list[str]:
     """The run's modes: ``mode`` is a mode name, several joined by commas (``"chat,support"``)
-    or a list of names; None means ``pipeline``. Each name is lowercase letters, digits and
-    ``_``, starting with a letter, at most 64 characters (``MODE_PATTERN``); anything else is a
-    UsageError naming ``mode``, never rewritten into some other mode. Repeats are dropped."""
+    or a list of names. Each name is lowercase letters, digits and ``_``, starting with a
+    letter, at most 64 characters (``MODE_PATTERN``), named once; anything else (None
+    included: leave the argument out for ``pipeline``) is a UsageError naming ``mode``, never
+    rewritten into some other mode."""
     if mode is None:
-        return ["pipeline"]
+        raise UsageError("mode is None: name the run's mode ('pipeline', 'chat', 'system' or "
+                         "an extension mode), or leave the argument out for 'pipeline'.")
     if isinstance(mode, str):
         items: Sequence[object] = mode.split(",")
     elif isinstance(mode, list | tuple):
@@ -53,8 +55,10 @@ def check_modes(mode: object) -> list[str]:
                 f"mode {brief_repr(item)} is not a mode name: use lowercase letters, digits and "
                 "'_', starting with a letter, at most 64 characters (for example 'chat' or "
                 "'support_bot'); give several as a list or joined by commas without spaces.")
-        if item not in modes:
-            modes.append(item)
+        if item in modes:
+            raise UsageError(f"mode names {item!r} twice: give each mode once, such as "
+                             "['support', 'chat'].")
+        modes.append(item)
     return modes
 
 

@@ -17,7 +17,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from agents_api import IterationBudget
 from agents_api.errors import brief_repr
-from datamachine.errors import InvalidBudgetSpec, InvalidBudgetValue, first_field_error
+from datamachine.errors import (
+    InvalidBudgetSpec,
+    InvalidBudgetValue,
+    UsageError,
+    first_field_error,
+)
 
 __all__ = [
     "MAX_BUDGET_VALUE",
@@ -317,9 +322,14 @@ class IterationBudgetRegistry(BudgetSpecs):
     ) -> IterationBudget:
         """A fresh per-run budget; its ``hard_ceiling`` is the spec's ``max``.
 
-        A clamped ceiling is appended to ``warnings`` when a list is given. ``settings``:
-        where its setting is read (a run's snapshot; default: the registry's lookup).
+        A clamped ceiling is appended to ``warnings`` when a list is given. ``current`` (what
+        is used already) is a whole number, 0 or more: a negative one is refused, never
+        quietly made 0. ``settings``: where its setting is read (a run's snapshot; default:
+        the registry's lookup).
         """
+        if isinstance(current, bool) or not isinstance(current, int) or current < 0:
+            raise UsageError(f"current must be what the budget has used so far, a whole number "
+                             f"0 or more (a new budget starts at 0), got {brief_repr(current)}.")
         resolved = self.resolve(name, ceiling_override, settings=settings)
         if resolved.clamped and warnings is not None:
             warnings.append(str(resolved.warning()))

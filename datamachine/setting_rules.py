@@ -55,6 +55,32 @@ def _text(key: str, value: Any) -> None:
         raise InvalidSetting(f"Setting {key!r} must be a string, got {brief_repr(value)}.")
 
 
+def _http_url(key: str, value: Any) -> None:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value.strip()) if isinstance(value, str) else None
+    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname
+            or any(c.isspace() for c in value.strip()) or parts.query or parts.fragment):
+        raise InvalidSetting(
+            f"Setting {key!r} must be an http(s) base URL such as https://api.openai.com/v1 or "
+            f"http://127.0.0.1:11434/v1 (no query or fragment), got {brief_repr(value)}.")
+
+
+def _model_id(key: str, value: Any) -> None:
+    if value == "":
+        return  # no default model: the provider's own (checked at boot: nothing to load)
+    from datamachine.conversation.inputs import MAX_MODEL_LENGTH
+    # A model's name has a letter in it (gpt-4o-mini, llama3.2, Qwen/Qwen2.5-7B); a bare
+    # number (DATAMACHINE_DEFAULT_MODEL=123) is a value meant for something else.
+    if (not isinstance(value, str) or len(value) > MAX_MODEL_LENGTH
+            or value != value.strip() or not value.isprintable()
+            or not any(c.isalpha() for c in value)):
+        raise InvalidSetting(
+            f"Setting {key!r} must be a model id such as 'gpt-4o-mini' or 'llama3.2' (text "
+            f"with a letter in it, at most {MAX_MODEL_LENGTH} characters, no surrounding "
+            f"spaces), got {brief_repr(value)}.")
+
+
 def _origin(key: str, value: Any) -> None:
     from urllib.parse import urlsplit
 
@@ -199,8 +225,9 @@ CORE_SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec(name="connect_timeout", type="number", default=15.0, validator=_number,
                 description="Seconds to connect to a provider; clamped to [0, 300] and to "
                             "the request timeout."),
-    SettingSpec(name="default_model", type="string", default="", validator=_text,
-                description="The model of a run that names none."),
+    SettingSpec(name="default_model", type="string", default="", validator=_model_id,
+                description="The model of a run that names none: a model id with a letter in "
+                            "it (`gpt-4o-mini`, `llama3.2`; a bare number is refused)."),
     SettingSpec(name="default_provider", type="string", default="scripted", validator=_text,
                 description="The provider of a run that names none; must be registered."),
     SettingSpec(name="job_lock_ttl", type="integer", default=300, validator=_lock_ttl,
@@ -223,9 +250,9 @@ CORE_SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec(name="model_options", type="object", default=None, validator=_model_options,
                 description="Model options for every run (temperature, max_tokens, ...); the "
                             "payload's `model_options` win key by key."),
-    SettingSpec(name="openai_base_url", type="string", default=None, validator=_text,
-                description="Base URL of the `openai` provider; $OPENAI_BASE_URL wins over "
-                            "it; unset: https://api.openai.com/v1."),
+    SettingSpec(name="openai_base_url", type="string", default=None, validator=_http_url,
+                description="Base URL of the `openai` provider, an http(s) URL; "
+                            "$OPENAI_BASE_URL wins over it; unset: https://api.openai.com/v1."),
     SettingSpec(name="prices", type="object", default=None, validator=_prices,
                 description="US dollars per million tokens by model: "
                             "{model: {\"input\": ..., \"output\": ...}}; the cost budget and "

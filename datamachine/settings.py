@@ -285,8 +285,10 @@ class Settings:
         try:
             self._check(key, value, writing=False)
         except (SiteMisconfigured, UsageError, ValueError) as exc:
-            where = f" (from the environment variable {_env_name(key)})" if key in env else ""
-            text = f"{exc}{where}"
+            text = str(exc)
+            if key in env:
+                text = (f"{text.rstrip('.')} (from the environment variable {_env_name(key)}: "
+                        "correct it there, or unset it).")
             if spec is not None:
                 # Longest first, so a secret that contains another is replaced whole; shorter
                 # than four characters, replacing would mangle the message more than it hides.

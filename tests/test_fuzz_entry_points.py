@@ -209,3 +209,23 @@ def test_settings_set_and_get_raise_only_typed_errors_and_round_trip(key: Any,
         # and a setting set accepted never breaks a run with a raw exception
         with contextlib.suppress(*TYPED):
             host.run_conversation([{"role": "user", "content": "go"}])
+
+
+@FUZZ
+@given(messages=MESSAGES, mode=MODE, payload=PAYLOAD)
+def test_a_refused_run_writes_nothing(messages: Any, mode: Any, payload: Any) -> None:
+    # Issue 39: every refusal comes before anything is stored (no transcript rows, no job
+    # touched); the inputs that used to run or fail late are pinned in test_hardening_inputs.
+    with bootstrap.boot(db_path=":memory:", load_entrypoints=False) as host:
+        job = host.jobs.create()
+        refused = False
+        try:
+            host.run_conversation(messages, TOOLS, "scripted", "m", mode, payload)
+        except datamachine.UsageError:
+            refused = True
+        except TYPED:
+            return  # a failure during the run (a policy that raised) may have run turns
+        if refused:
+            assert host.transcripts.list() == []
+            assert host.jobs.get(job.id).status == "pending"
+            assert [j.id for j in host.jobs.list()] == [job.id]

@@ -362,8 +362,11 @@ def test_several_modes_are_still_one_run() -> None:
 
     with bootstrap.boot(db_path=":memory:", plugins=[Declares()], load_entrypoints=False) as host:
         assert host.run_conversation(USER, mode="support,chat").mode == "support,chat"
-        assert host.run_conversation(USER, mode=["system", "audit", "system"]).mode == (
-            "system,audit")
+        assert host.run_conversation(USER, mode=["system", "audit"]).mode == "system,audit"
+        # A mode named twice is refused (issue 39), not quietly made one.
+        with pytest.raises(UsageError, match="mode names 'system' twice"):
+            host.run_conversation(USER, mode=["system", "audit", "system"])
+        assert len(host.transcripts.list()) == 2
 
 
 ROLES = ["system", "user", "assistant", "tool", "wizard", "User", "", " user", "developer"]
@@ -523,3 +526,155 @@ def test_continuing_a_run_whose_mode_is_no_longer_declared_names_the_recorded_mo
         # Refused before anything ran, and the lock was given back.
         assert host.transcripts.get_transcript(session).status == done.status
         assert host.transcripts.summary(session).locked_until is None
+
+
+# -- issue 39: bad input that ran, or escaped untyped, at the public entry points -----------
+
+class _Policy:
+    """A completion policy that takes every natural answer as done."""
+
+    def record_natural_completion(self, messages: Any, content: Any, context: Any) -> Any:
+        from datamachine import Decision
+
+        return Decision(complete=True)
+
+
+@pytest.mark.parametrize(("messages", "mode", "payload", "field"), [
+    pytest.param(USER, "pipeline", {1: "x"}, "payload keys must be names", id="int key"),
+    pytest.param([{"role": "user"}], "pipeline", None, r"messages\[0\] has no 'content'",
+                 id="no content"),
+    pytest.param([{"role": "user", "content": None}], "pipeline", None,
+                 r"messages\[0\] has no 'content'", id="content None"),
+    pytest.param(USER, None, None, "mode is None", id="mode None"),
+    pytest.param(USER, ["chat", "chat"], None, "mode names 'chat' twice", id="mode twice"),
+    pytest.param(USER, "chat,chat", None, "mode names 'chat' twice", id="mode twice joined"),
+    pytest.param(USER, "pipeline", {"completion_policy": 5},
+                 r"payload\['completion_policy'\] must be an object", id="policy 5"),
+    pytest.param(USER, "pipeline", {"engine_data": "x"},
+                 r"payload\['engine_data'\] must be a dict", id="engine_data str"),
+    pytest.param(USER, "pipeline", {"caller_context": "x"},
+                 r"payload\['caller_context'\] must be", id="caller_context str"),
+    pytest.param(USER, "pipeline", {"job_id": object()}, r"payload\['job_id'\] must be a job id",
+                 id="job_id object"),
+    pytest.param(USER, "pipeline", {"job_id": 1.5}, r"payload\['job_id'\] must be a job id",
+                 id="job_id float"),
+    pytest.param(USER, "pipeline", {"script": []}, r"payload\['script'\] has no responses",
+                 id="empty script"),
+    pytest.param(USER, "pipeline", {"script": "/etc/passwd"}, r"payload\['script'\] is a string",
+                 id="script str path"),
+    pytest.param(USER, "pipeline", {"script": {"content": "x"}},
+                 r"payload\['script'\] must be a list", id="script dict"),
+])
+def test_bad_run_input_is_a_usage_error_naming_the_field_and_writes_nothing(
+        host: Host, messages: Any, mode: Any, payload: Any, field: str) -> None:
+    job = host.jobs.create()
+    with pytest.raises(UsageError, match=field):
+        host.run_conversation(messages, mode=mode, payload=payload)
+    assert host.transcripts.list() == []
+    assert [j.id for j in host.jobs.list()] == [job.id]  # no job touched or made
+    assert host.jobs.get(job.id).status == "pending"
+
+
+def test_good_context_and_a_policy_object_still_run(host: Host) -> None:
+    job = host.jobs.create()
+    result = host.run_conversation(USER, payload={
+        "engine_data": {"k": 1}, "job_id": job.id, "completion_policy": _Policy(),
+        "caller_context": {"chain_id": "a" * 32, "chain_depth": 1}})
+    assert result.status == "completed"
+    assert host.jobs.get(job.id).status == "completed"
+
+
+def test_a_script_file_is_read_only_from_a_path_object(host: Host, tmp_path: Any) -> None:
+    import json
+    from pathlib import Path
+
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps([{"content": "from the file"}]))
+    assert host.run_conversation(USER, payload={"script": script}).final_content == \
+        "from the file"
+    with pytest.raises(UsageError, match=r"payload\['script'\] is a string"):
+        host.run_conversation(USER, payload={"script": str(script)})
+    notes = tmp_path / "notes.txt"
+    notes.write_text("[]")
+    for path in (notes, Path(tmp_path), tmp_path / "missing.json"):
+        with pytest.raises(UsageError, match=r"must be an existing \.json, \.yaml or \.yml"):
+            host.run_conversation(USER, payload={"script": path})
+    assert len(host.transcripts.list()) == 1
+
+
+def test_a_queued_jobs_payload_can_never_name_a_script_file(host: Host) -> None:
+    # A queued payload is JSON: a string is all it can hold, and a string never opens a file.
+    from datamachine.conversation.payload import check_payload_is_data
+
+    check_payload_is_data({"script": "/etc/passwd"})  # data, so it can be queued ...
+    with pytest.raises(UsageError, match="is a string"):  # ... and the run refuses it
+        host.run_conversation(USER, payload={"script": "/etc/passwd"})
+
+
+def test_jobs_create_refuses_engine_data_that_would_read_back_otherwise(host: Host) -> None:
+    cases: list[tuple[Any, str]] = [
+        ({1: "x"}, "engine_data has the key 1"),
+        ({"a": [{2: "y"}]}, r"engine_data\['a'\]\[0\] has the key 2")]
+    for data, where in cases:
+        with pytest.raises(UsageError, match=where):
+            host.jobs.create(engine_data=data)
+    assert host.jobs.list() == []
+
+
+@pytest.mark.parametrize("current", [-1, 1.5, True, "0"])
+def test_budgets_create_refuses_a_current_that_is_no_count(host: Host, current: Any) -> None:
+    with pytest.raises(UsageError, match="current must be what the budget has used so far"):
+        host.budgets.create("conversation_turns", current=current)
+    assert host.budgets.create("conversation_turns", current=3).current() == 3
+
+
+@pytest.mark.parametrize("token", [None, "", 5])
+def test_transcripts_release_refuses_what_is_no_token(host: Host, token: Any) -> None:
+    held = host.transcripts.acquire("s", 60)
+    assert held is not None
+    with pytest.raises(UsageError, match="token must be the lock token acquire"):
+        host.transcripts.release("s", token)
+    assert host.transcripts.release("s", held) is True
+
+
+def _lookup(q: str, limit: int = 3) -> list[str]:
+    return [q] * limit
+
+
+@pytest.mark.parametrize(("properties", "named"), [
+    ({"q": {"type": "strng"}}, r"parameters\.properties\.q\.type 'strng' is not a JSON-schema "
+                               "type"),
+    ({"q": {"type": ["string", "nul"]}}, r"'nul' is not a JSON-schema type"),
+    ({"q": {"$ref": "#/$defs/Nope"}}, r"parameters\.properties\.q\.\$ref '#/\$defs/Nope' points "
+                                      "to nothing"),
+    ({"q": {"$ref": "https://example.com/schema"}}, r"points to nothing"),
+    ({"q": {"type": "string", "enum": {"a", "b"}}}, r"parameters\.properties\.q\.enum is a "
+                                                    r"Python set.*\(use a list\)"),
+    ({"q": {"type": "number", "default": float("nan")}}, "which JSON cannot hold"),
+    ({"q": {"type": "string"}, "extra": {"type": "string"}},
+     r"parameters\.properties\.extra: _lookup\(\) takes no parameter 'extra' \(it takes: q, "
+     r"limit\)"),
+    ({"q": {"type": "string"}, "context": {"type": "string"}}, "takes no parameter 'context'"),
+])
+def test_a_tool_schema_is_refused_at_definition_naming_what_is_wrong(
+        properties: dict[str, Any], named: str) -> None:
+    from datamachine import InvalidToolDefinition, Tool
+
+    with pytest.raises(InvalidToolDefinition, match=named):
+        Tool(name="lookup", description="Look it up.", function=_lookup,
+             parameters={"type": "object", "properties": properties})
+
+
+def test_a_tool_schema_that_uses_refs_defs_and_kwargs_is_fine() -> None:
+    from datamachine import Tool
+
+    def anything(**arguments: Any) -> Any:
+        return arguments
+
+    schema = {"type": "object", "$defs": {"Place": {"type": "object", "properties": {
+        "city": {"type": "string"}}}},
+        "properties": {"place": {"$ref": "#/$defs/Place"},
+                       "tags": {"type": "array", "items": {"type": ["string", "null"]}},
+                       "type": {"enum": ["a", "b"]}}}
+    made = Tool(name="anything", description="Any.", function=anything, parameters=schema)
+    assert made.parameters["properties"]["place"] == {"$ref": "#/$defs/Place"}

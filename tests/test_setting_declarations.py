@@ -229,14 +229,25 @@ def test_effective_reads_env_then_stored_then_the_declared_default(
 def test_environment_text_is_read_by_the_declared_type(
         host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATAMACHINE_SITE_ID", "1234")
-    monkeypatch.setenv("DATAMACHINE_DEFAULT_MODEL", "42")
+    monkeypatch.setenv("DATAMACHINE_DEFAULT_MODEL", "4o")
     monkeypatch.setenv("DATAMACHINE_MAX_TURNS", "30")
     monkeypatch.setenv("DATAMACHINE_NOBODY_DECLARES_THIS", "[1, 2]")
     assert host.settings.get("site_id") == "1234"
-    assert host.settings.get("default_model") == "42"
+    assert host.settings.get("default_model") == "4o"
     assert host.settings.get("max_turns") == 30
     assert host.settings.get("nobody_declares_this") == [1, 2]
     assert host.settings.problems() == []  # an unknown variable breaks nothing
+
+
+def test_a_bare_number_is_no_model_id_and_the_problem_names_the_variable(
+        host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
+    # DATAMACHINE_DEFAULT_MODEL=123 was read as the model "123" and `serve` started on it.
+    monkeypatch.setenv("DATAMACHINE_DEFAULT_MODEL", "123")
+    [(key, why)] = host.settings.problems()
+    assert key == "default_model"
+    assert "must be a model id such as 'gpt-4o-mini'" in why
+    assert "DATAMACHINE_DEFAULT_MODEL" in why
+    assert "unset it" in why
 
 
 # -- listing ------------------------------------------------------------------------------------

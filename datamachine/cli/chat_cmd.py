@@ -15,9 +15,18 @@ from typing import Any
 import click
 
 from datamachine.cli.app import State, exit_code_for, handle_errors
-from datamachine.cli.model_options import model_option
+from datamachine.cli.model_options import (
+    check_declared_options,
+    model_option,
+    passthrough_option,
+)
 from datamachine.cli.progress import Progress, TextEcho
-from datamachine.cli.provider_notice import provider_for_script, warn_if_scripted_fallback
+from datamachine.cli.provider_notice import (
+    provider_for_script,
+    read_script,
+    warn_if_scripted_fallback,
+)
+from datamachine.cli.settings_cmd import warn_unread_variables
 from datamachine.errors import SessionAborted, UsageError
 from datamachine.hookspecs import hookimpl
 from datamachine.registry import validate_budget_value
@@ -85,13 +94,14 @@ def _limit(value: str | None) -> int | str | None:
 @click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="JSON or YAML script for the scripted provider (replayed for each message).")
 @model_option
+@passthrough_option
 @click.option("--no-stream", is_flag=True,
               help="Print each answer when it is complete instead of as it arrives.")
 @click.pass_obj
 @handle_errors
 def chat(state: State, session_id: str | None, system: str | None, max_turns: str | None,
          provider: str | None, model: str | None, script: Path | None,
-         model_options: dict[str, Any], no_stream: bool) -> None:
+         model_options: dict[str, Any], option_passthrough: bool, no_stream: bool) -> None:
     """Chat with an agent on a stored session, with its turn limit enforced."""
     from datamachine.conversation.chat import chat_turns_on  # what host.chat runs
 
@@ -100,13 +110,15 @@ def chat(state: State, session_id: str | None, system: str | None, max_turns: st
         raise UsageError("-s/--system: the system prompt is empty.")
     stream = sys.stdout.isatty() and not no_stream
     host = state.host
+    warn_unread_variables(host)
+    provider = provider_for_script(provider, script)
+    check_declared_options(host, provider, model_options, passthrough=option_passthrough)
     confirm = TerminalConfirm()
     host.pm.register(confirm, name="datamachine.cli.terminal_confirm")
     if session_id is None:
         session = host.chat_sessions.create(max_turns=limit)
     else:
         session = host.chat_sessions.require_active(host.chat_sessions.resolve(session_id))
-    provider = provider_for_script(provider, script)
     warn_if_scripted_fallback(host, provider, scripted_on_purpose=script is not None,
                               asked_for_model=model is not None or bool(model_options))
     click.echo(f"Chat session {session.id} (limit: {session.max_turns} turns). "
@@ -132,7 +144,7 @@ def chat(state: State, session_id: str | None, system: str | None, max_turns: st
                 if model_options:
                     payload["model_options"] = model_options
                 if script is not None:
-                    payload["script"] = str(script)
+                    payload["script"] = read_script(script)
                 # As llm's chat does, the system prompt goes with the first message only.
                 messages = [{"role": "user", "content": text}]
                 if system is not None:

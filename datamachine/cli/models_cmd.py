@@ -20,6 +20,7 @@ from datamachine.cli.output import emit_json
 from datamachine.cli.tables import table
 from datamachine.errors import DataMachineError
 from datamachine.providers.endpoints import PROVIDERS_SETTING, parse_endpoints
+from datamachine.providers.options import declared_options
 from datamachine.setting_spec import hide_url_password, hide_url_passwords
 
 __all__ = ["ProviderListing", "models"]
@@ -35,7 +36,8 @@ class ProviderListing:
     ``source`` is ``"plugin"`` (registered by ``plugin``) or ``"setting"`` (an endpoint of the
     ``providers`` setting, of ``type``); ``api_key_set`` says whether ``api_key_env`` is set
     (None: the provider reads no key); ``available`` is True or the reason it cannot be used;
-    ``models`` is what ``--remote`` listed (None: not asked) and ``error`` why it could not.
+    ``models`` is what ``--remote`` listed (None: not asked) and ``error`` why it could not;
+    ``options`` are the model options it declares (None: not declared, every key is taken).
     """
 
     name: str
@@ -49,6 +51,7 @@ class ProviderListing:
     default: bool = False
     models: list[str] | None = None
     error: str | None = None
+    options: list[str] | None = None
 
 
 @dataclass
@@ -94,6 +97,8 @@ def _listing(host: Any, name: str, endpoints: dict[str, Any], default: str) -> P
     except DataMachineError as exc:  # an endpoint of a type no plugin offers
         row.available = str(exc)
         return row
+    declared = declared_options(provider)
+    row.options = sorted(declared) if declared is not None else None
     resolve = getattr(provider, "resolved_base_url", None)
     row.base_url = resolve() if callable(resolve) else None
     variable = getattr(provider, "api_key_env", None)

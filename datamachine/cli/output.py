@@ -13,7 +13,8 @@ from datamachine.cli.tables import table
 from datamachine.conversation.result import ConversationResult
 from datamachine.tools.results import is_rejected
 
-__all__ = ["emit_json", "explain_stop", "print_run_summary", "table", "tool_lines"]
+__all__ = ["emit_json", "explain_stop", "print_answer", "print_run_summary", "table",
+           "tool_lines"]
 
 
 def emit_json(value: Any) -> None:
@@ -64,33 +65,55 @@ def tool_lines(result: ConversationResult) -> list[str]:
     return lines
 
 
-def print_run_summary(title: str, result: ConversationResult, host: Any = None) -> None:
-    """A short report: status, why it stopped, turns, tools, budgets, usage, transcript."""
+def print_run_summary(title: str, result: ConversationResult, host: Any = None, *,
+                      err: bool = False) -> None:
+    """A short report: status, why it stopped, turns, tools, budgets, usage, transcript (on
+    stderr with ``err``: ``run -v`` when stdout is piped)."""
     turns = result.budgets.get(CONVERSATION_TURNS, {})
-    click.echo(click.style(title, bold=True))
-    click.echo(f"  status:      {result.status} (completed={result.completed})")
-    click.echo(f"  stopped:     {explain_stop(result)}")
-    click.echo(f"  turns:       {result.turn_count}/{turns.get('ceiling', '?')}")
+
+    def echo(line: str) -> None:
+        click.echo(line, err=err)
+
+    echo(click.style(title, bold=True))
+    echo(f"  status:      {result.status} (completed={result.completed})")
+    echo(f"  stopped:     {explain_stop(result)}")
+    echo(f"  turns:       {result.turn_count}/{turns.get('ceiling', '?')}")
     lines = tool_lines(result)
-    click.echo(f"  tool calls:  {len(lines)}")
+    echo(f"  tool calls:  {len(lines)}")
     for line in lines:
-        click.echo(f"    - {line}")
+        echo(f"    - {line}")
     used = ", ".join(f"{name} {snap.get('current')}/{snap.get('ceiling')}"
                      for name, snap in result.budgets.items())
-    click.echo(f"  budgets:     {used}")
+    echo(f"  budgets:     {used}")
     usage = result.usage
-    click.echo(f"  tokens:      {usage.get('total_tokens', 0)} "
-               f"(prompt {usage.get('prompt_tokens', 0)}, "
-               f"completion {usage.get('completion_tokens', 0)})")
+    echo(f"  tokens:      {usage.get('total_tokens', 0)} "
+         f"(prompt {usage.get('prompt_tokens', 0)}, "
+         f"completion {usage.get('completion_tokens', 0)})")
     if isinstance(usage.get("cost_usd"), int | float):
         from datamachine.conversation.metering import format_usd
 
-        click.echo(f"  cost:        {format_usd(usage['cost_usd'] * 1_000_000)}")
+        echo(f"  cost:        {format_usd(usage['cost_usd'] * 1_000_000)}")
     if result.flags:
-        click.echo(f"  flags:       {', '.join(result.flags)}")
+        echo(f"  flags:       {', '.join(result.flags)}")
     for notice in result.warnings:
-        click.echo(f"  notice:      {notice}")
+        echo(f"  notice:      {notice}")
     final = result.final_content or "(no final answer)"
-    click.echo(f"  final:       {final}")
+    echo(f"  final:       {final}")
     if result.transcript_session_id:
-        click.echo(f"  transcript:  {result.transcript_session_id}")
+        echo(f"  transcript:  {result.transcript_session_id}")
+
+
+def print_answer(result: ConversationResult, host: Any = None, *, verbose: bool = False) -> None:
+    """``run`` with stdout piped: only the answer on stdout, as ``llm`` prints only the
+    response, so ``datamachine run "review" > out.md`` saves the review. ``verbose``: the
+    report goes to stderr; without it a run that did not complete still says why there, in one
+    line (the exit code says it to scripts)."""
+    if result.final_content:
+        click.echo(result.final_content)
+    if verbose:
+        print_run_summary("Run", result, host, err=True)
+    elif result.status != "completed":
+        why = explain_stop(result)
+        session = result.transcript_session_id
+        where = f" (transcript {session})" if session and session not in why else ""
+        click.echo(f"Stopped ({result.status}): {why}{where}", err=True)

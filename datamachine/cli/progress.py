@@ -1,7 +1,9 @@
-"""A live progress line during a run: turn N/M, the tool running, budget pressure.
+"""A live progress line during a run: turn i of N, the tool running, budgets near their
+ceiling.
 
-On a terminal it is a rich status line on stderr (rich is imported only then); when output is
-piped nothing is drawn, so stdout stays clean for ``--json`` and scripts.
+It is fed by the run's public event sink (``payload["event_sink"]``, or the ``event`` items of
+a streamed run). On a terminal it is a rich status line on stderr (rich is imported only then);
+when stderr is piped nothing is drawn, so piped output never holds it.
 """
 
 from __future__ import annotations
@@ -10,59 +12,102 @@ import sys
 from types import TracebackType
 from typing import Any
 
-__all__ = ["Progress", "TextEcho"]
+__all__ = ["Progress", "TextEcho", "near_ceiling"]
+
+CONVERSATION_TURNS = "conversation_turns"
+TOOL_CALLS = "tool_calls"
 
 
 class Progress:
-    """An event sink that keeps one status line up to date while a run is in flight."""
+    """An event sink (``payload["event_sink"]``) that keeps one status line up to date while a
+    run is in flight: turn i of N, the tool running, and the budgets near their ceiling.
 
-    def __init__(self, enabled: bool | None = None) -> None:
+    ``ceilings``: ceilings of budgets the events do not carry (``tool_calls``), counted here
+    from the events. :attr:`text` is the line (kept whether or not it is drawn).
+    """
+
+    def __init__(self, enabled: bool | None = None,
+                 ceilings: dict[str, int] | None = None) -> None:
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
         self._status: Any = None
-        self._turn = "turn -"
-        self._extra = ""
+        self._shown = False
+        self.turn = "turn -"
+        self.doing = "starting…"
+        self.used: dict[str, int] = {}
+        self.ceilings = dict(ceilings or {})
+        self.notice = ""
 
     def __enter__(self) -> Progress:
         if self.enabled:
             from rich.console import Console
 
-            self._status = Console(stderr=True).status("starting…")
-            self._status.start()
+            self._status = Console(stderr=True).status(self.text)
+            self.resume()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if self._status is not None:
-            self._status.stop()
-            self._status = None
+        self.pause()
+        self._status = None
 
     def pause(self) -> None:
-        """Hide the line (while a question is asked on the terminal)."""
-        if self._status is not None:
+        """Hide the line (while a question is asked, or the answer's text is printed)."""
+        if self._status is not None and self._shown:
             self._status.stop()
+            self._shown = False
 
     def resume(self) -> None:
         """Show the line again after :meth:`pause`."""
-        if self._status is not None:
+        if self._status is not None and not self._shown:
             self._status.start()
+            self._shown = True
+
+    @property
+    def text(self) -> str:
+        """The status line: ``turn 3/4 · running tool search · near ceiling: ...``."""
+        near = [f"{name} {self.used[name]}/{ceiling}"
+                for name, ceiling in sorted(self.ceilings.items())
+                if name in self.used and near_ceiling(self.used[name], ceiling)]
+        parts = [self.turn, self.doing, *([f"near ceiling: {', '.join(near)}"] if near else []),
+                 *([self.notice] if self.notice else [])]
+        return " · ".join(parts)
 
     def __call__(self, event: str, payload: dict[str, Any]) -> None:
-        if self._status is None:
-            return
+        self.follow(event, payload)
+        if self._status is not None:
+            self._status.update(self.text)
+
+    def follow(self, event: str, payload: dict[str, Any]) -> None:
+        """Take one loop event into the line."""
         if event == "turn_started":
-            self._turn = f"turn {payload.get('turn')}/{payload.get('max_turns')}"
-            self._extra = "waiting for the model"
+            turn, ceiling = payload.get("turn"), payload.get("max_turns")
+            self.turn = f"turn {turn}/{ceiling}"
+            self.doing = "waiting for the model"
+            if isinstance(turn, int) and isinstance(ceiling, int):
+                self.used[CONVERSATION_TURNS] = turn
+                self.ceilings[CONVERSATION_TURNS] = ceiling
         elif event == "tool_call":
-            self._extra = f"running tool {payload.get('tool_name')}"
+            self.doing = f"running tool {payload.get('tool_name')}"
+            self.used[TOOL_CALLS] = self.used.get(TOOL_CALLS, 0) + 1
         elif event == "tool_result":
-            self._extra = f"tool {payload.get('tool_name')} " + (
+            self.doing = f"tool {payload.get('tool_name')} " + (
                 "done" if payload.get("success") else "failed")
-        elif event == "budget_pressure":
-            self._extra = (f"budget pressure: {payload.get('budget')} {payload.get('tier')} "
-                           f"({payload.get('current')}/{payload.get('ceiling')})")
+        elif event in ("budget_pressure", "budget_exceeded", "budget_extended"):
+            name = str(payload.get("budget"))
+            if isinstance(payload.get("current"), int) and isinstance(payload.get("ceiling"),
+                                                                       int):
+                self.used[name], self.ceilings[name] = payload["current"], payload["ceiling"]
+            what = {"budget_pressure": f"{payload.get('tier')}",
+                    "budget_exceeded": "spent", "budget_extended": "extended"}[event]
+            self.notice = f"budget {name} {what} ({payload.get('current')}/" \
+                          f"{payload.get('ceiling')})"
         elif event == "final_summary":
-            self._extra = "writing the final summary"
-        self._status.update(f"{self._turn} · {self._extra}")
+            self.doing = "writing the final summary"
+
+
+def near_ceiling(current: int, ceiling: int) -> bool:
+    """At most a fifth of the budget left (at least the last one): worth a word on the line."""
+    return ceiling > 0 and ceiling - current <= max(1, ceiling // 5)
 
 
 class TextEcho:

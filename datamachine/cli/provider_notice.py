@@ -18,7 +18,7 @@ import click
 
 from datamachine.errors import DataMachineError
 
-__all__ = ["keyed_providers", "provider_for_script", "scripted_fallback_notice",
+__all__ = ["keyed_providers", "provider_for_script", "read_script", "scripted_fallback_notice",
            "warn_if_scripted_fallback"]
 
 
@@ -87,3 +87,12 @@ def provider_for_script(provider: str | None, script: object) -> str | None:
         raise click.UsageError(f"--script replays a script with the scripted provider; it "
                                f"cannot be used with --provider {provider}.")
     return provider
+
+
+def read_script(path: Any) -> Any:
+    """``--script FILE`` read here, by the command line, into the responses the run's payload
+    carries: a run's payload never names a file for the provider to open (DESIGN.md 10 as
+    issue 39 tightened it). A bad file is an InvalidScript naming it and the entry (exit 2)."""
+    from datamachine.providers.scripted import load_script
+
+    return load_script(path)

@@ -10,6 +10,7 @@ import click
 from agents_api.jsontext import pretty_json
 from datamachine.cli.app import State, exit_code_for, handle_errors
 from datamachine.cli.output import print_run_summary
+from datamachine.cli.provider_notice import read_script
 from datamachine.cli.run_cmd import parse_max_turns
 
 __all__ = ["resume"]
@@ -33,7 +34,7 @@ def resume(state: State, session: str, approve: bool, extend_by: int | None,
     characters) and continue it with the tools it had (registered tools, by name)."""
     host = state.host
     session_id = host.transcripts.resolve(session)
-    payload: dict[str, Any] = {"script": str(script)} if script is not None else {}
+    payload: dict[str, Any] = {"script": read_script(script)} if script is not None else {}
     result = host.resume(session_id, approve, extend_by, payload=payload)
     if as_json:
         click.echo(pretty_json(result.model_dump(mode="json")))

@@ -24,7 +24,7 @@ from datamachine.setting_spec import (
 )
 from datamachine.settings import SettingEntry
 
-__all__ = ["settings"]
+__all__ = ["settings", "unread_variables", "warn_unread_variables"]
 
 _CELL = 60  # widest value shown in the table; `settings get KEY` prints all of it
 
@@ -121,15 +121,30 @@ def settings_list(state: State, as_json: bool, reveal: bool) -> None:
     if stale:
         click.echo(f"\nStored but declared by nobody here (a removed plugin?): {', '.join(stale)}"
                    f"; `datamachine settings unset KEY` removes one.", err=True)
+    for notice in unread_variables(entries):
+        click.echo(f"\n{notice}", err=True)
+
+
+def unread_variables(entries: list[SettingEntry]) -> list[str]:
+    """One notice per ``DATAMACHINE_*`` variable that names no declared setting: a misspelt
+    one (``DATAMACHINE_MAX_TRUNS``) is read by nobody, and runs would silently ignore it."""
     declared = [entry.key for entry in entries if entry.declared]
+    notices = []
     for entry in entries:
         if not entry.declared and entry.source == "env" \
                 and not entry.key.startswith(FREE_FORM_PREFIX):
-            # A misspelt variable (DATAMACHINE_MAX_TRUNS) is read by nobody: runs ignore it.
             close = difflib.get_close_matches(entry.key, declared, n=1, cutoff=0.6)
             hint = f" (did you mean DATAMACHINE_{close[0].upper()}?)" if close else ""
-            click.echo(f"\nDATAMACHINE_{entry.key.upper()} is set, but no setting "
-                       f"{entry.key!r} is declared, so nothing reads it{hint}.", err=True)
+            notices.append(f"DATAMACHINE_{entry.key.upper()} is set, but no setting "
+                           f"{entry.key!r} is declared, so nothing reads it{hint}.")
+    return notices
+
+
+def warn_unread_variables(host: Any) -> None:
+    """``Warning:`` on stderr for each variable :func:`unread_variables` finds (``run``,
+    ``chat``: before the run that would ignore it)."""
+    for notice in unread_variables(host.settings.entries()):
+        click.echo(f"Warning: {notice}", err=True)
 
 
 @settings.command("get")
@@ -206,7 +221,11 @@ def settings_set(state: State, key: str, value: str) -> None:
 @handle_errors
 def settings_unset(state: State, key: str) -> None:
     """Remove a stored setting, declared or not, whatever it holds (its default applies
-    again)."""
-    removed = state.host.settings.delete(key)
+    again). A key nobody declares and nothing stores is refused, as `settings get` refuses it."""
+    host_settings = state.host.settings
+    removed = host_settings.delete(key)
+    if not removed and host_settings.spec(key) is None and not key.startswith(FREE_FORM_PREFIX):
+        # Nothing stored under a key nobody declares: a typo (`settings unset max_trns`).
+        raise unknown_setting(key, [spec.name for spec in host_settings.declared()])
     click.echo(f"{key} {'removed' if removed else 'was not set'}")
     _env_note(state, key)

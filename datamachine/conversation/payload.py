@@ -153,6 +153,73 @@ def _codes(value: Any) -> list[str]:
     return list(value)
 
 
+# A script file the payload names must be one of these: what the scripted provider reads.
+SCRIPT_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+def _script(value: Any) -> Any:
+    """``payload["script"]``: the responses themselves (a list, or a ``Script``), checked now,
+    before anything is stored; or a file your code chose, as a ``pathlib.Path`` to an existing
+    regular ``.json`` / ``.yaml`` / ``.yml`` file. A plain string is refused: payload data can
+    come from anywhere (a queued job's JSON, an HTTP body) and must never make the provider
+    open a file."""
+    import os
+
+    from datamachine.providers.scripted import Script, load_script
+
+    if value is None or isinstance(value, Script):
+        return value
+    if isinstance(value, str):
+        raise UsageError(
+            "payload['script'] is a string; give the responses themselves (a list such as "
+            "[{'content': 'Hi.'}]) or, for a file your code chose, a pathlib.Path to a .json "
+            "or .yaml file (a string is data, and data never opens files). On the command "
+            "line: --script FILE.")
+    if isinstance(value, os.PathLike):
+        path = os.fspath(value)
+        if not isinstance(path, str) or not path.lower().endswith(SCRIPT_SUFFIXES) \
+                or not os.path.isfile(path):
+            raise UsageError(f"payload['script'] must be an existing .json, .yaml or .yml "
+                             f"file, got {brief_repr(path)}.")
+    elif not isinstance(value, list | tuple):
+        raise UsageError(f"payload['script'] must be a list of responses (such as "
+                         f"[{{'content': 'Hi.'}}]) or a pathlib.Path to a script file, got "
+                         f"{type(value).__name__}.")
+    script = load_script(value)  # InvalidScript (a UsageError) names the bad entry
+    if not script.responses:
+        raise UsageError("payload['script'] has no responses: give at least one, such as "
+                         "[{'content': 'Hi.'}] (leave 'script' out for the echo).")
+    return script
+
+
+def _completion_policy(value: Any) -> Any:
+    if value is not None and not any(
+            callable(getattr(value, method, None))
+            for method in ("record_tool_result", "record_natural_completion")):
+        raise UsageError(
+            f"payload['completion_policy'] must be an object with record_tool_result(...) "
+            f"and/or record_natural_completion(...) (see datamachine.completion), got "
+            f"{brief_repr(value)}.")
+    return value
+
+
+def _check_context(clean: Mapping[str, Any]) -> None:
+    """The ordinary keys the product itself reads: checked before the run, not when a tool or
+    a job first reads them."""
+    engine_data = clean.get("engine_data")
+    if engine_data is not None and not isinstance(engine_data, dict):
+        raise UsageError(f"payload['engine_data'] must be a dict (the data tools read and "
+                         f"write), got {brief_repr(engine_data)}.")
+    job_id = clean.get("job_id")
+    if job_id is not None and (isinstance(job_id, bool) or not isinstance(job_id, int | str)):
+        raise UsageError(f"payload['job_id'] must be a job id, the integer host.jobs.create() "
+                         f"returns, got {brief_repr(job_id)}.")
+    if clean.get("caller_context") is not None:
+        from datamachine.server.chain import CallerContext
+
+        CallerContext.from_payload(clean)  # UsageError naming the field
+
+
 def check_payload_is_data(payload: Mapping[str, Any]) -> None:
     """A payload that must travel through a database (a queued job's): JSON data only, no
     runtime objects. UsageError naming the first key that is not."""
@@ -184,6 +251,8 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "budget_ceilings": _budget_ceilings,
     "token_name": _token_name,
     "job_retry_codes": _codes,
+    "script": _script,
+    "completion_policy": _completion_policy,
 }
 
 
@@ -224,7 +293,12 @@ def split_payload(payload: Mapping[str, Any] | None) -> tuple[dict[str, Any], Ru
     if payload is None:
         return {}, RuntimeOptions()
     payload = payload_mapping(payload)
+    for key in payload:
+        if not isinstance(key, str):
+            raise UsageError(f"payload keys must be names (strings such as 'job_id'), got "
+                             f"{brief_repr(key)}.")
     clean = {k: v for k, v in payload.items() if k not in RUNTIME_KEYS}
+    _check_context(clean)
     for key in clean:
         closest = _near_miss(key)
         if closest is not None:

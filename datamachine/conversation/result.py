@@ -71,3 +71,46 @@ class ConversationResult(BaseModel):
     # "chat_turn_limit" or "tool_approval"), ``budget``, ``tool_call``, and the calls waiting
     # with it (``tool_calls``); None for every other status. ``host.resume`` answers it.
     pending: dict[str, Any] | None = None
+
+    def _repr_markdown_(self) -> str:
+        """How a notebook shows a result: the status, why the run stopped, its budgets and the
+        answer (rendered as the Markdown the model wrote)."""
+        turns = f"{self.turn_count} turn{'s' if self.turn_count != 1 else ''}"
+        head = f"**Run {self.status.replace('_', ' ')}** (`{self.status}`) · {turns}"
+        if self.transcript_session_id:
+            head += f" · transcript `{self.transcript_session_id}`"
+        lines = [head, "", f"**Stopped:** {_why_stopped(self)}", ""]
+        if self.budgets:
+            lines += ["| budget | used | ceiling | left |", "|---|---|---|---|"]
+            for name, snap in self.budgets.items():
+                mark = " (spent)" if snap.get("exceeded") else ""
+                lines.append(f"| {_cell(name)}{mark} | {_cell(snap.get('current'))} | "
+                             f"{_cell(snap.get('ceiling'))} | {_cell(snap.get('remaining'))} |")
+            lines.append("")
+        lines += ["**Answer**", "", self.final_content.strip() or "_(no final answer)_"]
+        return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    # None is a budget without that number (an unlimited one); "|" would end the cell.
+    return "-" if value is None else str(value).replace("|", "\\|")
+
+
+def _why_stopped(result: ConversationResult) -> str:
+    """One sentence, for a person reading the result in Python (a notebook)."""
+    if result.status == "completed":
+        return "the model gave its final answer."
+    if result.status == "budget_exceeded":
+        snap = result.budgets.get(result.budget or "", {})
+        return (f"budget `{result.budget}` ran out ({snap.get('current')}/"
+                f"{snap.get('ceiling')}). {result.warning or ''}").strip()
+    if result.status == "error":
+        return f"error `{result.error_code}`: {result.error}"
+    if result.status == "awaiting_confirmation":
+        return (f"paused: {result.warning or 'waiting for a person'} Answer with "
+                f"`host.resume({result.transcript_session_id!r}, approve=True)` (or False).")
+    if result.status == "transcript_lock_contention":
+        return "another run holds this transcript's lock; nothing ran."
+    if result.status == "incomplete":
+        return f"incomplete: {result.blocker or result.warning or 'the task is not done'}"
+    return result.warning or result.status

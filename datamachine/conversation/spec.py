@@ -49,6 +49,7 @@ class RunSpec:
               known_modes: Collection[str] | None = None) -> RunSpec:
         """Validate ``run_conversation``'s arguments; a UsageError names the first bad one.
         ``known_modes``: the modes the host accepts (None: any well-formed name)."""
+        _check_contents(messages)
         try:
             normalized = normalize_messages(messages)
         except InvalidMessage as exc:
@@ -74,6 +75,23 @@ class RunSpec:
         return cls(messages=normalized, tools=checked_tools, provider=provider, model=model,
                    modes=modes, payload=clean, runtime=runtime, max_turns=max_turns,
                    single_turn=single_turn)
+
+
+def _check_contents(messages: object) -> None:
+    """A plain text message names its ``content``: left out (or None), it used to become an
+    empty message the model was asked to answer."""
+    if not isinstance(messages, list | tuple):
+        return  # normalize_messages names what a list of messages must be
+    for index, item in enumerate(messages):
+        if not isinstance(item, Mapping):
+            continue
+        metadata = item.get("metadata")
+        kind = item.get("type") or (metadata.get("type") if isinstance(metadata, Mapping)
+                                    else None) or "text"
+        if kind == "text" and item.get("content") is None:
+            raise UsageError(f"messages[{index}] has no 'content': a text message needs its "
+                             "text (a string, or a list of content parts), such as "
+                             "{'role': 'user', 'content': 'Hello'}.")
 
 
 def normalize_tools(tools: object) -> dict[str, Tool]:

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from datamachine.providers.base import ProviderRequest, ProviderResponse
+from datamachine.providers.options import OPENAI_OPTIONS
 from datamachine.providers.wire_provider import WireProvider
 
 if TYPE_CHECKING:
@@ -83,6 +84,7 @@ class OpenAIProvider(WireProvider):
 
     API_KEY_ENV = API_KEY_ENV
     DEFAULT_NAME = "openai"
+    declared_options = OPENAI_OPTIONS
 
     def resolved_base_url(self) -> str:
         """The base URL this provider would call now (argument, env, setting, default)."""

@@ -21,8 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 from agents_api.errors import brief_repr
 from datamachine.errors import UsageError, first_field_error
 
-__all__ = ["MODEL_OPTIONS_KEY", "RESERVED_KEYS", "TOOL_OPTIONS", "ModelOptions",
-           "merge_model_options", "validate_model_options", "without_tool_options"]
+__all__ = ["MODEL_OPTIONS_KEY", "OPENAI_OPTIONS", "RESERVED_KEYS", "TOOL_OPTIONS",
+           "ModelOptions", "declared_options", "merge_model_options", "validate_model_options",
+           "without_tool_options"]
 
 MODEL_OPTIONS_KEY = "model_options"
 
@@ -31,6 +32,21 @@ RESERVED_KEYS = frozenset({"model", "messages", "tools", "stream", "system"})
 
 # Options that only mean something when tools are offered.
 TOOL_OPTIONS = frozenset({"tool_choice", "parallel_tool_calls", "disable_parallel_tool_use"})
+
+
+# The options the OpenAI Chat Completions protocol documents (DESIGN.md 12): what the
+# ``openai`` provider, and every endpoint of its type, declares.
+OPENAI_OPTIONS = frozenset({"temperature", "top_p", "max_tokens", "seed", "stop", "tool_choice",
+                            "parallel_tool_calls", "response_format"})
+
+
+def declared_options(provider: object) -> frozenset[str] | None:
+    """The model options ``provider`` declares (its ``declared_options`` attribute), or None
+    when it declares nothing (every option is then passed through unchecked)."""
+    found = getattr(provider, "declared_options", None)
+    if isinstance(found, frozenset | set | tuple | list):
+        return frozenset(str(name) for name in found)
+    return None
 
 
 class ModelOptions(BaseModel):

@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -290,6 +290,8 @@ class ScriptedProvider:
     """
 
     answers_offline = True  # see ScriptCursor
+    # No model is asked, so no model option means anything here.
+    declared_options: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, script: ScriptSource | None = None, *, name: str = "scripted") -> None:
         self.name = name

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
 from datamachine.errors import ProviderError, UsageError
 from datamachine.providers.base import ProviderRequest, ProviderResponse, StreamDelta
@@ -81,6 +81,9 @@ class WireProvider:
     API_KEY_ENV = ""
     DEFAULT_NAME = ""
     answers_normalized = True
+    # The model options this provider understands (``-o KEY VALUE`` of another key is refused
+    # on the command line unless ``--option-passthrough``); None: not declared, anything goes.
+    declared_options: ClassVar[frozenset[str] | None] = None
 
     def __init__(
         self,

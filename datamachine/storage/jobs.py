@@ -103,6 +103,11 @@ def _encode_data(engine_data: Mapping[str, Any] | None, what: str) -> dict[str, 
     if not isinstance(engine_data, Mapping):
         raise UsageError(f"{what} must be a dict, got {type(engine_data).__name__}.")
     data = dict(engine_data)
+    where = _non_text_key(data)
+    if where is not None:
+        # JSON would turn {1: "x"} into {"1": "x"}: a job that reads back other than written.
+        raise UsageError(f"{what}{where[0]} has the key {brief_repr(where[1])}; keys must be "
+                         "strings (JSON object keys).")
     try:
         plain_json(data)
     except (TypeError, ValueError) as exc:
@@ -111,6 +116,23 @@ def _encode_data(engine_data: Mapping[str, Any] | None, what: str) -> dict[str, 
     if problem is not None:
         raise UsageError(f"{what}{problem[0]} cannot be stored: {problem[1]}.")
     return data
+
+
+def _non_text_key(value: Any, path: str = "") -> tuple[str, Any] | None:
+    """(where, key) of the first mapping key that is not a string, else None."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return path, key
+            found = _non_text_key(item, f"{path}[{key!r}]")
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _non_text_key(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
 
 
 def _job(row: Any) -> Job:

@@ -147,7 +147,13 @@ class TranscriptStore:
         return self.locks.renew(session_id, token, ttl)
 
     def release(self, session_id: str, token: str) -> bool:
-        """Release the lock if ``token`` holds it; a stale token releases nothing."""
+        """Release the lock if ``token`` holds it; a stale token releases nothing. A token that
+        is not one (None: an ``acquire`` that found the lock held gave none) is a UsageError,
+        not a quiet False."""
+        if not isinstance(token, str) or not token:
+            raise UsageError(f"token must be the lock token acquire() returned, got "
+                             f"{brief_repr(token)}; acquire() returns None when another run "
+                             "holds the lock, and then there is nothing to release.")
         return self.locks.release(session_id, token)
 
     # -- a run's writer --------------------------------------------------------------------

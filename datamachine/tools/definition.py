@@ -26,7 +26,8 @@ from datamachine.tools.docstrings import parse_docstring
 from datamachine.tools.typed import CONTEXT_PARAMETER, signature_arguments
 from datamachine.tools.validation import ArgumentValidator, ParameterValidator
 
-__all__ = ["DUPLICATE_POLICIES", "TOOL_NAME_PATTERN", "Tool", "tool_problem"]
+__all__ = ["DUPLICATE_POLICIES", "JSON_SCHEMA_TYPES", "TOOL_NAME_PATTERN", "Tool",
+           "definition_problem", "tool_problem"]
 
 # Names every provider accepts for a function (OpenAI's rule is the strictest).
 TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -96,7 +97,7 @@ class Tool(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> Tool:
         _fill_schema_defaults(self.parameters)
-        problem = tool_problem(self)
+        problem = tool_problem(self) or definition_problem(self)
         if problem is not None:
             raise ValueError(problem)
         return self
@@ -252,6 +253,136 @@ def tool_problem(tool: Tool) -> str | None:
     if not isinstance(tool.description, str):
         return f"field 'description' must be a string, got {type(tool.description).__name__}"
     return _schema_problem(tool.parameters) or _runtime_problem(tool.runtime)
+
+
+def definition_problem(tool: Tool) -> str | None:
+    """What is checked once, when a tool is defined (a whole walk of its schema, too slow to
+    repeat every run): the schema is JSON (no Python set, no non-string key, no NaN), every
+    ``type`` is a JSON-schema type, every ``$ref`` points into the schema, and every parameter
+    is one the function takes (unless it takes ``**kwargs``)."""
+    problem = _node_problem(tool.parameters, "parameters", tool.parameters)
+    if problem is not None:
+        return problem
+    return _unknown_parameter(tool)
+
+
+# JSON-schema keywords whose values are schemas: a map of them, a list of them, or one.
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions",
+                          "dependentSchemas"})
+_SCHEMA_LISTS = frozenset({"anyOf", "oneOf", "allOf", "prefixItems"})
+_SCHEMA_ONE = frozenset({"items", "additionalProperties", "not", "if", "then", "else",
+                         "contains", "propertyNames", "unevaluatedProperties",
+                         "unevaluatedItems", "additionalItems"})
+JSON_SCHEMA_TYPES = ("string", "number", "integer", "boolean", "array", "object", "null")
+
+
+def _data_problem(value: Any, path: str) -> str | None:
+    """Why ``value`` is not JSON data, or None."""
+    if value is None or isinstance(value, str | bool | int):
+        return None
+    if isinstance(value, float):
+        return None if value == value and abs(value) != float("inf") else (
+            f"{path} is {value!r}, which JSON cannot hold")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path} has the key {brief_repr(key)}; JSON keys are strings"
+            found = _data_problem(item, f"{path}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _data_problem(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+        return None
+    hint = " (use a list)" if isinstance(value, set | frozenset | tuple) else ""
+    return f"{path} is a Python {type(value).__name__}; a JSON schema holds JSON values{hint}"
+
+
+def _node_problem(node: Any, path: str, root: dict[str, Any]) -> str | None:
+    """Why the schema ``node`` (at ``path``) is not a usable JSON schema, or None."""
+    if isinstance(node, bool):
+        return None  # true / false are schemas
+    if not isinstance(node, dict):
+        return _data_problem(node, path) or f"{path} must be a schema (a dict)"
+    for key, value in node.items():
+        if not isinstance(key, str):
+            return f"{path} has the key {brief_repr(key)}; JSON keys are strings"
+        found = _keyword_value_problem(key, value, f"{path}.{key}", root)
+        if found is not None:
+            return found
+    return None
+
+
+def _keyword_value_problem(key: str, value: Any, where: str,
+                           root: dict[str, Any]) -> str | None:
+    """Why the value of one schema keyword is wrong: a sub-schema (or a map or list of them)
+    is walked, any other value must be JSON data."""
+    subschemas: list[tuple[str, Any]] = []
+    if key in _SCHEMA_MAPS and isinstance(value, dict):
+        subschemas = [(f"{where}.{name}", sub) for name, sub in value.items()]
+    elif isinstance(value, list) and (key in _SCHEMA_LISTS or key == "items"):
+        subschemas = [(f"{where}[{index}]", sub) for index, sub in enumerate(value)]
+    elif key in _SCHEMA_ONE:
+        subschemas = [(where, value)]
+    else:
+        return _data_problem(value, where) or _keyword_problem(key, value, where, root)
+    for sub_path, sub in subschemas:
+        found = _node_problem(sub, sub_path, root)
+        if found is not None:
+            return found
+    return _data_problem(value, where)  # a map's own keys (a set of names is no map)
+
+
+def _keyword_problem(key: str, value: Any, where: str, root: dict[str, Any]) -> str | None:
+    if key == "type":
+        kinds = value if isinstance(value, list) else [value]
+        for kind in kinds:
+            if kind not in JSON_SCHEMA_TYPES:
+                return (f"{where} {brief_repr(kind)} is not a JSON-schema type (one of "
+                        f"{', '.join(JSON_SCHEMA_TYPES)})")
+    elif key == "$ref" and not _resolves(root, value):
+        return (f"{where} {brief_repr(value)} points to nothing in the schema (define it under "
+                "parameters.$defs and refer to it as '#/$defs/Name')")
+    return None
+
+
+def _resolves(root: dict[str, Any], ref: object) -> bool:
+    """Whether the local reference ``ref`` (``#/$defs/Place``) names a part of ``root``."""
+    if not isinstance(ref, str) or not ref.startswith("#"):
+        return False
+    node: Any = root
+    for part in [p for p in ref[1:].split("/") if p]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdecimal() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True
+
+
+def _unknown_parameter(tool: Tool) -> str | None:
+    """A parameter the schema offers that the function cannot take, or None."""
+    signature = _signature(tool.function)
+    properties = tool.parameters.get("properties")
+    if signature is None or not isinstance(properties, dict):
+        return None
+    params = signature.parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return None
+    taken = [name for name, p in params.items() if name != CONTEXT_PARAMETER
+             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for name in properties:
+        if name not in taken:
+            function = getattr(tool.function, "__name__", "the function")
+            return (f"parameters.properties.{name}: {function}() takes no parameter {name!r} "
+                    f"(it takes: {', '.join(taken) or 'none'}); rename the parameter, add it "
+                    "to the function, or give the function **kwargs")
+    return None
 
 
 def _fill_schema_defaults(schema: dict[str, Any]) -> None:

@@ -392,7 +392,7 @@ def test_a_paused_runs_hint_names_the_whole_session_id(runner: CliRunner, tmp_pa
     script.write_text(json.dumps([{"content": "", "tool_calls": [
         {"id": "x1", "name": "nonexistent", "parameters": {}}]}]))
     code, out = invoke(runner, tmp_path / "d.db", "run", "go", "--script", str(script),
-                       "--max-turns", "1", "--confirmation", "pause")
+                       "--max-turns", "1", "--confirmation", "pause", "--verbose")
     assert code == 4, out
     session = out.split("transcript:  ")[1].split()[0]
     assert len(session) == 32

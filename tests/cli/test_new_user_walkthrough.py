@@ -44,12 +44,21 @@ def test_script_picks_the_scripted_provider_whatever_the_default(db: Path,
 
 def test_model_and_options_on_the_scripted_fallback_get_the_notice(db: Path) -> None:
     # `run -m llama3.2 -o temperature 0.2` echoed with exit 0 and no word that -m went nowhere.
-    asked = _cli(db, "run", "-m", "llama3.2", "-o", "temperature", "0.2", "hi")
+    asked = _cli(db, "run", "-m", "llama3.2", "hi")
     assert asked.returncode == 0, asked.stderr
     notes = [line for line in asked.stderr.splitlines() if line.startswith("Note:")]
     assert len(notes) == 1
     assert "-m and -o reach no model" in notes[0]
     assert "--provider" in notes[0]
+    # An option the scripted provider does not declare is refused (issue 39), naming the way out.
+    refused = _cli(db, "run", "-m", "llama3.2", "-o", "temperature", "0.2", "hi")
+    assert refused.returncode == 2
+    assert "the scripted provider declares no model options" in refused.stderr
+    assert "settings set default_provider openai" in refused.stderr
+    passed = _cli(db, "run", "-m", "llama3.2", "-o", "temperature", "0.2",
+                  "--option-passthrough", "hi")
+    assert passed.returncode == 0, passed.stderr
+    assert "-m and -o reach no model" in passed.stderr
     plain = _cli(db, "run", "hi")
     assert "Note:" not in plain.stderr
 

@@ -320,9 +320,11 @@ def test_unknown_assertion_keys_are_reported_in_warnings(host: Host) -> None:
 def test_invalid_assertions_fail_before_any_provider_call(host: Host) -> None:
     with pytest.raises(InvalidCompletionAssertions,
                        match=r"minimum_successful_tool_counts\.fetch: must be a positive"):
-        run(host, [], {"minimum_successful_tool_counts": {"fetch": 0}}, [fetch])
+        run(host, [say("never asked")], {"minimum_successful_tool_counts": {"fetch": 0}},
+            [fetch])
     with pytest.raises(UsageError, match="configured_handler_slugs"):
-        run(host, [], None, [fetch], configured_handler_slugs=7)
+        run(host, [say("never asked")], None, [fetch], configured_handler_slugs=7)
+    assert host.transcripts.list() == []
 
 
 def test_single_turn_with_missing_assertions_is_incomplete(host: Host) -> None:

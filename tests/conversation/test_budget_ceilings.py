@@ -76,7 +76,7 @@ def test_a_token_budget_takes_a_ceiling_in_its_own_range(host: Host) -> None:
     host.budgets.register(BudgetSpec(name="prompt_tokens", unit="tokens", default=1000,
                                      max=10**12))
     with pytest.raises(InvalidBudgetValue, match="between 1 and 10,000"):
-        run(host, {"tool_calls": 10**6}, [])
+        run(host, {"tool_calls": 10**6}, [{"content": "never"}])
     result = run(host, {"prompt_tokens": 10**9, "tool_calls": 10}, [{"content": "hi"}])
     assert result.status == "completed"
 

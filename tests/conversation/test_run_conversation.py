@@ -160,9 +160,13 @@ def test_runtime_objects_never_reach_tools_or_requests() -> None:
         seen.append(dict(context.payload))
         return "ok"
 
+    class Policy:  # a completion policy: a runtime object like the others
+        def record_natural_completion(self, messages: Any, content: Any, context: Any) -> Any:
+            return datamachine.Decision(complete=True)
+
     recorder = Recorder([{"tool_calls": [{"name": "peek", "parameters": {}}]}, {"content": "done"}])
     payload = {"job_id": 7, "agent_slug": "a", "event_sink": lambda e, p: None,
-               "completion_policy": object(), "transcript_lock_ttl": 30, "budget_pressure": True}
+               "completion_policy": Policy(), "transcript_lock_ttl": 30, "budget_pressure": True}
     with boot_with(recorder) as host:
         result = host.run_conversation(USER, [peek], "scripted", "m", payload=payload)
     assert result.status == "completed"

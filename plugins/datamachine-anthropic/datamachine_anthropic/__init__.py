@@ -15,8 +15,9 @@ notices, the tool-less final summary, bad arguments):
   a user message (consecutive results of one turn share it); messages of one role in a row are
   merged, as the API wants turns to alternate;
 * tools become ``{"name", "description", "input_schema"}``;
-* model options: ``max_tokens`` (required by the API; default ``DEFAULT_MAX_TOKENS``, 4096),
-  ``stop`` → ``stop_sequences``, ``tool_choice``
+* model options (declared in ``AnthropicProvider.declared_options``): ``max_tokens``
+  (required by the API; default ``DEFAULT_MAX_TOKENS``, 4096), ``stop`` → ``stop_sequences``,
+  ``tool_choice``
   (``"auto"``, ``"required"`` → ``any``, ``"none"``, or ``{"type": "function", "function":
   {"name"}}`` → ``{"type": "tool", "name"}``; Anthropic's own form passes as is),
   ``parallel_tool_calls=False`` → ``disable_parallel_tool_use``. ``seed``, ``response_format``
@@ -70,6 +71,12 @@ class AnthropicProvider(WireProvider):
 
     API_KEY_ENV = API_KEY_ENV
     DEFAULT_NAME = "anthropic"
+    # The Messages API's own fields, and the OpenAI names translated to them (``stop``,
+    # ``parallel_tool_calls``); ``seed`` and ``response_format`` have no equivalent and are not
+    # declared, so ``-o seed 1`` is refused instead of silently dropped.
+    declared_options = frozenset({
+        "max_tokens", "temperature", "top_p", "top_k", "stop", "stop_sequences",
+        "tool_choice", "parallel_tool_calls", "thinking", "metadata", "service_tier"})
 
     def resolved_base_url(self) -> str:
         """The base URL this provider would call now (argument, environment, default)."""
