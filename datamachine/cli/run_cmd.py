@@ -209,10 +209,7 @@ def _continue_run(ask: _Ask, session_id: str, text: str) -> Any:
         if ask.mode is None and start.mode:
             ask.mode = start.mode.split(",") if "," in start.mode else start.mode
         ask.payload.update(transcript_session_id=start.session_id, transcript_lock=start.lock)
-        result = ask.run([*start.messages, {"role": "user", "content": text}])
-    # run_conversation counts this run's turns only; the transcript counts every run's.
-    stored = host.transcripts.summary(start.session_id)
-    return result.model_copy(update={"cumulative_turn_count": stored.cumulative_turn_count})
+        return ask.run([*start.messages, {"role": "user", "content": text}])
 
 
 def check_run_flags(*, system: str | None, single_turn: bool, max_turns: int | None,

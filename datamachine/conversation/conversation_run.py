@@ -68,7 +68,7 @@ from datamachine.conversation.result import ConversationResult, empty_usage
 from datamachine.conversation.spec import RunSpec
 from datamachine.conversation.spending import SpendWindows, parse_spend_limits, scopes_of
 from datamachine.conversation.timeline import RunTimeline
-from datamachine.errors import UsageError
+from datamachine.errors import DataMachineError, UsageError
 from datamachine.observe import RunInfo, RunObserver, close_observers, wants_content
 from datamachine.providers.base import ProviderResponse
 from datamachine.providers.options import (
@@ -647,7 +647,7 @@ class ConversationRun:
             ConversationResult,
             messages=end.messages, final_content=end.final_content,
             turn_count=end.turn_count,
-            cumulative_turn_count=self.cumulative_base + end.turn_count,
+            cumulative_turn_count=self._cumulative(end),
             completed=status == "completed", status=status,
             budget=end.budget, flags=list(end.flags),
             max_turns_reached=status == "budget_exceeded" and end.budget == CONVERSATION_TURNS,
@@ -671,6 +671,19 @@ class ConversationRun:
         if self.completion.job is not None:  # a pipeline job's record, read only for one
             self.completion.settle_job(_job_fields(result))
         return result
+
+
+    def _cumulative(self, end: RunStop) -> int:
+        """Every run's turns on this transcript: a run given the id of a transcript the host
+        already stores (``transcript_session_id``) goes on counting from its stored runs."""
+        if (self.cumulative_base == 0 and self.spec.runtime.transcript_session_id is not None
+                and self.persister is self.services.transcripts and end.session_id
+                and end.status != "transcript_lock_contention"):
+            try:
+                return self.services.transcripts.summary(end.session_id).cumulative_turn_count
+            except DataMachineError:  # not stored after all (a failed write): this run's
+                pass
+        return self.cumulative_base + end.turn_count
 
 
 _DIAGNOSTIC_DEFAULTS: dict[str, Any] = {

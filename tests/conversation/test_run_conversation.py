@@ -572,3 +572,16 @@ def test_tool_calls_cut_off_are_not_a_truncated_answer(host: Host) -> None:
     result = host.run_conversation(USER, [double], "scripted", "m", payload={"script": script})
     assert result.status == "completed"
     assert result.flags == []
+
+
+def test_a_run_on_a_stored_transcript_counts_every_run_of_it(host: Host) -> None:
+    """A run given the id of a transcript the host already stores goes on counting from it
+    (it reported its own turns only: the command line's -c had to correct it)."""
+    script = [{"tool_calls": [call(2, "a")]}, {"content": "done"}]
+    first = host.run_conversation(USER, [double], "scripted", "m",
+                                  payload={"script": script, "transcript_session_id": "again"})
+    second = host.run_conversation(USER, [double], "scripted", "m",
+                                   payload={"script": script, "transcript_session_id": "again"})
+    assert (first.turn_count, first.cumulative_turn_count) == (2, 2)
+    assert (second.turn_count, second.cumulative_turn_count) == (2, 4)
+    assert host.transcripts.summary("again").cumulative_turn_count == 4
