@@ -680,7 +680,8 @@ class ConversationRun:
                 and self.persister is self.services.transcripts and end.session_id
                 and end.status != "transcript_lock_contention"):
             try:
-                return self.services.transcripts.summary(end.session_id).cumulative_turn_count
+                stored = self.services.transcripts.summary(end.session_id)
+                return int(stored.cumulative_turn_count)
             except DataMachineError:  # not stored after all (a failed write): this run's
                 pass
         return self.cumulative_base + end.turn_count
