@@ -199,7 +199,9 @@ class LoopSettings:
     generic loop's own stopping rule (None: go on while a turn called tools or added
     messages); ``writer`` or ``persister`` and ``lock``: where the transcript goes;
     ``request``: what the persister stores with it (provider, model, mode);
-    ``pending_calls``: the calls a paused run left waiting, run before the first turn.
+    ``pending_calls``: the calls a paused run left waiting, run before the first turn;
+    ``stop_on_budget``: a spent budget a person declined to extend (a resumed run stops on it
+    at once, whatever else is spent).
     """
 
     hooks: LoopHooks
@@ -219,3 +221,5 @@ class LoopSettings:
     ttl: int = 300
     request: Mapping[str, Any] = EMPTY
     pending_calls: tuple[Mapping[str, object], ...] = ()
+    # A budget a person declined to extend: the run stops on it before its first turn.
+    stop_on_budget: str | None = None

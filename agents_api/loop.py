@@ -189,7 +189,10 @@ class LoopRun:
         if not (yield from self._acquire_lock()):
             return self._contended()
         try:
-            if self.settings.pending_calls:
+            declined = self.budgets.get(self.settings.stop_on_budget or "")
+            if declined is not None:  # a person said no: nothing else is asked or run
+                self._stop(Outcome("budget_exceeded", budget=declined))
+            elif self.settings.pending_calls:
                 yield from self._run_waiting_calls()
             yield from self._begin()
             while self.outcome is None:

@@ -445,7 +445,8 @@ class ConversationRun:
             session_id=self.session_id, ttl=runtime.transcript_lock_ttl,
             request={"provider": spec.provider, "model": spec.model, "mode": spec.mode,
                      "token_name": runtime.token_name},
-            pending_calls=(resumption.pending_calls if resumption is not None else ()))
+            pending_calls=(resumption.pending_calls if resumption is not None else ()),
+            stop_on_budget=resumption.declined_budget if resumption is not None else None)
 
     # -- the loop's hooks -------------------------------------------------------------------
     def run_turn(self, messages: list[Message], context: TurnContext

@@ -23,7 +23,7 @@ from datamachine import (
 )
 from datamachine.errors import InvalidSetting
 from datamachine.host import Host
-from datamachine.tools import Tool
+from datamachine.tools import Tool, ToolContext
 from tests.conversation.hitl_tools import DELETE, LOOKUP, RUNS, HitlTools
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -433,3 +433,31 @@ def test_a_paused_pipeline_run_settles_its_job_and_the_resume_runs_without_it(
                           payload={"script": [{"content": "done"}]})
     assert resumed.status == "completed"
     assert host.jobs.get(job.id).status == "failed"  # settled once, by the paused run
+
+
+def _fetch(q: str, context: ToolContext) -> str:
+    """Fetch something, counted by the fetches budget."""
+    context.budget("fetches").increment()
+    return f"fetched {q}"
+
+
+FETCH = Tool(name="fetch", description="Fetch something.", function=_fetch)
+
+
+def test_declining_a_pause_ends_the_run_on_the_declined_budget(host: Host) -> None:
+    """A run paused on a plugin budget, with its turn budget spent too: declined, it stops on
+    the budget the person declined (with its summary), never pausing again on the turns."""
+    host.budgets.register("fetches", {"default": 1, "min": 1, "max": 5})
+    script = [{"tool_calls": [{"id": "f1", "name": "fetch", "parameters": {"q": "a"}}]},
+              {"content": "Fetched a."}]
+    paused = host.run_conversation([{"role": "user", "content": "fetch"}], [FETCH], "scripted",
+                                   "m", max_turns=1, payload={**PAUSE, "script": script})
+    assert paused.status == "awaiting_confirmation"
+    assert paused.pending is not None and paused.pending["budget"] == "fetches"
+    declined = host.resume(paused.transcript_session_id, False, tools=[FETCH],
+                           payload={"script": [{"content": "Fetched a, then stopped."}]})
+    assert (declined.status, declined.budget) == ("budget_exceeded", "fetches")
+    assert declined.flags == ["max_fetches_reached"]
+    assert declined.final_content == "Fetched a, then stopped."
+    assert declined.pending is None
+    assert stored_status(host, paused.transcript_session_id) == "budget_exceeded"
