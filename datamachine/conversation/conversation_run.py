@@ -98,13 +98,15 @@ class ConversationRun:
     continuation read the stored history under it); ``turn_gate``: asked after every provider
     turn (a chat session's limit); ``cumulative_base``: the session's turns before this run;
     ``resumption``: where a paused run stopped, for the run that resumes it; ``on_text``: where
-    the model's text goes as it arrives (a streamed run).
+    the model's text goes as it arrives (a streamed run); ``between_turns``: what a streamed run
+    waits for before each turn (its consumer to take the events so far).
     """
 
     def __init__(self, services: Services, spec: RunSpec, *,
                  writer: TranscriptWriter | None = None, turn_gate: TurnGate | None = None,
                  cumulative_base: int = 0, resumption: Resumption | None = None,
                  on_text: Callable[[str], None] | None = None,
+                 between_turns: Callable[[], Awaitable[None]] | None = None,
                  settings: SettingsSnapshot | None = None) -> None:
         self.services = services
         # Read once: the whole run (its set-up, its requests) sees these values.
@@ -145,6 +147,7 @@ class ConversationRun:
         self.executor = self._executor()
         self.pressure = self._pressure()
         self.provider_turn = self._provider_turn(on_text)
+        self.between_turns = between_turns
         self.summary = FinalSummary(self.provider_turn, self.events.emit, meter=self.meter,
                                     enabled=runtime.final_summary)
         # True while the latest answer is a final answer cut off by the output token limit.
@@ -453,6 +456,20 @@ class ConversationRun:
                  ) -> TurnAnswer | Awaitable[TurnAnswer]:
         """One provider turn: the request (with budget pressure), its answer, and what the
         answer means here (what it cost, a chat session's limit, a nudge)."""
+        if self.between_turns is not None:
+            return self._turn_when_ready(self.between_turns, messages, context)
+        return self._turn(messages, context)
+
+    async def _turn_when_ready(self, ready: Callable[[], Awaitable[None]],
+                               messages: list[Message], context: TurnContext) -> TurnAnswer:
+        """A streamed run's turn: once its consumer has taken every event so far."""
+        await ready()
+        answer = self._turn(messages, context)
+        return answer if type(answer) is TurnAnswer else await cast(
+            Awaitable[TurnAnswer], answer)
+
+    def _turn(self, messages: list[Message], context: TurnContext
+              ) -> TurnAnswer | Awaitable[TurnAnswer]:
         provider_turn = self.provider_turn
         if self.stop_requested:
             # The stream's consumer left: no more provider calls; the run ends aborted.

@@ -10,6 +10,12 @@ run ends ``aborted`` with its transcript stored and its lock released, as at any
 
 The synchronous :func:`stream_conversation` runs the async stream on a background thread's own
 event loop and hands the events over a queue.
+
+Between two turns a streamed run waits until its consumer has taken every event so far (not
+between a turn's tool calls: a tool never waits for the consumer). A run whose provider and
+tools never await anything would otherwise run to its end before the consumer saw its first
+event, and a consumer that leaves at the second turn would leave a run that had already spent
+its whole budget.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import asyncio
 import contextvars
 import queue
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -98,30 +104,48 @@ async def astream_on(services: Services, messages: Any, tools: Any = None,
                      provider: str | None = None, model: str | None = None,
                      mode: Any = "pipeline", payload: dict[str, Any] | None = None,
                      max_turns: int | None = None, single_turn: bool = False, *,
-                     output_type: Any = None) -> AsyncGenerator[StreamEvent, None]:
-    """Run one conversation on ``services`` (a host), yielding its events as they happen."""
+                     output_type: Any = None,
+                     consumer_caught_up: Callable[[], Awaitable[None]] | None = None,
+                     ) -> AsyncGenerator[StreamEvent, None]:
+    """Run one conversation on ``services`` (a host), yielding its events as they happen.
+    ``consumer_caught_up``: what else a turn waits for (the synchronous stream's consumer in
+    its own thread); a turn always waits until every earlier event was taken from here."""
     from datamachine.conversation.conversation_run import ConversationRun
     from datamachine.conversation.payload import check_event_sink, payload_mapping
     from datamachine.host import with_output_type
 
     events: asyncio.Queue[StreamEvent] = asyncio.Queue()
+    taken = asyncio.Event()  # every event so far was taken by the consumer
+    taken.set()
+
+    def put(event: StreamEvent) -> None:
+        taken.clear()
+        events.put_nowait(event)
+
+    async def between_turns() -> None:
+        await taken.wait()
+        if consumer_caught_up is not None:
+            await consumer_caught_up()
+
     given = dict(payload_mapping(payload))
     # Checked before it is wrapped: inside the stream's own sink it would pass the payload
     # check, then raise at every event and starve the stream.
     given["event_sink"] = _chained(
         check_event_sink(given.get("event_sink")),
-        lambda event, data: events.put_nowait(from_loop_event(event, data)))
+        lambda event, data: put(from_loop_event(event, data)))
     run = ConversationRun.create(
         services, messages, tools, provider, model, mode, with_output_type(given, output_type),
-        max_turns,
-        single_turn,
-        on_text=lambda text: events.put_nowait(StreamEvent(type="text_delta", text=text)))
+        max_turns, single_turn,
+        on_text=lambda text: put(StreamEvent(type="text_delta", text=text)),
+        between_turns=between_turns)
     task = asyncio.ensure_future(run.arun())
     try:
         while True:
             waiting = asyncio.ensure_future(events.get())
             await asyncio.wait({waiting, task}, return_when=asyncio.FIRST_COMPLETED)
             if waiting.done():
+                if events.empty():
+                    taken.set()
                 yield waiting.result()
                 continue
             waiting.cancel()
@@ -133,6 +157,7 @@ async def astream_on(services: Services, messages: Any, tools: Any = None,
         if not task.done():
             # The consumer left: the run stops at its next safe point and stores its end.
             run.request_stop()
+            taken.set()  # a turn waiting for the consumer goes on, to stop
             await asyncio.shield(task)
 
 
@@ -144,11 +169,22 @@ def stream_on(services: Services, *args: Any, **kwargs: Any) -> Iterator[StreamE
     with its own event loop; events come over a queue as they happen."""
     handoff: queue.Queue[Any] = queue.Queue()
     leave = threading.Event()
+    # The consumer came back for more with nothing left to take: a turn may start.
+    idle = threading.Event()
+
+    def wait_for_consumer() -> None:
+        while not (idle.is_set() or leave.is_set()):
+            idle.wait(0.1)  # bounded: it looks at leave again
+
+    async def caught_up() -> None:
+        if not (idle.is_set() or leave.is_set()):
+            await asyncio.to_thread(wait_for_consumer)
 
     async def pump() -> None:
-        stream = astream_on(services, *args, **kwargs)
+        stream = astream_on(services, *args, consumer_caught_up=caught_up, **kwargs)
         try:
             async for item in stream:
+                idle.clear()
                 handoff.put(item)
                 if leave.is_set():
                     break
@@ -165,6 +201,8 @@ def stream_on(services: Services, *args: Any, **kwargs: Any) -> Iterator[StreamE
     worker.start()
     try:
         while True:
+            if handoff.empty():
+                idle.set()
             item = handoff.get()
             if item is _DONE:
                 return

@@ -453,7 +453,9 @@ def test_declining_a_pause_ends_the_run_on_the_declined_budget(host: Host) -> No
     paused = host.run_conversation([{"role": "user", "content": "fetch"}], [FETCH], "scripted",
                                    "m", max_turns=1, payload={**PAUSE, "script": script})
     assert paused.status == "awaiting_confirmation"
-    assert paused.pending is not None and paused.pending["budget"] == "fetches"
+    assert paused.pending is not None
+    assert paused.pending["budget"] == "fetches"
+    assert paused.transcript_session_id is not None
     declined = host.resume(paused.transcript_session_id, False, tools=[FETCH],
                            payload={"script": [{"content": "Fetched a, then stopped."}]})
     assert (declined.status, declined.budget) == ("budget_exceeded", "fetches")

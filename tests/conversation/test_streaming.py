@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -174,3 +174,29 @@ def test_leaving_an_async_stream_early_aborts_the_run_too(host: Host) -> None:
         assert asyncio.run(first_words()) == "The "
     assert host.transcripts.summary("s2").status == "aborted"
     assert host.transcripts.locks.held() == []
+
+
+def _looping(turns: int) -> list[dict[str, Any]]:
+    return [{"content": f"Turn {n}.", "tool_calls": [
+        {"id": f"c{n}", "name": "double", "parameters": {"n": n}}]} for n in range(1, turns)]
+
+
+def test_breaking_out_of_a_stream_at_the_second_turn_stops_the_run_there(host: Host) -> None:
+    """A consumer that breaks and closes the iterator ends the run at its next safe point
+    (DESIGN 13): it ran on to its turn budget before (52 model calls after the break, status
+    budget_exceeded), because a run whose provider and tools never wait never let the
+    stream's consumer act."""
+    host.settings.set("max_turns", 60)
+    script = _looping(60)
+    stream = host.stream_conversation(USER, [double], "scripted", "m",
+                                      payload={"script": script,
+                                               "transcript_session_id": "left"})
+    assert isinstance(stream, Generator)
+    for event in stream:
+        if event.type == "event" and event.event == "turn_started" and \
+                event.payload is not None and event.payload["turn"] == 2:
+            break
+    stream.close()
+    stored = host.transcripts.summary("left")
+    assert stored.status == "aborted"
+    assert stored.turn_count <= 3  # the turn it left in, at most one more
