@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from freezegun import freeze_time
@@ -24,6 +24,7 @@ from agents_api import (
     arun_loop,
     run_loop,
 )
+from agents_api.records import ToolRecord
 
 USER = [{"role": "user", "content": "go"}]
 
@@ -73,7 +74,8 @@ def test_tool_calls_run_through_executor_and_usage_is_summed() -> None:
                       tool_executor=double)
     assert result.status == "completed"
     assert result.turn_count == 3
-    assert [r["result"]["result"] for r in result.tool_execution_results] == [20, 40]
+    records = cast("list[ToolRecord]", result.tool_execution_results)
+    assert [r["result"]["result"] for r in records] == [20, 40]
     assert result.usage == {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 7}
     types = [m.type for m in result.messages]
     assert types == ["text", "tool_call", "tool_result", "tool_call", "tool_result", "text"]
@@ -247,15 +249,16 @@ def test_tool_failures_never_end_the_run() -> None:
     result = run_loop(USER, calling_runner(answer_on=3), turn_budget=IterationBudget("t", 5),
                       tool_executor=executor)
     assert result.status == "completed"
-    first, second = result.tool_execution_results
+    first, second = cast("list[ToolRecord]", result.tool_execution_results)
     assert first["result"]["error_type"] == "executor_exception"
-    assert "bad input" in first["result"]["error"]
+    assert "bad input" in str(first["result"]["error"])
     assert second["result"] == {"success": False, "error": "nope"}
 
 
 def test_without_executor_tool_calls_get_a_readable_failure() -> None:
     result = run_loop(USER, calling_runner(answer_on=2), turn_budget=IterationBudget("t", 5))
-    assert result.tool_execution_results[0]["result"]["error_type"] == "executor_unavailable"
+    failed = cast("list[ToolRecord]", result.tool_execution_results)[0]["result"]
+    assert failed["error_type"] == "executor_unavailable"
 
 
 def test_event_sink_that_raises_never_changes_the_result() -> None:
@@ -583,7 +586,7 @@ def test_hung_sync_tool_is_abandoned_at_the_wall_clock() -> None:
         release.set()
     assert result.status == "budget_exceeded"
     assert result.budget == "wall_clock_seconds"
-    failed = result.tool_execution_results[0]["result"]
+    failed = cast("list[ToolRecord]", result.tool_execution_results)[0]["result"]
     assert failed["error_type"] == "deadline_exceeded"
 
 

@@ -15,7 +15,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents_api import Message, RunStop
 from agents_api.drive import Steps, awaitable
@@ -24,6 +24,9 @@ from datamachine.conversation.metering import RunMeter, SummaryWontFit
 from datamachine.conversation.provider_turn import ProviderTurn, describe_ignored_usage
 from datamachine.providers.base import ProviderResponse
 from datamachine.tools.results import is_rejected
+
+if TYPE_CHECKING:
+    from agents_api.budget import BudgetSnapshot
 
 __all__ = ["FinalSummary", "Summary", "fallback_summary", "strip_thinking", "summary_prompt"]
 
@@ -110,7 +113,7 @@ class FinalSummary:
         if not self.wanted(stop):
             return None
         assert stop.budget is not None
-        snapshot = stop.budgets.get(stop.budget, {})
+        snapshot: BudgetSnapshot | dict[str, int] = stop.budgets.get(stop.budget, {})
         current, ceiling = int(snapshot.get("current", 0)), int(snapshot.get("ceiling", 0))
         calls = sum(1 for r in stop.tool_execution_results if _ran(r["result"]))
         prompt = summary_prompt(stop.budget, current, ceiling, calls)
