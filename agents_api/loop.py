@@ -219,7 +219,7 @@ class LoopRun:
             return
         turn = self._start_turn()
         try:
-            raw = self.hooks.run_turn(self.messages, turn.context)
+            raw: object = self.hooks.run_turn(self.messages, turn.context)
             if type(raw) is not TurnAnswer and awaitable(raw):
                 left = self._deadline_left()
                 raw = yield (raw if left is None else bounded(raw, left))
@@ -326,7 +326,7 @@ class LoopRun:
             return True
         token: str | None = None
         if settings.lock is not None and self.session_id:
-            acquired = settings.lock.acquire(self.session_id, settings.ttl)
+            acquired: object = settings.lock.acquire(self.session_id, settings.ttl)
             if awaitable(acquired):
                 acquired = yield acquired
             if not acquired:
@@ -340,7 +340,7 @@ class LoopRun:
         persister, lock = settings.persister, settings.lock
         if self.session_id is None or (persister is None and token is None):
             return None
-        owner = lock.lock if isinstance(lock, HeldLock) else lock
+        owner: object = lock.lock if isinstance(lock, HeldLock) else lock
         open_writer = getattr(persister, "open_writer", None)
         if open_writer is not None and (token is None or owner is persister):
             # The persister is also the lock: its writer proves the lock on every write.
@@ -440,7 +440,7 @@ class LoopRun:
         if not (_can_hold(budget, needed) if needed else budget.extendable()):
             return False
         try:
-            answer = self.hooks.budget_spent(budget, self.context.with_turn(
+            answer: object = self.hooks.budget_spent(budget, self.context.with_turn(
                 self.turn_count, None))
             if awaitable(answer):
                 answer = yield answer
@@ -668,7 +668,7 @@ class LoopRun:
             outcome = self._call_ended(call, turn.number, raw)
             self._count_tool_call(per_tool)
             try:
-                decision = hooks.after_tool(outcome, context)
+                decision: object = hooks.after_tool(outcome, context)
                 if decision is not None and type(decision) is not Decision \
                         and awaitable(decision):
                     decision = yield decision
@@ -755,7 +755,7 @@ class LoopRun:
                 renewed = self.transcript.renew()
                 if awaitable(renewed):
                     yield renewed
-            answer = self.hooks.stop(stop, self.context.with_turn(
+            answer: object = self.hooks.stop(stop, self.context.with_turn(
                 self.turn_count, self._deadline_left()))
             if awaitable(answer):
                 answer = yield answer

@@ -294,7 +294,7 @@ def test_event_order_for_one_tool_turn() -> None:
 
 def test_should_continue_overrides_the_default_rule() -> None:
     result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 9),
-                      tool_executor=double, should_continue=lambda r, c: c["turn"] < 2)
+                      tool_executor=double, should_continue=lambda r, c: cast(int, c["turn"]) < 2)
     assert (result.status, result.turn_count) == ("completed", 2)
 
 

@@ -123,7 +123,7 @@ class FinalSummary:
         while attempts < 2 and not text:
             attempts += 1
             try:
-                answer = self.summarize(stop.messages, prompt)
+                answer: object = self.summarize(stop.messages, prompt)
                 if awaitable(answer):
                     answer = yield asyncio.wait_for(answer, timeout=grace)
             except Exception as exc:  # any failure of the summary call falls back
