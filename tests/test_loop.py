@@ -132,7 +132,7 @@ def test_spent_tool_budget_runs_no_tool_at_all() -> None:
     ran: list[str] = []
     result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("turns", 5),
                       budgets=[IterationBudget("tool_calls", 2, 2)],
-                      tool_executor=lambda c, ctx: ran.append(c["name"]))
+                      tool_executor=lambda c, ctx: ran.append(cast(str, c["name"])))
     assert result.status == "budget_exceeded"
     assert result.turn_count == 0
     assert ran == []
