@@ -31,6 +31,7 @@ class BudgetSnapshot(TypedDict):
     hard_ceiling: int | None
     rail: BudgetRail | None
 
+
 # The budget names the generic loop itself knows. Every other budget is just a name to it:
 # ``tool_calls`` is checked before each tool call (and ``tool_calls_<tool>`` per tool name), and
 # ``wall_clock_seconds`` is set from the clock before each turn and bounds how long a provider

@@ -175,7 +175,7 @@ async def call_in_thread(fn: Callable[[*Ts], T], *args: *Ts) -> T:
         elif error is not None:
             future.set_exception(error)
         else:
-            future.set_result(cast(T, value))  # no error: fn's own result
+            future.set_result(cast("T", value))  # no error: fn's own result
 
     def target() -> None:
         value: T | None
