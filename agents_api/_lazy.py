@@ -7,18 +7,17 @@ storage) never pays for the loop, the executor or their pydantic models until a 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, MutableMapping
 
 __all__ = ["lazy_exports"]
 
 
-def lazy_exports(package: str, exports: Mapping[str, str], namespace: dict[str, Any],
-                 public: list[str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(package: str, exports: Mapping[str, str], namespace: MutableMapping[str, object],
+                 public: list[str]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """The package's ``__getattr__`` and ``__dir__``: ``exports`` maps each lazy name to the
     module defining it; a loaded name is kept in ``namespace`` so it loads once."""
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> object:
         module_name = exports.get(name)
         if module_name is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from agents_api.budget import IterationBudget
 from agents_api.drive import Steps, drive_async, drive_sync
@@ -51,16 +51,21 @@ __all__ = ["MAX_LOCK_TTL", "BudgetExhaustedHook", "CallableHooks", "EventSink",
 MAX_LOCK_TTL = 86_400
 
 # The callables of run_loop (DESIGN.md section 10); each receives the turn's context as a new
-# dict (TurnContext.as_dict), the shape such callables have always been given.
-Context: TypeAlias = dict[str, Any]
+# dict (TurnContext.as_dict), the shape such callables have always been given. Its values are
+# of several types (the turn, the budgets, the session id, the caller's own keys), so they are
+# typed object; a callable may annotate the dict as dict[str, Any], as callables always have.
+Context: TypeAlias = dict[str, object]
 TurnRunner = Callable[[list[Message], Context],
-                      MaybeAwaitable[TurnResult | TurnAnswer | Mapping[str, Any]]]
-# (tool_call, context) -> a result; context also holds "messages" and "tool_call_id".
-ToolExecutor = Callable[[dict[str, Any], dict[str, Any]], Any]
-ToolResultHook = Callable[[dict[str, Any], dict[str, Any], Context],
+                      MaybeAwaitable[TurnResult | TurnAnswer | Mapping[str, object]]]
+# (tool_call, context) -> a result (any value; a Pause: the call waits). The call is its
+# {"id", "name", "parameters"} dict (agents_api.records.ToolCallDict); the context also holds
+# "messages" and "tool_call_id".
+ToolExecutor = Callable[[dict[str, object], Context], object]
+# (tool_call, its normalized result {"success": bool, "result"|"error": ...}, context).
+ToolResultHook = Callable[[dict[str, object], dict[str, object], Context],
                           MaybeAwaitable[Decision | None]]
 # True: the budget was extended; a Pause: stop and wait for a person (agents_api.pause).
-BudgetExhaustedHook = Callable[[IterationBudget, dict[str, Any]],
+BudgetExhaustedHook = Callable[[IterationBudget, dict[str, object]],
                                MaybeAwaitable[bool | Pause | None]]
 # Called once when a run stops, under the transcript lock, before its end is stored: it sees
 # the run (RunStop) and returns the StopVerdict the loop applies (or None: no change).
@@ -96,9 +101,9 @@ class CallableHooks:
         self.on_stop = on_stop
         self.estimate = estimate_request
         self._context: TurnContext | None = None
-        self._dict: dict[str, Any] = {}
+        self._dict: Context = {}
 
-    def _plain(self, context: TurnContext) -> dict[str, Any]:
+    def _plain(self, context: TurnContext) -> Context:
         """``context`` as a dict, one per turn (the callables of a turn share it, as the loop
         has always given them)."""
         if context is not self._context:
@@ -106,7 +111,7 @@ class CallableHooks:
         return self._dict
 
     def run_turn(self, messages: list[Message], context: TurnContext
-                 ) -> MaybeAwaitable[TurnResult | TurnAnswer | Mapping[str, Any]]:
+                 ) -> MaybeAwaitable[TurnResult | TurnAnswer | Mapping[str, object]]:
         """The turn runner's answer."""
         return self.turn_runner(messages, self._plain(context))
 
@@ -146,7 +151,7 @@ class CallableHooks:
 
 
 def run_loop(
-    messages: Iterable[Message | Mapping[str, Any]],
+    messages: Iterable[Message | Mapping[str, object]],
     turn_runner: TurnRunner,
     *,
     turn_budget: IterationBudget,
@@ -154,17 +159,17 @@ def run_loop(
     tool_executor: ToolExecutor | None = None,
     on_event: EventSink | None = None,
     should_continue: ShouldContinue | None = None,
-    transcript_persister: Any = None,
-    transcript_lock: Any = None,
+    transcript_persister: TranscriptPersister | None = None,
+    transcript_lock: TranscriptLock | None = None,
     transcript_session_id: str | None = None,
     transcript_lock_ttl: int = 300,
-    context: Mapping[str, Any] | None = None,
-    request: Mapping[str, Any] | None = None,
+    context: Mapping[str, object] | None = None,
+    request: Mapping[str, object] | None = None,
     on_tool_result: ToolResultHook | None = None,
     on_budget_exhausted: BudgetExhaustedHook | None = None,
     on_stop: StopHook | None = None,
     transcript_writer: TranscriptWriter | None = None,
-    pending_tool_calls: Iterable[Mapping[str, Any]] = (),
+    pending_tool_calls: Iterable[Mapping[str, object]] = (),
     estimate_request: RequestEstimate | None = None,
 ) -> LoopResult:
     """Run a bounded conversation synchronously and return its :class:`LoopResult`.
@@ -191,7 +196,7 @@ def run_loop(
 
 
 async def arun_loop(
-    messages: Iterable[Message | Mapping[str, Any]],
+    messages: Iterable[Message | Mapping[str, object]],
     turn_runner: TurnRunner,
     *,
     turn_budget: IterationBudget,
@@ -199,17 +204,17 @@ async def arun_loop(
     tool_executor: ToolExecutor | None = None,
     on_event: EventSink | None = None,
     should_continue: ShouldContinue | None = None,
-    transcript_persister: Any = None,
-    transcript_lock: Any = None,
+    transcript_persister: TranscriptPersister | None = None,
+    transcript_lock: TranscriptLock | None = None,
     transcript_session_id: str | None = None,
     transcript_lock_ttl: int = 300,
-    context: Mapping[str, Any] | None = None,
-    request: Mapping[str, Any] | None = None,
+    context: Mapping[str, object] | None = None,
+    request: Mapping[str, object] | None = None,
     on_tool_result: ToolResultHook | None = None,
     on_budget_exhausted: BudgetExhaustedHook | None = None,
     on_stop: StopHook | None = None,
     transcript_writer: TranscriptWriter | None = None,
-    pending_tool_calls: Iterable[Mapping[str, Any]] = (),
+    pending_tool_calls: Iterable[Mapping[str, object]] = (),
     estimate_request: RequestEstimate | None = None,
 ) -> LoopResult:
     """Run a bounded conversation inside the running event loop (same arguments as run_loop)."""
@@ -225,7 +230,7 @@ async def arun_loop(
 
 
 def loop_steps(
-    messages: Iterable[Message | Mapping[str, Any]],
+    messages: Iterable[Message | Mapping[str, object]],
     turn_runner: TurnRunner,
     *,
     turn_budget: IterationBudget,
@@ -233,17 +238,17 @@ def loop_steps(
     tool_executor: ToolExecutor | None = None,
     on_event: EventSink | None = None,
     should_continue: ShouldContinue | None = None,
-    transcript_persister: Any = None,
-    transcript_lock: Any = None,
+    transcript_persister: TranscriptPersister | None = None,
+    transcript_lock: TranscriptLock | None = None,
     transcript_session_id: str | None = None,
     transcript_lock_ttl: int = 300,
-    context: Mapping[str, Any] | None = None,
-    request: Mapping[str, Any] | None = None,
+    context: Mapping[str, object] | None = None,
+    request: Mapping[str, object] | None = None,
     on_tool_result: ToolResultHook | None = None,
     on_budget_exhausted: BudgetExhaustedHook | None = None,
     on_stop: StopHook | None = None,
     transcript_writer: TranscriptWriter | None = None,
-    pending_tool_calls: Iterable[Mapping[str, Any]] = (),
+    pending_tool_calls: Iterable[Mapping[str, object]] = (),
     estimate_request: RequestEstimate | None = None,
 ) -> Steps[RunStop]:
     """The run of :func:`run_loop` (same keyword arguments) as a step generator ending in its
@@ -271,7 +276,7 @@ def loop_steps(
     return hooked_steps(messages, settings, budgets, on_event)
 
 
-def hooked_steps(messages: Iterable[Message | Mapping[str, Any]], settings: LoopSettings,
+def hooked_steps(messages: Iterable[Message | Mapping[str, object]], settings: LoopSettings,
                  budgets: Iterable[IterationBudget] = (),
                  on_event: EventSink | EventListener | None = None) -> Steps[RunStop]:
     """One run of the loop on ``settings`` (a product's own hooks) as a step generator ending
@@ -306,7 +311,7 @@ def _budget_map(turn_budget: object, budgets: Iterable[object]) -> dict[str, Ite
     return found
 
 
-def _check_transcript(persister: Any, lock: Any, writer: Any) -> None:
+def _check_transcript(persister: object, lock: object, writer: object) -> None:
     if writer is not None and (persister is not None or lock is not None):
         raise InvalidLoopArgument(
             "transcript_writer already holds its session: pass it alone, without "
@@ -317,7 +322,8 @@ def _check_transcript(persister: Any, lock: Any, writer: Any) -> None:
             "release methods (see agents_api.TranscriptWriter).")
 
 
-def _check_pending_calls(calls: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+def _check_pending_calls(calls: Iterable[Mapping[str, object]]
+                         ) -> tuple[dict[str, object], ...]:
     """Waiting calls as a paused run stored them: each a mapping naming its tool."""
     if isinstance(calls, str | bytes | Mapping):
         raise InvalidLoopArgument("pending_tool_calls must be a list of tool call dicts.")

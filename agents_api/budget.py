@@ -9,14 +9,28 @@ rails a soft ceiling can never pass: a ``hard_ceiling`` (``extend()`` stops ther
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, TypedDict
 
 from agents_api import clock as _clock
 from agents_api.errors import InvalidBudget, brief_repr
 
-__all__ = ["TOOL_CALLS", "WALL_CLOCK", "BudgetRail", "IterationBudget", "per_tool_budget"]
+__all__ = ["TOOL_CALLS", "WALL_CLOCK", "BudgetRail", "BudgetSnapshot", "IterationBudget",
+           "per_tool_budget"]
 
 BudgetRail = Literal["ceiling", "hard_ceiling", "time"]
+
+
+class BudgetSnapshot(TypedDict):
+    """What :meth:`IterationBudget.snapshot` gives: a budget's numbers at one moment, as
+    results, events and stores carry them; ``rail`` says which rail is spent (None: none)."""
+
+    current: int
+    ceiling: int
+    remaining: int
+    exceeded: bool
+    hard_ceiling: int | None
+    rail: BudgetRail | None
+
 
 # The budget names the generic loop itself knows. Every other budget is just a name to it:
 # ``tool_calls`` is checked before each tool call (and ``tool_calls_<tool>`` per tool name), and
@@ -182,7 +196,7 @@ class IterationBudget:
         self._ceiling = new_ceiling
         return new_ceiling
 
-    def snapshot(self) -> dict[str, int | bool | str | None]:
+    def snapshot(self) -> BudgetSnapshot:
         """A JSON-ready picture of the budget for results, events and storage."""
         # The time rail is read once (a result snapshots every budget, twice per run).
         current, ceiling, hard = self._current, self._ceiling, self._hard_ceiling

@@ -15,7 +15,7 @@ import contextvars
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeGuard, TypeVar, TypeVarTuple, cast
 
 from agents_api.errors import InvalidLoopArgument
 from agents_api.results import Decision, TurnAnswer, TurnResult
@@ -29,7 +29,10 @@ __all__ = ["DeadlineReached", "Steps", "ThreadCall", "awaitable", "bounded", "ca
 logger = logging.getLogger("agents_api.loop")
 
 T = TypeVar("T")
-Steps = Generator[Awaitable[Any], Any, T]
+Ts = TypeVarTuple("Ts")
+# A step generator: it yields what must be awaited and is sent back what that gave (any
+# value: the generator knows what it asked for and narrows it), and returns a T.
+Steps = Generator[Awaitable[object], object, T]
 
 
 def drive_sync(steps: Steps[T]) -> T:
@@ -95,7 +98,7 @@ async def drive_async(steps: Steps[T]) -> T:
     return await resume_async(steps, pending)
 
 
-async def resume_async(steps: Steps[T], pending: Awaitable[Any]) -> T:
+async def resume_async(steps: Steps[T], pending: Awaitable[object]) -> T:
     """Finish a step generator whose first awaitable ``pending`` was already yielded.
 
     Lets a caller run the synchronous prefix of a generator itself and only go async when
@@ -129,7 +132,7 @@ _PLAIN_TYPES = frozenset({type(None), bool, int, str, dict, list, TurnAnswer, Tu
                           Decision})
 
 
-def awaitable(value: object) -> TypeGuard[Awaitable[Any]]:
+def awaitable(value: object) -> TypeGuard[Awaitable[object]]:
     """``inspect.isawaitable(value)``, answered at once for the plain values above."""
     return type(value) not in _PLAIN_TYPES and inspect.isawaitable(value)
 
@@ -162,26 +165,27 @@ async def bounded(awaitable: Awaitable[T], seconds: float) -> T:
     return value
 
 
-async def call_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+async def call_in_thread(fn: Callable[[*Ts], T], *args: *Ts) -> T:
     """Run ``fn`` in a daemon thread: a hung sync tool can be abandoned, never joined."""
     import asyncio
     import threading
 
     loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
+    future: asyncio.Future[T] = loop.create_future()
 
     # The caller's context variables (a tracing span, a bound host) go with the call.
     context = contextvars.copy_context()
 
-    def deliver(value: Any, error: BaseException | None) -> None:
+    def deliver(value: T | None, error: BaseException | None) -> None:
         if future.done():
             logger.warning("agents_api: discarded the late result of %r", fn)
         elif error is not None:
             future.set_exception(error)
         else:
-            future.set_result(value)
+            future.set_result(cast("T", value))  # no error: fn's own result
 
     def target() -> None:
+        value: T | None
         try:
             value, error = context.run(fn, *args), None
         except BaseException as exc:  # handed to the waiting run
@@ -205,7 +209,7 @@ def _no_running_loop() -> bool:
     return False
 
 
-class ThreadCall:
+class ThreadCall(Generic[*Ts]):
     """``fn(*args)`` in a daemon thread, given up on after ``seconds``: what the loop yields for
     a sync call under a wall-clock rail.
 
@@ -217,15 +221,15 @@ class ThreadCall:
 
     __slots__ = ("args", "fn", "seconds")
 
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], seconds: float) -> None:
+    def __init__(self, fn: Callable[[*Ts], object], args: tuple[*Ts], seconds: float) -> None:
         self.fn = fn
         self.args = args
         self.seconds = seconds
 
-    def __await__(self) -> Generator[Any, None, Any]:
+    def __await__(self) -> Generator[object, None, object]:
         return bounded(call_in_thread(self.fn, *self.args), self.seconds).__await__()
 
-    def run(self) -> Any:
+    def run(self) -> object:
         """Call ``fn`` in a daemon thread and wait; :class:`DeadlineReached` past ``seconds``."""
         import threading
 
@@ -234,7 +238,7 @@ class ThreadCall:
         fn, args = self.fn, self.args
         context = contextvars.copy_context()  # as in call_in_thread
         done = threading.Event()
-        outcome: list[Any] = []
+        outcome: list[tuple[object, BaseException | None]] = []
         lock = threading.Lock()
 
         def target() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, Union
+from typing import TYPE_CHECKING, Protocol, TypeAlias, TypeVar, Union
 
 if TYPE_CHECKING:
     from agents_api.budget import IterationBudget
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from agents_api.pause import Pause
     from agents_api.records import ToolCall, ToolOutcome
     from agents_api.results import Decision, RunStop, StopVerdict, TurnAnswer, TurnResult
-    from agents_api.transcript import TranscriptWriter
+    from agents_api.transcript import TranscriptLock, TranscriptPersister, TranscriptWriter
 
 __all__ = ["EMPTY", "EventListener", "EventSink", "LoopHooks", "LoopSettings", "MaybeAwaitable",
            "TurnContext"]
@@ -127,8 +127,9 @@ class TurnContext(Mapping[str, object]):
         return found
 
 
-# run_loop's on_event: a callable (event, payload).
-EventSink = Callable[[str, dict[str, Any]], object]
+# run_loop's on_event: a callable (event, payload); it may annotate the payload as
+# dict[str, Any].
+EventSink = Callable[[str, dict[str, object]], object]
 
 
 class EventListener(Protocol):
@@ -136,7 +137,7 @@ class EventListener(Protocol):
     guards itself) and ``per_turn_events`` (False: only the loop's rare events, never the
     per-turn ones, whose payloads are then not built)."""
 
-    def emit(self, event: str, payload: dict[str, Any]) -> object:
+    def emit(self, event: str, payload: dict[str, object]) -> object:
         """Receive one event."""
 
 
@@ -186,7 +187,7 @@ class LoopHooks(Protocol):
 
 
 # run_loop's should_continue(turn_result, context_dict): whether the run goes on.
-ShouldContinue = Callable[["TurnResult", dict[str, Any]], bool]
+ShouldContinue = Callable[["TurnResult", dict[str, object]], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,12 +215,12 @@ class LoopSettings:
     # before it is asked.
     slow_stop: bool = True
     should_continue: ShouldContinue | None = None
-    persister: Any = None
-    lock: Any = None
+    persister: TranscriptPersister | None = None
+    lock: TranscriptLock | None = None
     writer: TranscriptWriter | None = None
     session_id: str | None = None
     ttl: int = 300
-    request: Mapping[str, Any] = EMPTY
+    request: Mapping[str, object] = EMPTY
     pending_calls: tuple[Mapping[str, object], ...] = ()
     # A budget a person declined to extend: the run stops on it before its first turn.
     stop_on_budget: str | None = None

@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Mapping
-from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_json
 
@@ -29,7 +28,7 @@ __all__ = ["canonical_bytes", "canonical_json", "compact_bytes", "compact_json",
            "plain_json", "pretty_json", "unreadable"]
 
 
-def compact_bytes(value: Any) -> bytes:
+def compact_bytes(value: object) -> bytes:
     """Compact JSON (no whitespace) as UTF-8 bytes, keys in the value's own order."""
     try:
         return to_json(value, fallback=str)
@@ -43,7 +42,7 @@ def compact_bytes(value: Any) -> bytes:
         return to_json(_writable(value), fallback=_safe_text, bytes_mode="base64")
 
 
-def _safe_text(value: Any) -> str:
+def _safe_text(value: object) -> str:
     try:
         return _unicode(str(value))
     except Exception:  # an object whose str() raises still gets written
@@ -57,7 +56,7 @@ def _unicode(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
-def _writable(value: Any) -> Any:
+def _writable(value: object) -> object:
     if isinstance(value, str):
         return _unicode(value)
     if isinstance(value, Mapping):
@@ -67,20 +66,20 @@ def _writable(value: Any) -> Any:
     return value
 
 
-def compact_json(value: Any) -> str:
+def compact_json(value: object) -> str:
     """Compact JSON text: what the transcript store writes and what a model reads of a tool
     result."""
     return compact_bytes(value).decode()
 
 
-def canonical_bytes(value: Any) -> bytes:
+def canonical_bytes(value: object) -> bytes:
     """One spelling per value, as UTF-8 bytes: compact, with every object's keys sorted (so key
     order never matters). Keys that cannot be compared (``1`` and ``"a"`` in one object) raise
     ``TypeError``."""
     return compact_bytes(_sorted(value))
 
 
-def canonical_json(value: Any) -> str:
+def canonical_json(value: object) -> str:
     """:func:`canonical_bytes` as text: duplicate-call keys, hashes."""
     return canonical_bytes(value).decode()
 
@@ -88,7 +87,7 @@ def canonical_json(value: Any) -> str:
 _FLAT = frozenset({str, int, float, bool, type(None)})
 
 
-def _flat(value: dict[Any, Any]) -> bool:
+def _flat(value: dict[object, object]) -> bool:
     # A loop, not all(genexpr): this runs for every tool call, and a generator costs more
     # than the small objects it checks.
     for item in value.values():  # noqa: SIM110
@@ -97,7 +96,7 @@ def _flat(value: dict[Any, Any]) -> bool:
     return True
 
 
-def _sorted(value: Any) -> Any:
+def _sorted(value: object) -> object:
     if type(value) is dict and _flat(value):
         return dict(sorted(value.items()))  # the common case: a flat object of scalars
     if isinstance(value, Mapping):
@@ -107,7 +106,7 @@ def _sorted(value: Any) -> Any:
     return value
 
 
-def plain_json(value: Any) -> str:
+def plain_json(value: object) -> str:
     """Compact JSON of a value that must be data (a setting, a job's engine data): anything
     pydantic cannot write without guessing (an arbitrary object) raises ``TypeError``."""
     try:
@@ -116,7 +115,7 @@ def plain_json(value: Any) -> str:
         raise TypeError(str(exc).removeprefix("Unable to serialize unknown type: ")) from None
 
 
-def unreadable(value: Any, where: str = "") -> tuple[str, str] | None:
+def unreadable(value: object, where: str = "") -> tuple[str, str] | None:
     """``(where, what)`` for the first part of ``value`` that JSON text cannot carry back,
     else None. ``where`` is its path (``"['a'][0]"``, ``""`` for the value itself).
 
@@ -148,7 +147,7 @@ def unreadable(value: Any, where: str = "") -> tuple[str, str] | None:
     return None
 
 
-def pretty_json(value: Any) -> str:
+def pretty_json(value: object) -> str:
     """JSON indented by two spaces, for people and scripts (the command line's ``--json``):
     standard JSON, so NaN and infinities are written as ``null`` (as JavaScript's
     ``JSON.stringify`` writes them), never as ``NaN``, which other readers refuse."""

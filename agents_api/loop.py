@@ -18,7 +18,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import TYPE_CHECKING, cast
 
 from agents_api import clock
 from agents_api.budget import TOOL_CALLS, WALL_CLOCK, IterationBudget, per_tool_budget
@@ -42,7 +42,11 @@ from agents_api.results import (
     terminal_payload,
 )
 from agents_api.transcript import HeldLock, LegacyTranscript, TranscriptWriter
-from agents_api.usage import plausible_usage
+from agents_api.usage import Usage, plausible_usage
+
+if TYPE_CHECKING:
+    from agents_api.budget import BudgetSnapshot
+    from agents_api.records import ToolCallDict, ToolRecord
 
 __all__ = ["Emitter", "LoopRun", "normalize_tool_result", "tool_result_content"]
 
@@ -71,7 +75,7 @@ class _ToolsRan:
     waiting: list[ToolCall] | None = None
 
 
-def normalize_tool_result(raw: object) -> dict[str, Any]:
+def normalize_tool_result(raw: object) -> dict[str, object]:
     """``{"success": bool, "result"| "error": ...}`` from whatever a tool run returned."""
     if (type(raw) is dict or isinstance(raw, Mapping)) and type(raw.get("success")) is bool:
         result = dict(raw)  # the tool's dict stays its own
@@ -82,7 +86,7 @@ def normalize_tool_result(raw: object) -> dict[str, Any]:
     return {"success": True, "result": raw}
 
 
-def tool_result_content(result: Mapping[str, Any]) -> str:
+def tool_result_content(result: Mapping[str, object]) -> str:
     """What the model reads for a tool result: the JSON of ``result``, or the error text."""
     if not result.get("success"):
         return str(result.get("error", "Tool execution failed."))
@@ -95,7 +99,7 @@ def tool_result_content(result: Mapping[str, Any]) -> str:
         return str(value)
 
 
-def _failure(error: str, error_type: str) -> dict[str, Any]:
+def _failure(error: str, error_type: str) -> dict[str, object]:
     return {"success": False, "error": error, "error_type": error_type}
 
 
@@ -115,22 +119,22 @@ class Emitter:
     def __init__(self, sink: EventSink | EventListener | None) -> None:
         self.listening = sink is not None and getattr(sink, "per_turn_events", True) is not False
         if sink is None:
-            self.emit: Callable[[str, dict[str, Any]], None] = _nothing
+            self.emit: Callable[[str, dict[str, object]], None] = _nothing
             return
         method = getattr(sink, "emit", None)  # an object with emit(), else a callable
         call = cast(EventSink, method if callable(method) else sink)
         if getattr(sink, "never_raises", False) is True:
-            self.emit = cast(Callable[[str, dict[str, Any]], None], call)  # result ignored
+            self.emit = cast(Callable[[str, dict[str, object]], None], call)  # result ignored
         else:
             self.emit = _guarded(call)
 
 
-def _nothing(event: str, payload: dict[str, Any]) -> None:
+def _nothing(event: str, payload: dict[str, object]) -> None:
     return None
 
 
-def _guarded(sink: EventSink) -> Callable[[str, dict[str, Any]], None]:
-    def emit(event: str, payload: dict[str, Any]) -> None:
+def _guarded(sink: EventSink) -> Callable[[str, dict[str, object]], None]:
+    def emit(event: str, payload: dict[str, object]) -> None:
         try:
             sink(event, payload)
         except Exception:
@@ -167,18 +171,18 @@ class LoopRun:
         self.context = TurnContext(0, budgets, self.session_id, None, settings.mode,
                                    settings.payload, settings.extra)
         self.turn_count = 0
-        self.usage: dict[str, Any] = empty_usage()
+        self.usage: Usage = empty_usage()
         self._usage_warned = False  # see _plausible_usage
-        self.request_metadata: dict[str, Any] = {}
+        self.request_metadata: dict[str, object] = {}
         self.tool_outcomes: list[ToolOutcome] = []
         self.last_calls: list[ToolCall] = []
         self.warnings: list[str] = []
         self.outcome: Outcome | None = None
         self.verdict: StopVerdict | None = None  # the stop hook's answer, once given
-        self.pending: dict[str, Any] | None = None  # what a paused run waits for
+        self.pending: dict[str, object] | None = None  # what a paused run waits for
         # Units the refused request would have added to the budget that stopped the run.
         self.needed: int | None = None
-        self._records: list[dict[str, Any]] | None = None  # made once the run has stopped
+        self._records: list[ToolRecord] | None = None  # made once the run has stopped
         self._rails_seen, self._time_rail = -1, False  # see _has_time_rail
         self.transcript: TranscriptWriter | LegacyTranscript | None = None
         self.started = clock.monotonic()
@@ -218,7 +222,7 @@ class LoopRun:
             return
         turn = self._start_turn()
         try:
-            raw = self.hooks.run_turn(self.messages, turn.context)
+            raw: object = self.hooks.run_turn(self.messages, turn.context)
             if type(raw) is not TurnAnswer and awaitable(raw):
                 left = self._deadline_left()
                 raw = yield (raw if left is None else bounded(raw, left))
@@ -325,7 +329,7 @@ class LoopRun:
             return True
         token: str | None = None
         if settings.lock is not None and self.session_id:
-            acquired = settings.lock.acquire(self.session_id, settings.ttl)
+            acquired: object = settings.lock.acquire(self.session_id, settings.ttl)
             if awaitable(acquired):
                 acquired = yield acquired
             if not acquired:
@@ -339,7 +343,7 @@ class LoopRun:
         persister, lock = settings.persister, settings.lock
         if self.session_id is None or (persister is None and token is None):
             return None
-        owner = lock.lock if isinstance(lock, HeldLock) else lock
+        owner: object = lock.lock if isinstance(lock, HeldLock) else lock
         open_writer = getattr(persister, "open_writer", None)
         if open_writer is not None and (token is None or owner is persister):
             # The persister is also the lock: its writer proves the lock on every write.
@@ -439,7 +443,7 @@ class LoopRun:
         if not (_can_hold(budget, needed) if needed else budget.extendable()):
             return False
         try:
-            answer = self.hooks.budget_spent(budget, self.context.with_turn(
+            answer: object = self.hooks.budget_spent(budget, self.context.with_turn(
                 self.turn_count, None))
             if awaitable(answer):
                 answer = yield answer
@@ -592,7 +596,7 @@ class LoopRun:
                                                "budget": budget.name()})
         self._stop(Outcome("budget_exceeded", budget=budget))
 
-    def _plausible_usage(self, usage: dict[str, Any]) -> dict[str, Any]:
+    def _plausible_usage(self, usage: Usage) -> Usage:
         """``usage`` without the numbers that cannot be true (a negative, fractional, NaN or
         bool count, anything above 10^12): those fields count as not reported, and the run
         says so once."""
@@ -667,7 +671,7 @@ class LoopRun:
             outcome = self._call_ended(call, turn.number, raw)
             self._count_tool_call(per_tool)
             try:
-                decision = hooks.after_tool(outcome, context)
+                decision: object = hooks.after_tool(outcome, context)
                 if decision is not None and type(decision) is not Decision \
                         and awaitable(decision):
                     decision = yield decision
@@ -754,7 +758,7 @@ class LoopRun:
                 renewed = self.transcript.renew()
                 if awaitable(renewed):
                     yield renewed
-            answer = self.hooks.stop(stop, self.context.with_turn(
+            answer: object = self.hooks.stop(stop, self.context.with_turn(
                 self.turn_count, self._deadline_left()))
             if awaitable(answer):
                 answer = yield answer
@@ -783,7 +787,8 @@ class LoopRun:
             final_content=final_content(self.messages, self.first_new),
             turn_count=self.turn_count,
             usage=dict(self.usage), budgets=self._snapshots(),
-            last_tool_calls=[call.mapping for call in self.last_calls],
+            # Each call's mapping is the ToolCallDict ToolCall.from_model made.
+            last_tool_calls=cast("list[ToolCallDict]", [call.mapping for call in self.last_calls]),
             tool_execution_results=self._tool_records(),
             session_id=self.session_id,
             flags=[budget.to_response_flag()] if budget is not None else [],
@@ -791,12 +796,12 @@ class LoopRun:
             warnings=list(self.warnings if warnings is None else warnings),
             request_metadata=self.request_metadata)
 
-    def _tool_records(self) -> list[dict[str, Any]]:
+    def _tool_records(self) -> list[ToolRecord]:
         if self._records is None:
             self._records = [outcome.record() for outcome in self.tool_outcomes]
         return self._records
 
-    def _snapshots(self) -> dict[str, dict[str, Any]]:
+    def _snapshots(self) -> dict[str, BudgetSnapshot]:
         return {name: budget.snapshot() for name, budget in self.budgets.items()}
 
     def _decided(self, verdict: StopVerdict | None, stop: RunStop | None = None, *,
@@ -824,7 +829,7 @@ def _can_hold(budget: IterationBudget, needed: int) -> bool:
             and (hard is None or budget.current() + needed <= hard))
 
 
-def _exceeded_payload(budget: IterationBudget) -> dict[str, Any]:
+def _exceeded_payload(budget: IterationBudget) -> dict[str, object]:
     name = budget.name()
     if name == WALL_CLOCK:
         dimension = "wall_clock"

@@ -9,12 +9,15 @@ completion assertions read a transcript reliably.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents_api.errors import InvalidMessage, brief_repr
 from agents_api.jsontext import compact_json
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 __all__ = ["MESSAGE_SCHEMA", "MESSAGE_TYPES", "Message", "normalize_message", "normalize_messages"]
 
@@ -47,19 +50,20 @@ class Message(BaseModel):
     type: MessageType = "text"
     # At least one character that is not whitespace (checked by pydantic-core, not in Python).
     role: str = Field(pattern=r"\S")
-    content: str | list[Any] = ""
-    payload: dict[str, Any] = Field(default_factory=dict)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    content: str | list[object] = ""
+    payload: dict[str, object] = Field(default_factory=dict)
+    metadata: dict[str, object] = Field(default_factory=dict)
 
-    def __init__(self, **data: Any) -> None:
+    def __init__(self, **data: object) -> None:
         try:
             super().__init__(**data)
         except ValidationError as exc:
             raise InvalidMessage(_explain(exc)) from None
 
     @classmethod
-    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Message:
+    def model_validate(cls, obj: object, *args: Any, **kwargs: Any) -> Message:
         """Validate an envelope dict; an invalid one raises :class:`InvalidMessage`."""
+        # Any: pydantic's own keyword arguments (strict, context...), passed on as they come.
         try:
             return super().model_validate(obj, *args, **kwargs)
         except ValidationError as exc:
@@ -78,7 +82,7 @@ class Message(BaseModel):
     # agents_api.results.unchecked: for a model this small, its extra call measured 10 % slower; the
     # template is looked up inline for the same reason, and made by _template on first use.)
     @classmethod
-    def text(cls, role: str, content: str, metadata: dict[str, Any] | None = None) -> Message:
+    def text(cls, role: str, content: str, metadata: dict[str, object] | None = None) -> Message:
         """A plain text message."""
         template = _templates.get((cls, "text")) or _template(cls, "text", "assistant")
         return template.model_copy(update={
@@ -87,7 +91,7 @@ class Message(BaseModel):
 
     @classmethod
     def tool_call(
-        cls, tool_name: str, parameters: Any, turn: int, tool_call_id: str
+        cls, tool_name: str, parameters: object, turn: int, tool_call_id: str
     ) -> Message:
         """The assistant's request to run one tool."""
         template = _templates.get((cls, "tool_call")) or _template(cls, "tool_call", "assistant")
@@ -97,7 +101,7 @@ class Message(BaseModel):
 
     @classmethod
     def tool_result(
-        cls, tool_name: str, result: Mapping[str, Any], turn: int, tool_call_id: str,
+        cls, tool_name: str, result: Mapping[str, object], turn: int, tool_call_id: str,
         content: str,
     ) -> Message:
         """The outcome of one tool call; ``content`` is what the model reads."""
@@ -112,7 +116,7 @@ class Message(BaseModel):
         objects as their ``str()``; see :mod:`agents_api.jsontext`)."""
         return compact_json(self.to_dict())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The JSON envelope, with ``schema`` spelled as on the wire."""
         return {
             "schema": MESSAGE_SCHEMA,
@@ -144,7 +148,7 @@ def _explain(exc: ValidationError) -> str:
     return "Invalid message: " + "; ".join(parts)
 
 
-def _friendly(error: Any) -> str:
+def _friendly(error: ErrorDetails) -> str:
     """pydantic's message, or ours where it reads like the schema and not like the fix."""
     loc = tuple(error["loc"])
     if loc == ("type",) and error["type"] == "literal_error":
@@ -155,13 +159,14 @@ def _friendly(error: Any) -> str:
     return str(error["msg"]).removeprefix("Value error, ")
 
 
-def _is_envelope(data: Mapping[str, Any]) -> bool:
+def _is_envelope(data: Mapping[str, object]) -> bool:
     if data.get("schema") == MESSAGE_SCHEMA:
         return True
     return "version" in data and "type" in data and "payload" in data
 
 
-def normalize_message(item: Message | Mapping[str, Any], index: int | None = None) -> Message:
+def normalize_message(item: Message | Mapping[str, object], index: int | None = None
+                      ) -> Message:
     """Turn an envelope, an envelope dict or a plain ``{"role", "content"}`` dict into a Message."""
     if isinstance(item, Message):
         return item
@@ -182,7 +187,7 @@ def _where(index: int | None) -> str:
     return f"messages[{index}]" if index is not None else "message"
 
 
-def _from_plain(item: Mapping[str, Any]) -> Message:
+def _from_plain(item: Mapping[str, object]) -> Message:
     if type(item) is dict and len(item) == 2:
         # The common {"role", "content"} text message: nothing to promote or validate further.
         role, content = item.get("role"), item.get("content")
@@ -209,7 +214,7 @@ def _from_plain(item: Mapping[str, Any]) -> Message:
     )
 
 
-def _mapping(item: Mapping[str, Any], key: str) -> dict[str, Any]:
+def _mapping(item: Mapping[str, object], key: str) -> dict[str, object]:
     """A plain message's ``metadata`` or ``payload``: a dict (a copy), ``{}`` when absent.
     Anything else is refused here, naming the key, rather than half-converted by ``dict()``
     (which raises a bare ``ValueError``/``TypeError`` or turns pairs into keys)."""
@@ -221,7 +226,7 @@ def _mapping(item: Mapping[str, Any], key: str) -> dict[str, Any]:
     return dict(value)
 
 
-def normalize_messages(items: Iterable[Message | Mapping[str, Any]]) -> list[Message]:
+def normalize_messages(items: Iterable[Message | Mapping[str, object]]) -> list[Message]:
     """Normalize a list of messages; the error names the index of the first bad entry."""
     if type(items) is not list and (isinstance(items, str | bytes | Mapping)
                                     or not isinstance(items, Iterable)):
@@ -232,7 +237,7 @@ def normalize_messages(items: Iterable[Message | Mapping[str, Any]]) -> list[Mes
     return [normalize_message(item, i) for i, item in enumerate(items)]
 
 
-def messages_as_dicts(messages: Iterable[Message]) -> list[dict[str, Any]]:
+def messages_as_dicts(messages: Iterable[Message]) -> list[dict[str, object]]:
     """Envelope dicts for storage or JSON output."""
     return [m.to_dict() for m in messages]
 

@@ -17,7 +17,6 @@ Three callables may pause a run, each by handing the loop a :class:`Pause`:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 __all__ = ["Pause"]
 
@@ -31,4 +30,4 @@ class Pause:
     "turn"}``, in order.
     """
 
-    pending: dict[str, Any] = field(default_factory=dict)
+    pending: dict[str, object] = field(default_factory=dict)

@@ -14,17 +14,38 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 if TYPE_CHECKING:
     from agents_api.budget import IterationBudget
 
-__all__ = ["LoopStatus", "Outcome", "ToolCall", "ToolOutcome"]
+__all__ = ["LoopStatus", "Outcome", "ToolCall", "ToolCallDict", "ToolOutcome", "ToolRecord"]
 
 LoopStatus = Literal[
     "completed", "incomplete", "budget_exceeded", "aborted", "error", "transcript_lock_contention",
     "awaiting_confirmation",
 ]
+
+
+class ToolCallDict(TypedDict):
+    """A tool call as user callables and results see it (DESIGN.md section 10): the call's
+    ``id``, the tool's ``name``, and the ``parameters`` as the model sent them (usually a JSON
+    object; the loop passes them through unchecked)."""
+
+    id: str
+    name: str
+    parameters: object
+
+
+class ToolRecord(TypedDict):
+    """One entry of a run's ``tool_execution_results``: a call and its normalized result."""
+
+    tool_name: str
+    tool_call_id: str
+    parameters: object
+    success: bool
+    result: dict[str, object]
+    turn: int
 
 
 @dataclass(slots=True)
@@ -33,13 +54,14 @@ class ToolCall:
 
     Never changed after it is made (not frozen only because a frozen dataclass costs a
     microsecond more per call on the loop's hot path). ``mapping`` is the documented dict shape
-    user callables receive, made once.
+    user callables receive (a :class:`ToolCallDict`), made once; typed as the plain dict they
+    are given, which they may annotate as ``dict[str, Any]``.
     """
 
     id: str
     name: str
-    parameters: Any
-    mapping: dict[str, Any]
+    parameters: object
+    mapping: dict[str, object]
 
     @classmethod
     def from_model(cls, raw: object, turn: int, index: int) -> ToolCall | None:
@@ -67,14 +89,14 @@ class ToolOutcome:
 
     call: ToolCall
     turn: int
-    result: dict[str, Any]
+    result: dict[str, object]
 
     @property
     def success(self) -> bool:
         """Whether the tool reported success."""
         return self.result["success"] is True
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> ToolRecord:
         """The entry of ``tool_execution_results``."""
         return {"tool_name": self.call.name, "tool_call_id": self.call.id,
                 "parameters": self.call.parameters, "success": self.success,

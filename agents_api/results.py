@@ -9,20 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents_api.errors import InvalidTurnResult
 from agents_api.message import Message
-from agents_api.records import LoopStatus
+from agents_api.records import LoopStatus, ToolCallDict, ToolRecord
+from agents_api.usage import Usage
 
-__all__ = ["Decision", "LoopResult", "LoopStatus", "RunStop", "StopVerdict",
+if TYPE_CHECKING:
+    from collections.abc import Sized
+
+    from agents_api.budget import BudgetSnapshot
+
+__all__ = ["Decision", "EndedRun", "LoopResult", "LoopStatus", "RunStop", "StopVerdict",
            "TurnAnswer", "TurnResult", "add_usage", "coerce_turn_result", "empty_usage",
            "final_content", "terminal_payload", "unchecked"]
 
 
-def empty_usage() -> dict[str, Any]:
+def empty_usage() -> Usage:
     """The usage of a run that made no provider call."""
     return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
 
@@ -39,14 +45,14 @@ class TurnResult(BaseModel):
     model_config = ConfigDict(defer_build=True, extra="forbid")
 
     content: str = ""
-    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
-    usage: dict[str, Any] = Field(default_factory=dict)
-    request_metadata: dict[str, Any] = Field(default_factory=dict)
+    tool_calls: list[dict[str, object]] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=dict)
+    request_metadata: dict[str, object] = Field(default_factory=dict)
     complete: bool = False
     continuation_messages: list[Message] = Field(default_factory=list)
     # Pause the run after this turn, before its tool calls run (see agents_api.pause): what
     # the run waits for; the calls wait with it.
-    pause: dict[str, Any] | None = None
+    pause: dict[str, object] | None = None
 
 
 @dataclass(slots=True)
@@ -61,12 +67,12 @@ class TurnAnswer:
     """
 
     content: str = ""
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    usage: dict[str, Any] = field(default_factory=dict)
-    request_metadata: dict[str, Any] = field(default_factory=dict)
+    tool_calls: list[dict[str, object]] = field(default_factory=list)
+    usage: Usage = field(default_factory=dict)
+    request_metadata: dict[str, object] = field(default_factory=dict)
     complete: bool = False
     continuation_messages: list[Message] = field(default_factory=list)
-    pause: dict[str, Any] | None = None
+    pause: dict[str, object] | None = None
 
     @classmethod
     def of(cls, result: TurnResult) -> TurnAnswer:
@@ -110,7 +116,7 @@ class Decision(BaseModel):
 
     complete: bool
     message: str = ""
-    context: dict[str, Any] = Field(default_factory=dict)
+    context: dict[str, object] = Field(default_factory=dict)
 
 
 # Never changed once made; slotted, not frozen (see agents_api.records).
@@ -133,20 +139,20 @@ class RunStop:
     messages: list[Message]
     final_content: str
     turn_count: int
-    usage: dict[str, Any]
-    budgets: dict[str, dict[str, Any]]
-    last_tool_calls: list[dict[str, Any]]
-    tool_execution_results: list[dict[str, Any]]
+    usage: Usage
+    budgets: dict[str, BudgetSnapshot]
+    last_tool_calls: list[ToolCallDict]
+    tool_execution_results: list[ToolRecord]
     session_id: str | None
     flags: list[str] = field(default_factory=list)
     warning: str | None = None
-    pending: dict[str, Any] | None = None
+    pending: dict[str, object] | None = None
     # The loop's notices (a stop hook that failed, a transcript that could not be stored),
     # then the verdict's.
     warnings: list[str] = field(default_factory=list)
-    request_metadata: dict[str, Any] = field(default_factory=dict)
+    request_metadata: dict[str, object] = field(default_factory=dict)
     # Product diagnostics the verdict adds (persisters store them with the transcript).
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, object] = field(default_factory=dict)
 
     @classmethod
     def of(cls, result: LoopResult) -> RunStop:
@@ -155,14 +161,17 @@ class RunStop:
             status=result.status, budget=result.budget, error=result.error,
             error_code=result.error_code, messages=result.messages,
             final_content=result.final_content, turn_count=result.turn_count,
-            usage=dict(result.usage), budgets=result.budgets,
-            last_tool_calls=result.last_tool_calls,
-            tool_execution_results=result.tool_execution_results,
+            usage=dict(result.usage),
+            # A result holds what the loop made: snapshots, call dicts, tool records (its
+            # pydantic fields only check that they are dicts).
+            budgets=cast("dict[str, BudgetSnapshot]", result.budgets),
+            last_tool_calls=cast("list[ToolCallDict]", result.last_tool_calls),
+            tool_execution_results=cast("list[ToolRecord]", result.tool_execution_results),
             session_id=result.transcript_session_id, flags=list(result.flags),
             warning=result.warning, pending=result.pending, warnings=list(result.warnings),
             request_metadata=result.request_metadata, metadata=dict(result.metadata))
 
-    def decided(self, verdict: StopVerdict | None, budgets: dict[str, dict[str, Any]],
+    def decided(self, verdict: StopVerdict | None, budgets: dict[str, BudgetSnapshot],
                 *, verdict_applies: bool = True) -> RunStop:
         """This stop with ``verdict`` applied: the one place a verdict changes a run's end.
 
@@ -220,10 +229,10 @@ class StopVerdict(BaseModel):
     error_code: str | None = None
     final_content: str = ""
     messages: list[Message] = Field(default_factory=list)
-    usage: dict[str, Any] = Field(default_factory=dict)
+    usage: Usage = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    pending: dict[str, Any] | None = None
+    metadata: dict[str, object] = Field(default_factory=dict)
+    pending: dict[str, object] | None = None
 
 
 class LoopResult(BaseModel):
@@ -245,18 +254,18 @@ class LoopResult(BaseModel):
     warning: str | None = None
     error: str | None = None
     error_code: str | None = None
-    usage: dict[str, Any] = Field(default_factory=empty_usage)
-    tool_execution_results: list[dict[str, Any]] = Field(default_factory=list)
-    last_tool_calls: list[dict[str, Any]] = Field(default_factory=list)
-    request_metadata: dict[str, Any] = Field(default_factory=dict)
-    budgets: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    usage: Usage = Field(default_factory=empty_usage)
+    tool_execution_results: list[dict[str, object]] = Field(default_factory=list)
+    last_tool_calls: list[dict[str, object]] = Field(default_factory=list)
+    request_metadata: dict[str, object] = Field(default_factory=dict)
+    budgets: dict[str, dict[str, object]] = Field(default_factory=dict)
     transcript_session_id: str | None = None
     warnings: list[str] = Field(default_factory=list)
     # Product diagnostics a stop handler adds (a blocker, completion diagnostics); persisters
     # store them with the transcript.
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, object] = Field(default_factory=dict)
     # What an ``awaiting_confirmation`` run waits for (see agents_api.pause); else None.
-    pending: dict[str, Any] | None = None
+    pending: dict[str, object] | None = None
 
     @classmethod
     def of(cls, stop: RunStop) -> LoopResult:
@@ -273,7 +282,7 @@ class LoopResult(BaseModel):
             warnings=stop.warnings, metadata=stop.metadata, pending=stop.pending)
 
 
-def add_usage(total: dict[str, Any], usage: Mapping[str, Any]) -> None:
+def add_usage(total: Usage, usage: Mapping[str, object]) -> None:
     """Add ``usage``'s numbers into ``total`` (other values replace)."""
     for key, value in usage.items():
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -294,7 +303,29 @@ def final_content(messages: list[Message], start: int = 0) -> str:
     return ""
 
 
-def terminal_payload(result: Any) -> dict[str, Any]:
+class EndedRun(Protocol):
+    """What :func:`terminal_payload` reads of a finished run: a ``LoopResult``, a decided
+    ``RunStop``, or anything with their fields (``pending`` is read when there is one)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def turn_count(self) -> int: ...
+    @property
+    def messages(self) -> Sized: ...
+    @property
+    def tool_execution_results(self) -> Sized: ...
+    @property
+    def budget(self) -> str | None: ...
+    @property
+    def budgets(self) -> Mapping[str, Mapping[str, object]]: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def error_code(self) -> str | None: ...
+
+
+def terminal_payload(result: EndedRun) -> dict[str, object]:
     """The payload of a run's terminal event (``completed`` or ``failed``) from its result (a
     ``LoopResult``, a decided ``RunStop`` or anything with their fields): every emitter of that
     event uses this one."""
@@ -322,7 +353,7 @@ M = TypeVar("M", bound=BaseModel)
 _templates: dict[type[BaseModel], tuple[BaseModel, frozenset[str]]] = {}
 
 
-def unchecked(cls: type[M], /, **fields: Any) -> M:
+def unchecked(cls: type[M], /, **fields: object) -> M:
     """An instance of ``cls`` with ``fields`` set, not validated.
 
     Fields left out take their plain default; a field whose default comes from a

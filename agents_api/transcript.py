@@ -19,7 +19,7 @@ writes nothing of that turn; the loop then stops the run and writes nothing more
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from agents_api.drive import awaitable
 from agents_api.errors import LockLost
@@ -31,15 +31,13 @@ if TYPE_CHECKING:
 __all__ = ["HeldLock", "LegacyTranscript", "TranscriptLock", "TranscriptPersister",
            "TranscriptWriter"]
 
-MaybeAwaitable = Any  # a value, or an awaitable of it (async stores)
-
-
 @runtime_checkable
 class TranscriptPersister(Protocol):
     """Stores a run's transcript once at the end; may also offer ``begin`` and ``append_turn``
     (per-turn writes) and ``open_writer`` (a writer that proves the lock on every write)."""
 
-    def persist(self, messages: list[Message], request: dict[str, Any], result: LoopResult) -> str:
+    def persist(self, messages: list[Message], request: dict[str, object], result: LoopResult
+                ) -> str:
         """Store the whole run and return its session id."""
 
 
@@ -58,25 +56,27 @@ class TranscriptLock(Protocol):
 class TranscriptWriter(Protocol):
     """One run's writes to one session whose lock the writer holds (see the module docstring).
 
-    Every method may return an awaitable instead of its value (an async store).
+    Every method may return an awaitable instead of its value (an async store), so each
+    returns ``object``: the loop awaits what can be awaited and reads only ``persist``'s
+    answer (a session id when it is a non-empty string).
     """
 
     session_id: str
 
-    def begin(self, messages: Sequence[Message], request: dict[str, Any]) -> MaybeAwaitable:
+    def begin(self, messages: Sequence[Message], request: dict[str, object]) -> object:
         """Store the run's starting messages that are not stored yet."""
 
-    def append_turn(self, turn: int, messages: Sequence[Message]) -> MaybeAwaitable:
+    def append_turn(self, turn: int, messages: Sequence[Message]) -> object:
         """Store one finished turn, all or nothing; LockLost if the lock was taken over."""
 
-    def renew(self) -> MaybeAwaitable:
+    def renew(self) -> object:
         """Extend the lock; LockLost if it was taken over."""
 
-    def persist(self, messages: Sequence[Message], request: dict[str, Any],
-                result: LoopResult) -> MaybeAwaitable:
+    def persist(self, messages: Sequence[Message], request: dict[str, object],
+                result: LoopResult) -> object:
         """Store the end of the run; return the session id (or None to keep it)."""
 
-    def release(self) -> MaybeAwaitable:
+    def release(self) -> object:
         """Give the lock back (no-op when ``persist`` already did)."""
 
 
@@ -89,7 +89,7 @@ class HeldLock:
     ``renew`` and ``release`` go to the real lock.
     """
 
-    def __init__(self, lock: Any, session_id: str, token: str) -> None:
+    def __init__(self, lock: TranscriptLock, session_id: str, token: str) -> None:
         self.lock = lock
         self.session_id = session_id
         self.token = token
@@ -98,12 +98,12 @@ class HeldLock:
         """The held token for the held session; None (contention) for any other."""
         return self.token if session_id == self.session_id else None
 
-    def renew(self, session_id: str, token: str, ttl: int) -> Any:
+    def renew(self, session_id: str, token: str, ttl: int) -> object:
         """Extend the held lock (when the real lock can)."""
         renew = getattr(self.lock, "renew", None)
         return True if renew is None else renew(session_id, token, ttl)
 
-    def release(self, session_id: str, token: str) -> Any:
+    def release(self, session_id: str, token: str) -> bool:
         """Release the held lock; a second release is a no-op."""
         return self.lock.release(session_id, token)
 
@@ -111,8 +111,8 @@ class HeldLock:
 class LegacyTranscript:
     """A :class:`TranscriptWriter` over a plain persister and lock (either may be None)."""
 
-    def __init__(self, persister: Any, lock: Any, session_id: str, token: str | None,
-                 ttl: int) -> None:
+    def __init__(self, persister: TranscriptPersister | None, lock: TranscriptLock | None,
+                 session_id: str, token: str | None, ttl: int) -> None:
         self.persister = persister
         self.lock = lock
         self.session_id = session_id
@@ -127,19 +127,19 @@ class LegacyTranscript:
         """Whether a finished turn has anything to do here (a write or a renewal)."""
         return self._append is not None or self._renew is not None
 
-    def begin(self, messages: Sequence[Message], request: dict[str, Any]) -> Any:
+    def begin(self, messages: Sequence[Message], request: dict[str, object]) -> object:
         """The persister's ``begin``, when it has one."""
         if self._begin is None:
             return None
         return self._begin(self.session_id, messages, request)
 
-    def append_turn(self, turn: int, messages: Sequence[Message]) -> Any:
+    def append_turn(self, turn: int, messages: Sequence[Message]) -> object:
         """The persister's ``append_turn``, when it has one (the loop renews right after)."""
         if self._append is None:
             return None
         return self._append(self.session_id, turn, messages)
 
-    def renew(self) -> Any:
+    def renew(self) -> object:
         """The lock's ``renew``; its ``False`` (taken over) becomes :class:`LockLost`."""
         if self._renew is None:
             return None
@@ -149,14 +149,14 @@ class LegacyTranscript:
         _check_renewed(answer, self.session_id)
         return None
 
-    def persist(self, messages: Sequence[Message], request: dict[str, Any],
-                result: LoopResult) -> Any:
+    def persist(self, messages: list[Message], request: dict[str, object],
+                result: LoopResult) -> object:
         """The persister's ``persist``."""
         if self.persister is None:
             return None
         return self.persister.persist(messages, request, result)
 
-    def release(self) -> Any:
+    def release(self) -> object:
         """The lock's ``release``."""
         if self.lock is None or self.token is None:
             return False
@@ -169,5 +169,5 @@ def _check_renewed(answer: object, session_id: str) -> None:
                        "another run (it expired); stopping so two runs never write one session.")
 
 
-async def _checked(answer: Awaitable[Any], session_id: str) -> None:
+async def _checked(answer: Awaitable[object], session_id: str) -> None:
     _check_renewed(await answer, session_id)

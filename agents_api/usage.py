@@ -14,16 +14,23 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TypeAlias
 
-__all__ = ["MAX_USAGE_VALUE", "plausible_usage"]
+__all__ = ["MAX_USAGE_VALUE", "Usage", "UsageCounts", "plausible_usage"]
+
+# What a turn or a run reports it used: counts by name (``prompt_tokens``, ``cost``...), and
+# whatever else a runner reported beside them (``prompt_tokens_details``), passed through as is.
+Usage: TypeAlias = dict[str, object]
+# The counts of a usage that can be true (what plausible_usage keeps): whole token counts, and
+# finite non-negative numbers such as a cost.
+UsageCounts: TypeAlias = dict[str, int | float]
 
 # No single request reports more than this of anything (a million times a large context).
 MAX_USAGE_VALUE = 10**12
 
 
-def plausible_usage(usage: Mapping[str, Any]
-                    ) -> tuple[dict[str, int | float], Mapping[str, Any]]:
+def plausible_usage(usage: Mapping[str, object]
+                    ) -> tuple[UsageCounts, Mapping[str, object]]:
     """``(kept, ignored)``: the top-level numbers of ``usage`` that can be true, and the
     fields that cannot (by name, with the value reported).
 
@@ -33,8 +40,8 @@ def plausible_usage(usage: Mapping[str, Any]
     details (``prompt_tokens_details``) and labels are not counts: they are left out, and are
     not reported as ignored.
     """
-    kept: dict[str, int | float] = {}
-    ignored: dict[str, Any] | None = None  # made only when a field is bad: almost never
+    kept: UsageCounts = {}
+    ignored: dict[str, object] | None = None  # made only when a field is bad: almost never
     for raw_key, value in usage.items():
         key = str(raw_key)
         count = key.endswith("tokens")
@@ -62,10 +69,10 @@ def plausible_usage(usage: Mapping[str, Any]
     return kept, ignored if ignored is not None else _NOTHING
 
 
-_NOTHING: Mapping[str, Any] = MappingProxyType({})
+_NOTHING: Mapping[str, object] = MappingProxyType({})
 
 
-def _note(ignored: dict[str, Any] | None, key: str, value: Any) -> dict[str, Any]:
+def _note(ignored: dict[str, object] | None, key: str, value: object) -> dict[str, object]:
     found = ignored if ignored is not None else {}
     found[key] = value
     return found

@@ -14,7 +14,7 @@ from agents_api.drive import ThreadCall, drive_async, drive_sync
 from agents_api.jsontext import canonical_json, compact_json
 
 
-def _steps_yielding(call: ThreadCall) -> Generator[Any, Any, Any]:
+def _steps_yielding(call: ThreadCall[*tuple[object, ...]]) -> Generator[Any, Any, Any]:
     try:
         return ("value", (yield call))
     except Exception as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from freezegun import freeze_time
@@ -24,6 +24,7 @@ from agents_api import (
     arun_loop,
     run_loop,
 )
+from agents_api.records import ToolRecord
 
 USER = [{"role": "user", "content": "go"}]
 
@@ -73,7 +74,8 @@ def test_tool_calls_run_through_executor_and_usage_is_summed() -> None:
                       tool_executor=double)
     assert result.status == "completed"
     assert result.turn_count == 3
-    assert [r["result"]["result"] for r in result.tool_execution_results] == [20, 40]
+    records = cast("list[ToolRecord]", result.tool_execution_results)
+    assert [r["result"]["result"] for r in records] == [20, 40]
     assert result.usage == {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 7}
     types = [m.type for m in result.messages]
     assert types == ["text", "tool_call", "tool_result", "tool_call", "tool_result", "text"]
@@ -130,7 +132,7 @@ def test_spent_tool_budget_runs_no_tool_at_all() -> None:
     ran: list[str] = []
     result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("turns", 5),
                       budgets=[IterationBudget("tool_calls", 2, 2)],
-                      tool_executor=lambda c, ctx: ran.append(c["name"]))
+                      tool_executor=lambda c, ctx: ran.append(cast(str, c["name"])))
     assert result.status == "budget_exceeded"
     assert result.turn_count == 0
     assert ran == []
@@ -247,15 +249,18 @@ def test_tool_failures_never_end_the_run() -> None:
     result = run_loop(USER, calling_runner(answer_on=3), turn_budget=IterationBudget("t", 5),
                       tool_executor=executor)
     assert result.status == "completed"
-    first, second = result.tool_execution_results
+    first, second = cast("list[ToolRecord]", result.tool_execution_results)
     assert first["result"]["error_type"] == "executor_exception"
-    assert "bad input" in first["result"]["error"]
+    error = first["result"]["error"]
+    assert isinstance(error, str)
+    assert "bad input" in error
     assert second["result"] == {"success": False, "error": "nope"}
 
 
 def test_without_executor_tool_calls_get_a_readable_failure() -> None:
     result = run_loop(USER, calling_runner(answer_on=2), turn_budget=IterationBudget("t", 5))
-    assert result.tool_execution_results[0]["result"]["error_type"] == "executor_unavailable"
+    failed = cast("list[ToolRecord]", result.tool_execution_results)[0]["result"]
+    assert failed["error_type"] == "executor_unavailable"
 
 
 def test_event_sink_that_raises_never_changes_the_result() -> None:
@@ -291,7 +296,7 @@ def test_event_order_for_one_tool_turn() -> None:
 
 def test_should_continue_overrides_the_default_rule() -> None:
     result = run_loop(USER, calling_runner(), turn_budget=IterationBudget("t", 9),
-                      tool_executor=double, should_continue=lambda r, c: c["turn"] < 2)
+                      tool_executor=double, should_continue=lambda r, c: cast(int, c["turn"]) < 2)
     assert (result.status, result.turn_count) == ("completed", 2)
 
 
@@ -583,7 +588,7 @@ def test_hung_sync_tool_is_abandoned_at_the_wall_clock() -> None:
         release.set()
     assert result.status == "budget_exceeded"
     assert result.budget == "wall_clock_seconds"
-    failed = result.tool_execution_results[0]["result"]
+    failed = cast("list[ToolRecord]", result.tool_execution_results)[0]["result"]
     assert failed["error_type"] == "deadline_exceeded"
 
 

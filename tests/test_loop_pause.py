@@ -105,8 +105,10 @@ def test_the_resumed_run_runs_the_waiting_calls_before_its_first_turn() -> None:
         return TurnResult(content="all done")
 
     executor = Recorder(approved={"b"})
+    waiting = first.pending["tool_calls"]
+    assert isinstance(waiting, list)
     result = run_loop(first.messages, runner, turn_budget=IterationBudget("turns", 5),
-                      tool_executor=executor, pending_tool_calls=first.pending["tool_calls"])
+                      tool_executor=executor, pending_tool_calls=waiting)
     assert result.status == "completed"
     assert executor.ran == ["b", "c"]
     assert seen == [["text", "text", "tool_call", "tool_result", "tool_call", "tool_result",
@@ -162,6 +164,7 @@ def test_a_tool_budget_pause_keeps_the_calls_it_stopped() -> None:
                       on_budget_exhausted=lambda budget, context: Pause({"kind": "budget"}))
     assert executor.ran == ["x"]
     assert result.pending is not None
+    assert isinstance(result.pending["tool_calls"], list)
     assert [c["id"] for c in result.pending["tool_calls"]] == ["y", "z"]
 
 
@@ -212,6 +215,7 @@ def test_pause_works_the_same_in_the_async_loop() -> None:
                                    tool_executor=executor))
     assert result.status == "awaiting_confirmation"
     assert result.pending is not None
+    assert isinstance(result.pending["tool_calls"], list)
     assert [c["id"] for c in result.pending["tool_calls"]] == ["a", "b", "c"]
 
 

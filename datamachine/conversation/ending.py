@@ -38,6 +38,7 @@ from datamachine.providers.base import ProviderResponse
 from datamachine.tools.results import is_rejected
 
 if TYPE_CHECKING:
+    from agents_api.budget import BudgetSnapshot
     from datamachine.completion.controller import CompletionRun
     from datamachine.conversation.output import OutputContract
 
@@ -127,7 +128,7 @@ class FinalSummary:
         if not self.wanted(stop):
             return None
         assert stop.budget is not None
-        snapshot = stop.budgets.get(stop.budget, {})
+        snapshot: BudgetSnapshot | dict[str, int] = stop.budgets.get(stop.budget, {})
         current, ceiling = int(snapshot.get("current", 0)), int(snapshot.get("ceiling", 0))
         calls = sum(1 for r in stop.tool_execution_results if _ran(r["result"]))
         prompt = summary_prompt(stop.budget, current, ceiling, calls)
@@ -137,7 +138,7 @@ class FinalSummary:
         while attempts < 2 and not text:
             attempts += 1
             try:
-                answer = self.summarize(stop.messages, prompt)
+                answer: object = self.summarize(stop.messages, prompt)
                 if awaitable(answer):
                     answer = yield asyncio.wait_for(answer, timeout=grace)
             except Exception as exc:  # any failure of the summary call falls back

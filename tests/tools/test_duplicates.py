@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, SupportsIndex
+from typing import Any, SupportsIndex, cast
 
 import pytest
 
 from agents_api import Message
+from agents_api.records import ToolRecord
 from datamachine.tools import (
     DUPLICATE_PREFIX,
     ToolExecutor,
@@ -43,7 +44,7 @@ def flaky(key: str) -> dict[str, Any]:
     return {"success": True, "result": "ok"}
 
 
-def outcomes(result: Any) -> list[tuple[bool, str | None]]:
+def outcomes(result: Any) -> list[tuple[object, object]]:
     return [(m.payload["success"], m.payload.get("error_type")) for m in tool_results(result)]
 
 
@@ -136,10 +137,10 @@ def test_rejections_are_marked_so_the_adapter_can_drop_them_from_execution_resul
     result = run_turns(ToolExecutor([search]), [
         [call("search", "1", query="cats")], [call("search", "2", query="cats")],
     ])
-    kept = [entry for entry in result.tool_execution_results
-            if not entry["result"].get(REJECTED)]
+    records = cast("list[ToolRecord]", result.tool_execution_results)
+    kept = [entry for entry in records if not entry["result"].get(REJECTED)]
     assert [entry["tool_call_id"] for entry in kept] == ["1"]
-    assert result.tool_execution_results[1]["result"]["parameters"] == {"query": "cats"}
+    assert records[1]["result"]["parameters"] == {"query": "cats"}
 
 
 @pytest.mark.parametrize(

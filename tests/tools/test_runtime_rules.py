@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from agents_api.records import ToolRecord
 from datamachine.errors import InvalidToolRuntimeRule, UsageError
 from datamachine.tools import POLICY_PREFIX, ToolExecutor, parse_runtime_rules, tool
 from datamachine.tools.results import REJECTED
@@ -193,7 +194,7 @@ def test_duplicates_are_checked_before_runtime_rules() -> None:
 def test_runtime_rule_rejections_are_marked_rejected() -> None:
     executor = ToolExecutor(TOOLS, payload={"tool_runtime_rules": [PRIOR]})
     result = run_turns(executor, [[call("publish", "1")]])
-    entry = result.tool_execution_results[0]
+    entry = cast("list[ToolRecord]", result.tool_execution_results)[0]
     assert entry["result"][REJECTED] is True
     assert entry["result"]["error_type"] == "tool_runtime_rule_rejected"
 
