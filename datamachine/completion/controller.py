@@ -55,6 +55,9 @@ if TYPE_CHECKING:
 __all__ = ["CompletionRun", "Judgement"]
 
 NUDGE_METADATA_TYPE = "completion_nudge"
+# What a model that answered with nothing after its tool calls reads (once).
+EMPTY_ANSWER_NUDGE = ("Your last answer was empty. The results of your tool calls are above: "
+                      "write your final answer now.")
 Emit = Callable[[str, dict[str, Any]], None]
 
 
@@ -113,6 +116,11 @@ class CompletionRun:
                         and not getattr(policy, "configured_handlers", None))
         self.policy_error: InvalidCompletionPolicy | None = None
         self.asserting = assertions.configured
+        # A tool call ran (or was refused) in this run; then an empty answer is nudged once
+        # (``empty_nudged``), and one still empty ends the run incomplete (``empty_answer``).
+        self.called_tools = False
+        self.empty_nudged = False
+        self.empty_answer = False
 
     # -- building it -----------------------------------------------------------------------
     @classmethod
@@ -191,6 +199,7 @@ class CompletionRun:
     def on_tool_result(self, call: ToolCall, result: dict[str, Any],
                        turn: int) -> Decision | None:
         """After every call the run ran (or refused) in turn ``turn``: the policy's word."""
+        self.called_tools = True
         name = call.name
         tool = self.tools.get(name)
         if self.trivial and (tool is None or not (tool.terminal or tool.handler)) and (
@@ -262,6 +271,22 @@ class CompletionRun:
         self.nudge_count += 1
         self.last_nudge = text
         self._report_nudge(text, decision, turn, len(transcript) + 1)
+        return [Message.text("user", text, {"type": NUDGE_METADATA_TYPE,
+                                            "completion_nudge_count": self.nudge_count})]
+
+    def on_empty_answer(self, messages: list[Message], turn: int) -> list[Message]:
+        """An answer with no text after the run's tool calls (DESIGN 25): nudged once to
+        answer; a second empty answer ends the run, which is then ``incomplete`` (flag
+        ``empty_answer``), never completed with an earlier turn's words."""
+        if self.empty_nudged or self.single_turn:
+            self.empty_answer = True
+            return []
+        self.empty_nudged = True
+        text = EMPTY_ANSWER_NUDGE
+        self.nudge_count += 1
+        self.last_nudge = text
+        self._report_nudge(text, Decision(complete=False, context={"reason": "empty_answer"}),
+                           turn, len(messages) + 1)
         return [Message.text("user", text, {"type": NUDGE_METADATA_TYPE,
                                             "completion_nudge_count": self.nudge_count})]
 

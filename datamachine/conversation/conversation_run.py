@@ -590,13 +590,17 @@ class ConversationRun:
 
     def _natural_completion(self, messages: list[Message], content: str,
                             context: TurnContext) -> list[Message]:
-        """What an answer without tool calls meets: the output type first (an answer that
-        does not fit is asked again), then the completion policy."""
+        """What an answer without tool calls meets: an empty one after tool calls is asked
+        again once, then the output type (an answer that does not fit is asked again), then
+        the completion policy."""
+        completion = self.completion
+        if not content.strip() and completion.called_tools:
+            return completion.on_empty_answer(messages, context.turn)
         if self.output is not None:
             retry = self.output.check(content)
             if retry:
                 return retry
-        return self.completion.on_natural_completion(messages, content, context.turn)
+        return completion.on_natural_completion(messages, content, context.turn)
 
     # -- stopping ---------------------------------------------------------------------------
     def _stop_steps(self, stop: RunStop, context: TurnContext) -> Steps[StopVerdict]:

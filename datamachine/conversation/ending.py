@@ -42,8 +42,9 @@ if TYPE_CHECKING:
     from datamachine.completion.controller import CompletionRun
     from datamachine.conversation.output import OutputContract
 
-__all__ = ["OUTPUT_TRUNCATED", "TRUNCATED_WARNING", "FinalSummary", "Summary", "TurnGate",
-           "decide", "fallback_summary", "strip_thinking", "summary_prompt"]
+__all__ = ["EMPTY_ANSWER", "EMPTY_ANSWER_WARNING", "OUTPUT_TRUNCATED", "TRUNCATED_WARNING",
+           "FinalSummary", "Summary", "TurnGate", "decide", "fallback_summary", "strip_thinking",
+           "summary_prompt"]
 
 logger = logging.getLogger("datamachine.exhaustion")
 
@@ -211,6 +212,11 @@ class FinalSummary:
 
 
 # -- the verdict ----------------------------------------------------------------------------
+# The flag and warning of a run whose model answered with no text after its tool calls, even
+# when nudged once (DESIGN 25).
+EMPTY_ANSWER = "empty_answer"
+EMPTY_ANSWER_WARNING = ("The model gave an empty answer after its tool calls, also when asked "
+                        "again; the tool results are in the transcript.")
 # The flag and warning of a final answer the output token limit cut off (DESIGN 12).
 OUTPUT_TRUNCATED = "output_truncated"
 TRUNCATED_WARNING = ("The final answer was cut off by the output token limit "
@@ -308,6 +314,12 @@ def _judged(stop: RunStop, turn_ceiling: int, completion: CompletionRun,
         flags.append(OUTPUT_TRUNCATED)
         if status == "completed":
             status, warning = "incomplete", TRUNCATED_WARNING
+    if completion.empty_answer and status in ("completed", "incomplete"):
+        # Never an earlier turn's words ("Let me check the weather first.") as the answer.
+        flags.append(EMPTY_ANSWER)
+        final_content = ""
+        if status == "completed":
+            status, warning = "incomplete", EMPTY_ANSWER_WARNING
     if chat_abort is not None and status in ("completed", "budget_exceeded", "incomplete"):
         status, warning, budget, flags = "aborted", chat_abort, None, []
         final_content = final_content or chat_abort

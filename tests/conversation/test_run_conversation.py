@@ -585,3 +585,37 @@ def test_a_run_on_a_stored_transcript_counts_every_run_of_it(host: Host) -> None
     assert (first.turn_count, first.cumulative_turn_count) == (2, 2)
     assert (second.turn_count, second.cumulative_turn_count) == (2, 4)
     assert host.transcripts.summary("again").cumulative_turn_count == 4
+
+
+PREAMBLE = {"content": "Let me double it first.", "tool_calls": [call(2, "c1")]}
+
+
+def test_an_empty_answer_after_tool_calls_is_asked_again_once(host: Host) -> None:
+    result = host.run_conversation(USER, [double], "scripted", "m", payload={
+        "script": [PREAMBLE, {"content": ""}, {"content": "It is 4."}]})
+    assert (result.status, result.final_content) == ("completed", "It is 4.")
+    assert result.completion_nudge_count == 1
+    nudges = [m for m in result.messages if m.metadata.get("type") == "completion_nudge"]
+    assert [m.content for m in nudges] == [
+        "Your last answer was empty. The results of your tool calls are above: write your "
+        "final answer now."]
+
+
+def test_a_second_empty_answer_is_incomplete_and_never_the_preamble(host: Host) -> None:
+    """After a tool turn, an empty final answer was status completed with the first turn's
+    preamble as final_content (DESIGN 25)."""
+    result = host.run_conversation(USER, [double], "scripted", "m", payload={
+        "script": [PREAMBLE, {"content": ""}, {"content": "  "}]})
+    assert result.status == "incomplete"
+    assert result.flags == ["empty_answer"]
+    assert result.final_content == ""
+    assert result.completion_nudge_count == 1
+    assert result.turn_count == 3
+    assert result.warning is not None
+    assert "empty answer" in result.warning
+
+
+def test_an_empty_answer_without_tool_calls_is_not_nudged(host: Host) -> None:
+    result = host.run_conversation(USER, [double], "scripted", "m",
+                                   payload={"script": [{"content": ""}]})
+    assert (result.status, result.completion_nudge_count, result.flags) == ("completed", 0, [])
