@@ -41,7 +41,7 @@ from agents_api.results import (
 )
 from agents_api.transcript import HeldLock, LegacyTranscript, TranscriptWriter
 from agents_api.unchecked import unchecked
-from agents_api.usage import plausible_usage
+from agents_api.usage import plausible_usage, reported_usage
 
 __all__ = ["BudgetExhaustedHook", "LoopRun", "LoopSettings", "RequestEstimate",
            "ShouldContinue", "StopHook", "ToolResultHook", "TurnRunner"]
@@ -142,7 +142,7 @@ class LoopRun:
         if settings.writer is not None:
             self.session_id = settings.writer.session_id
         self.turn_count = 0
-        self.usage: dict[str, Any] = empty_usage()
+        self.usage: dict[str, Any] = {}  # what the requests reported (see reported_usage)
         self._usage_warned = False  # see _plausible_usage
         self.request_metadata: dict[str, Any] = {}
         self.tool_outcomes: list[ToolOutcome] = []
@@ -749,7 +749,8 @@ class LoopRun:
         return unchecked(
             LoopResult,
             messages=messages, turn_count=self.turn_count,
-            completed=status == "completed", status=status, usage=usage,
+            completed=status == "completed", status=status,
+            usage=reported_usage(usage) if self.turn_count else empty_usage(),
             tool_execution_results=self._tool_records(),
             last_tool_calls=[call.mapping for call in self.last_calls],
             request_metadata=self.request_metadata, budgets=self._snapshots(),

@@ -223,15 +223,16 @@ class WireProvider:
 
     async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamDelta]:
         """Run one turn as Server-Sent Events: text deltas as they arrive, then the whole
-        answer. A stream that breaks, or stops before the answer is whole, is a ProviderError
+        answer. Until the first event arrives, failures are retried like any request's; a
+        stream that breaks after it, or stops before the answer is whole, is a ProviderError
         ``provider_stream_error`` carrying the text that had arrived."""
         import httpx
-        from httpx_sse import EventSource, SSEError
+        from httpx_sse import SSEError
 
         assembler = self.stream_assembler(request)
-        async with self.http().open_stream(self.outbound(request, stream=True)) as response:
-            try:
-                async for event in EventSource(response).aiter_sse():
+        try:
+            async with self.http().open_events(self.outbound(request, stream=True)) as events:
+                async for event in events:
                     if not event.data.strip():
                         continue
                     text = assembler.feed_data(event.data.strip())
@@ -239,10 +240,8 @@ class WireProvider:
                         yield StreamDelta(text=text)
                     if assembler.done:
                         break
-            except (httpx.HTTPError, SSEError, ValueError) as exc:
-                if isinstance(exc, ProviderError):
-                    raise
-                raise assembler.broken(f"{type(exc).__name__}: {exc}") from None
+        except (httpx.HTTPError, SSEError, ValueError) as exc:
+            raise assembler.broken(f"{type(exc).__name__}: {exc}") from None
         why = assembler.unfinished
         if why is not None:  # ended cleanly but early: not an answer to take as whole
             raise assembler.broken(why)
