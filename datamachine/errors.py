@@ -170,7 +170,9 @@ class ProviderError(DataMachineError, RuntimeError):
     ``provider_bad_request``, ``provider_unavailable``, ``script_exhausted``,
     ``scripted_error``, ``provider_stream_error``); ``status`` is the HTTP status for HTTP
     errors, else None; ``provider`` is the provider name; ``attempts`` is how many requests were
-    sent; ``partial_content`` is the text a stream delivered before it broke.
+    sent; ``failed_attempts`` the ones before the last that failed and were retried
+    (``datamachine.providers.base.FailedAttempt``); ``partial_content`` is the text a stream
+    delivered before it broke.
     """
 
     def __init__(
@@ -182,12 +184,14 @@ class ProviderError(DataMachineError, RuntimeError):
         status: int | None = None,
         attempts: int = 0,
         partial_content: str = "",
+        failed_attempts: tuple[Any, ...] = (),
     ) -> None:
         super().__init__(message)
         self.code = code
         self.provider = provider
         self.status = status
         self.attempts = attempts
+        self.failed_attempts = failed_attempts
         # A streamed answer broken mid-way: the text that had arrived (``provider_stream_error``).
         self.partial_content = partial_content
 

@@ -344,7 +344,7 @@ class ConversationRun:
             tools_json="[" + ",".join(t.provider_json() for t in tools.values()) + "]",
             on_natural_completion=self._on_natural_completion(),
             turn_gate=self.turn_gate, call_keys=self.executor.index.keys,
-            options=self._model_options())
+            options=self._model_options(), timeline=self.timeline)
 
     def _model_options(self) -> dict[str, Any]:
         """The setting ``model_options`` (checked here too: an environment variable is not

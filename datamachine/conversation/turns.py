@@ -16,13 +16,14 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from agents_api import IterationBudget, Message, TurnAnswer
+from agents_api import IterationBudget, Message, TurnAnswer, clock
 from agents_api.drive import awaitable
 from agents_api.errors import brief_repr
 from agents_api.jsontext import canonical_json, compact_bytes
 from datamachine.conversation.metering import RunMeter
 from datamachine.conversation.pressure import PressureTracker
 from datamachine.conversation.projection import ChatProjector
+from datamachine.conversation.timeline import RunTimeline
 from datamachine.conversation.timeouts import Timeouts
 from datamachine.errors import ProviderError
 from datamachine.providers.base import ProviderRequest, ProviderResponse
@@ -75,11 +76,12 @@ class ProviderTurnRunner:
         turn_gate: TurnGate | None = None,
         call_keys: Mapping[str, tuple[object, str]] | None = None,
         options: Mapping[str, Any] | None = None,
+        timeline: RunTimeline | None = None,
     ) -> None:
         """``call_keys``: the run's tool index's canonical parameters per call id, which the
         prompt hash reuses (see ``ChatProjector``). ``options``: the run's model options
         (checked), sent with every request; the tool-less summary request drops the tool
-        ones."""
+        ones. ``timeline``: where each provider request's record goes (the run viewer)."""
         self.host = host
         self.provider = provider
         self.provider_name = provider_name
@@ -146,6 +148,8 @@ class ProviderTurnRunner:
         # events then carry the request's messages and the answer's text.
         self.report_content = False
         self._sent: list[dict[str, Any]] = []
+        self.timeline = timeline
+        self._sent_at = 0.0  # when the request being answered was sent (its latency)
 
     def request_bytes(self, messages: list[Message]) -> int:
         """The JSON size of the request ``messages`` make: messages and tool definitions, as
@@ -232,6 +236,7 @@ class ProviderTurnRunner:
             request = request.model_copy(update={"request_timeout": max(left, 0.001)})
         if self.report_content:
             self._sent = request.messages
+        self._sent_at = clock.monotonic()
         try:
             answer = self._dispatch(request, turn)
         except Exception as exc:
@@ -348,7 +353,8 @@ class ProviderTurnRunner:
         self.answer_truncated = (response.finish_reason == "length"
                                  and not response.tool_calls)
         self._report(turn, success=True, usage=response.usage,
-                     content=response if self.report_content else None)
+                     content=response if self.report_content else None,
+                     failed=response.failed_attempts)
         if self.pressure is not None:
             self.pressure.observe(response.content, response.tool_calls)
         calls, complete, continuation = response.tool_calls, self.single_turn, []
@@ -383,9 +389,11 @@ class ProviderTurnRunner:
         if self.meter is not None:  # only a summary that fits the run's budgets is asked for
             request = self.meter.admit_summary(
                 request, self.projector.bytes + len(compact_bytes(extra)) + 1)
+        self._sent_at = clock.monotonic()
         try:
             answer = self._dispatch(request, turn)
-        except BaseException:
+        except BaseException as exc:
+            self._summary_record(turn, request.options, None, exc)
             if self.meter is not None:
                 self.meter.charge_failed()
             raise
@@ -396,7 +404,8 @@ class ProviderTurnRunner:
     async def _summary_async(self, answer: Awaitable[Any], turn: int) -> str:
         try:
             response = await answer
-        except BaseException:
+        except BaseException as exc:
+            self._summary_record(turn, self._request.options, None, exc)
             if self.meter is not None:
                 self.meter.charge_failed()
             raise
@@ -408,6 +417,7 @@ class ProviderTurnRunner:
                 self.meter.release()
             return ""
         response = normalize_response(answer, provider=self.provider_name, turn=turn)
+        self._summary_record(turn, self._request.options, response, None)
         if response.ignored_usage is not None:
             self._ignored_usage(response.ignored_usage)
         for key, value in response.usage.items():
@@ -415,6 +425,37 @@ class ProviderTurnRunner:
         if self.meter is not None:
             self.meter.settle(response.usage, response.content)
         return response.content
+
+    def _request_record(self, options: dict[str, Any], usage: dict[str, Any] | None,
+                        failed: tuple[Any, ...], error: BaseException | None,
+                        ) -> dict[str, Any]:
+        """What the run viewer shows of one request: latency, usage, the options sent, the
+        attempts that failed before it, and its error (see ``RunTimeline.request``)."""
+        record: dict[str, Any] = {
+            "ms": round((clock.monotonic() - self._sent_at) * 1000), "ok": error is None}
+        if usage:
+            record["usage"] = usage
+        if options:
+            record["options"] = options
+        if failed:
+            record["attempts"] = [{"status": a.status, "error": a.error[:300],
+                                   "waited": a.waited} for a in failed]
+        if error is not None:
+            text = ("cancelled at the run's wall-clock limit"
+                    if isinstance(error, asyncio.CancelledError) else str(error))
+            record["error"] = (text or type(error).__name__)[:500]
+        return record
+
+    def _summary_record(self, turn: int, options: dict[str, Any],
+                        response: ProviderResponse | None, error: BaseException | None) -> None:
+        if self.timeline is None:
+            return
+        record = self._request_record(
+            without_tool_options(options), response.usage if response is not None else None,
+            response.failed_attempts if response is not None
+            else getattr(error, "failed_attempts", ()), error)
+        record["summary"] = True
+        self.timeline.request(turn, record)
 
     def _ignored_usage(self, ignored: dict[str, Any]) -> None:
         """Say once per run that the provider reported usage that cannot be true (its fields
@@ -430,10 +471,14 @@ class ProviderTurnRunner:
 
     def _report(self, turn: int, *, success: bool, error: BaseException | None = None,
                 usage: dict[str, Any] | None = None,
-                content: ProviderResponse | None = None) -> None:
+                content: ProviderResponse | None = None, failed: tuple[Any, ...] = ()) -> None:
         if not success and self.meter is not None:
             # It may have reached the provider (a timeout, a cut stream): charged its estimate.
             self.meter.charge_failed()
+        if self.timeline is not None:
+            self.timeline.request(turn, self._request_record(
+                self._request.options, usage, failed or getattr(error, "failed_attempts", ()),
+                error))
         if not self._emit_active:
             return
         payload: dict[str, Any] = {"turn": turn, "provider": self.provider_name,

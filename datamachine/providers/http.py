@@ -41,14 +41,16 @@ from typing import TYPE_CHECKING, Any
 
 from agents_api import clock
 from datamachine.errors import ProviderError, UsageError
+from datamachine.providers.base import FailedAttempt
 from datamachine.providers.retry import DEFAULT_MAX_RETRIES, RetryPolicy, check_max_retries
 
 if TYPE_CHECKING:
     import httpx
     from httpx_sse import ServerSentEvent
 
-__all__ = ["DEFAULT_MAX_RETRIES", "MAX_RETRIES_SETTING", "ProviderHTTP", "RetryPolicy",
-           "Sleep", "error_detail", "excerpt", "parse_retry_after", "retry_after_seconds"]
+__all__ = ["DEFAULT_MAX_RETRIES", "MAX_RETRIES_SETTING", "Delivered", "Opened", "ProviderHTTP",
+           "RetryPolicy", "Sleep", "error_detail", "excerpt", "parse_retry_after",
+           "retry_after_seconds"]
 
 logger = logging.getLogger("datamachine.providers")
 
@@ -165,6 +167,23 @@ class _Wait:
     seconds: float
 
 
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A request's 2xx answer, and the attempts before it that failed and were retried."""
+
+    response: httpx.Response
+    failed: tuple[FailedAttempt, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """A streamed answer's events (its first one has arrived), and the attempts before it
+    that failed and were retried."""
+
+    events: AsyncIterator[ServerSentEvent]
+    failed: tuple[FailedAttempt, ...] = ()
+
+
 @dataclass(slots=True)
 class Outbound:
     """One POST as a provider prepared it."""
@@ -265,9 +284,10 @@ class ProviderHTTP:
             await own.aclose()
 
     # -- one exchange ------------------------------------------------------------------------
-    def post(self, outbound: Outbound) -> httpx.Response | Awaitable[httpx.Response]:
-        """POST with retries: the final 2xx response, or an awaitable of it inside a running
-        event loop. Every failure is a ProviderError naming what to fix."""
+    def post(self, outbound: Outbound) -> Delivered | Awaitable[Delivered]:
+        """POST with retries: the final 2xx response and the attempts that failed before it,
+        or an awaitable of them inside a running event loop. Every failure is a ProviderError
+        naming what to fix (with the failed attempts before it)."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -284,10 +304,11 @@ class ProviderHTTP:
         self._url = (url, parsed)
         return parsed
 
-    def _post_sync(self, outbound: Outbound) -> httpx.Response:
+    def _post_sync(self, outbound: Outbound) -> Delivered:
         client = self.sync_client()
         url = self._parsed(outbound.url)
-        steps = self._exchange(outbound)
+        failed: list[FailedAttempt] = []
+        steps = self._exchange(outbound, failed)
         ask: _Send | _Wait = next(steps)
         try:
             while True:
@@ -304,12 +325,13 @@ class ProviderHTTP:
                 else:
                     ask = steps.send(response)
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return Delivered(done.value, tuple(failed))
 
-    async def _post_async(self, outbound: Outbound) -> httpx.Response:
+    async def _post_async(self, outbound: Outbound) -> Delivered:
         client = self.async_client()
         url = self._parsed(outbound.url)
-        steps = self._exchange(outbound)
+        failed: list[FailedAttempt] = []
+        steps = self._exchange(outbound, failed)
         ask: _Send | _Wait = next(steps)
         deadline = outbound.request_timeout if outbound.request_timeout > 0 else None
         try:
@@ -329,11 +351,10 @@ class ProviderHTTP:
                 else:
                     ask = steps.send(response)
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return Delivered(done.value, tuple(failed))
 
     @contextlib.asynccontextmanager
-    async def open_events(
-            self, outbound: Outbound) -> AsyncIterator[AsyncIterator[ServerSentEvent]]:
+    async def open_events(self, outbound: Outbound) -> AsyncIterator[Opened]:
         """POST for a streamed answer: its Server-Sent Events, once the first one has arrived.
         Until then everything is retried as for :meth:`post`: an error status (whose answer is
         read whole, for its message), a connection that drops, a body that ends or breaks
@@ -342,7 +363,8 @@ class ProviderHTTP:
 
         client = self.async_client()
         url = self._parsed(outbound.url)
-        steps = self._exchange(outbound)
+        failed: list[FailedAttempt] = []
+        steps = self._exchange(outbound, failed)
         ask: _Send | _Wait = next(steps)
         while True:
             if isinstance(ask, _Wait):
@@ -378,7 +400,7 @@ class ProviderHTTP:
                 continue
             steps.close()  # the answer is arriving: no attempt after this one
             try:
-                yield _after(first, events)
+                yield Opened(_after(first, events), tuple(failed))
             finally:
                 await events.aclose()
                 await response.aclose()
@@ -413,10 +435,11 @@ class ProviderHTTP:
         return httpx.Timeout(request, connect=connect)
 
     def _exchange(
-        self, outbound: Outbound
+        self, outbound: Outbound, failed: list[FailedAttempt]
     ) -> Generator[_Send | _Wait, httpx.Response | None, httpx.Response]:
         """The retry decisions: yields a send or a wait, receives the response (or has the
-        transport's exception thrown in), returns the final 2xx response."""
+        transport's exception thrown in), returns the final 2xx response; each attempt that
+        failed and is retried is added to ``failed``."""
         retries = self.max_retries()
         attempt = 0
         while True:
@@ -425,8 +448,10 @@ class ProviderHTTP:
                 response = yield _Send()
             except Exception as exc:
                 if attempt > retries or not _breaks_before_answering(exc):
-                    raise self._transport_error(exc, outbound, attempt, retries) from None
+                    raise self._transport_error(exc, outbound, attempt, retries,
+                                                failed) from None
                 backoff = self._backoff(attempt)
+                failed.append(FailedAttempt(error=_what_broke(exc), waited=backoff))
                 logger.info("%s: %s from %s before its answer began, retrying in %.2f s "
                             "(attempt %d of %d)", self.name, _what_broke(exc), outbound.url,
                             backoff, attempt + 1, retries + 1)
@@ -437,7 +462,9 @@ class ProviderHTTP:
                 return response
             delay = self._retry_delay(response, attempt, retries)
             if delay is None:
-                raise self._http_error(response, outbound.url, attempt, retries)
+                raise self._http_error(response, outbound.url, attempt, retries, failed)
+            failed.append(FailedAttempt(status=response.status_code,
+                                        error=error_detail(response), waited=delay))
             logger.info("%s: HTTP %s from %s, retrying in %.2f s (attempt %d of %d)", self.name,
                         response.status_code, outbound.url, delay, attempt + 1, retries + 1)
             yield _Wait(delay)
@@ -460,7 +487,7 @@ class ProviderHTTP:
         return ceiling * (0.5 + 0.5 * self.jitter())  # jitter spreads out synchronized clients
 
     def _http_error(self, response: httpx.Response, url: str, attempt: int,
-                    retries: int) -> ProviderError:
+                    retries: int, failed: list[FailedAttempt]) -> ProviderError:
         status = response.status_code
         attempts = _attempts(attempt, retries, _retryable(status))
         asked = retry_after_seconds(response.headers)
@@ -471,49 +498,56 @@ class ProviderHTTP:
             f"The {self.name} provider answered HTTP {status} from {url} {attempts}: "
             f"{error_detail(response)}.{self.hints.get(status, '')}",
             code="provider_http_error", provider=self.name, status=status, attempts=attempt,
-        )
+            failed_attempts=tuple(failed))
 
     def _broke_before_answering(self, exc: Exception, url: str, attempt: int,
-                                retries: int) -> ProviderError:
+                                retries: int, before: tuple[FailedAttempt, ...]
+                                ) -> ProviderError:
         attempts = _attempts(attempt, retries, True)
         if isinstance(exc, _NoFirstByte):
             return ProviderError(
                 f"The {self.name} provider's streamed answer from {url} ended before its first "
                 f"event {attempts}: HTTP 200 with an empty body. Check the server's log.",
-                code="provider_stream_error", provider=self.name, attempts=attempt)
+                code="provider_stream_error", provider=self.name, attempts=attempt,
+                failed_attempts=before)
         return ProviderError(
             f"The {self.name} provider's server at {url} closed the connection before "
             f"answering {attempts} ({type(exc).__name__}: {exc or 'no detail'}). Check the "
             "server's log.", code="provider_connection_error", provider=self.name,
-            attempts=attempt)
+            attempts=attempt, failed_attempts=before)
 
-    def _transport_error(self, exc: Exception, outbound: Outbound,
-                         attempt: int, retries: int) -> ProviderError:
+    def _transport_error(self, exc: Exception, outbound: Outbound, attempt: int,
+                         retries: int, failed: list[FailedAttempt]) -> ProviderError:
         import httpx
 
         url = outbound.url
+        before = tuple(failed)
         if _breaks_before_answering(exc):
-            return self._broke_before_answering(exc, url, attempt, retries)
+            return self._broke_before_answering(exc, url, attempt, retries, before)
         if isinstance(exc, httpx.ConnectTimeout):
             return ProviderError(
                 f"The {self.name} provider could not connect to {url} within the connect "
                 f"timeout of {outbound.connect_timeout:g} s. Is the server running? (The "
                 "connect_timeout setting or hook raises the limit.)",
-                code="provider_timeout", provider=self.name, attempts=attempt)
+                code="provider_timeout", provider=self.name, attempts=attempt,
+                failed_attempts=before)
         if isinstance(exc, httpx.TimeoutException | TimeoutError):
             return ProviderError(
                 f"The {self.name} provider got no answer from {url} within the request "
                 f"timeout of {outbound.request_timeout:g} s. Raise the request_timeout setting "
                 "(or hook) for slow models.",
-                code="provider_timeout", provider=self.name, attempts=attempt)
+                code="provider_timeout", provider=self.name, attempts=attempt,
+                failed_attempts=before)
         if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol):
             return ProviderError(f"The {self.name} provider's URL {url!r} is invalid: {exc}.",
-                                 code="provider_bad_request", provider=self.name)
+                                 code="provider_bad_request", provider=self.name,
+                                 failed_attempts=before)
         if isinstance(exc, httpx.HTTPError):
             return ProviderError(
                 f"The {self.name} provider cannot reach {url}: {type(exc).__name__}: {exc}. "
                 "Check its base URL and that the server is running.",
-                code="provider_connection_error", provider=self.name, attempts=attempt)
+                code="provider_connection_error", provider=self.name, attempts=attempt,
+                failed_attempts=before)
         raise exc
 
 

@@ -18,13 +18,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from datamachine.errors import ProviderError, UsageError
-from datamachine.providers.base import ProviderRequest, ProviderResponse, StreamDelta
+from datamachine.providers.base import (
+    FailedAttempt,
+    ProviderRequest,
+    ProviderResponse,
+    StreamDelta,
+)
 from datamachine.providers.retry import RetryPolicy
 
 if TYPE_CHECKING:
     import httpx
 
-    from datamachine.providers.http import Outbound, ProviderHTTP, Sleep
+    from datamachine.providers.http import Delivered, Outbound, ProviderHTTP, Sleep
 
 __all__ = ["StreamAssembler", "WireProvider", "bad_request", "stream_broken"]
 
@@ -179,10 +184,17 @@ class WireProvider:
     ) -> ProviderResponse | Awaitable[ProviderResponse]:
         """Send one request (retrying what is worth retrying) and return the parsed answer:
         at once in a synchronous run, as an awaitable inside a running event loop."""
-        response = self.http().post(self.outbound(request))
-        if isinstance(response, Awaitable):
-            return self._parse_later(response, request.turn)
-        return self.parse(response, request.turn)
+        delivered = self.http().post(self.outbound(request))
+        if isinstance(delivered, Awaitable):
+            return self._parse_later(delivered, request.turn)
+        return self._parsed(delivered, request.turn)
+
+    def _parsed(self, delivered: Delivered, turn: int) -> ProviderResponse:
+        """The parsed answer, with the attempts that failed before it (rarely any)."""
+        response = self.parse(delivered.response, turn)
+        if delivered.failed:
+            return response.model_copy(update={"failed_attempts": delivered.failed})
+        return response
 
     def complete_sync(self, request: ProviderRequest) -> ProviderResponse:
         """:meth:`complete` for callers that need a response, not an awaitable (not callable
@@ -195,9 +207,8 @@ class WireProvider:
             close()
         raise UsageError("complete_sync() cannot run inside an event loop; await complete().")
 
-    async def _parse_later(self, pending: Awaitable[httpx.Response],
-                           turn: int) -> ProviderResponse:
-        return self.parse(await pending, turn)
+    async def _parse_later(self, pending: Awaitable[Delivered], turn: int) -> ProviderResponse:
+        return self._parsed(await pending, turn)
 
     def decode(self, response: httpx.Response) -> Any:
         """The JSON of a 2xx ``response``; ProviderError ``provider_bad_response`` saying what
@@ -230,9 +241,11 @@ class WireProvider:
         from httpx_sse import SSEError
 
         assembler = self.stream_assembler(request)
+        failed: tuple[FailedAttempt, ...] = ()
         try:
-            async with self.http().open_events(self.outbound(request, stream=True)) as events:
-                async for event in events:
+            async with self.http().open_events(self.outbound(request, stream=True)) as opened:
+                failed = opened.failed
+                async for event in opened.events:
                     if not event.data.strip():
                         continue
                     text = assembler.feed_data(event.data.strip())
@@ -245,7 +258,10 @@ class WireProvider:
         why = assembler.unfinished
         if why is not None:  # ended cleanly but early: not an answer to take as whole
             raise assembler.broken(why)
-        yield StreamDelta(response=assembler.response())
+        response = assembler.response()
+        if failed:
+            response = response.model_copy(update={"failed_attempts": failed})
+        yield StreamDelta(response=response)
 
     # -- helpers for outbound() --------------------------------------------------------------
     def require(self, available: Literal[True] | str, request: ProviderRequest,

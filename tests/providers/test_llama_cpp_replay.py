@@ -179,12 +179,16 @@ def test_a_stream_that_breaks_before_its_first_byte_is_retried(breaks: bytes) ->
                                                api_key="k", sleep=sleep, jitter=lambda: 0.0))
         events = list(host.stream_conversation(WEATHER, [get_weather], "llama", "smollm2",
                                                payload={"model_options": FORCED}))
+        session = events[-1].result.transcript_session_id if events[-1].result else None
+        records = host.transcripts.requests(session) if session else []
     result = events[-1].result
     assert result is not None
     assert result.status == "completed"
     assert RAN == ["Paris"]
     assert len(server.requests) == 3
     assert sleep.calls == [0.25]
+    # The run viewer's record of the first request shows the attempt that broke.
+    assert [(a["status"], a["waited"]) for a in records[0]["attempts"]] == [(None, 0.25)]
 
 
 def test_a_request_the_server_drops_before_answering_is_retried_when_not_streamed() -> None:
