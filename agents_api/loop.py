@@ -42,7 +42,7 @@ from agents_api.results import (
     terminal_payload,
 )
 from agents_api.transcript import HeldLock, LegacyTranscript, TranscriptWriter
-from agents_api.usage import Usage, plausible_usage
+from agents_api.usage import Usage, plausible_usage, reported_usage
 
 if TYPE_CHECKING:
     from agents_api.budget import BudgetSnapshot
@@ -171,7 +171,7 @@ class LoopRun:
         self.context = TurnContext(0, budgets, self.session_id, None, settings.mode,
                                    settings.payload, settings.extra)
         self.turn_count = 0
-        self.usage: Usage = empty_usage()
+        self.usage: Usage = {}  # what the requests reported (see agents_api.usage)
         self._usage_warned = False  # see _plausible_usage
         self.request_metadata: dict[str, object] = {}
         self.tool_outcomes: list[ToolOutcome] = []
@@ -786,7 +786,8 @@ class LoopRun:
             error=outcome.error, error_code=outcome.error_code, messages=self.messages,
             final_content=final_content(self.messages, self.first_new),
             turn_count=self.turn_count,
-            usage=dict(self.usage), budgets=self._snapshots(),
+            usage=reported_usage(self.usage) if self.turn_count else empty_usage(),
+            budgets=self._snapshots(),
             # Each call's mapping is the ToolCallDict ToolCall.from_model made.
             last_tool_calls=cast("list[ToolCallDict]", [call.mapping for call in self.last_calls]),
             tool_execution_results=self._tool_records(),

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TypeAlias
 
-__all__ = ["MAX_USAGE_VALUE", "Usage", "UsageCounts", "plausible_usage"]
+__all__ = ["MAX_USAGE_VALUE", "USAGE_COUNTS", "Usage", "UsageCounts", "plausible_usage",
+           "reported_usage"]
 
 # What a turn or a run reports it used: counts by name (``prompt_tokens``, ``cost``...), and
 # whatever else a runner reported beside them (``prompt_tokens_details``), passed through as is.
@@ -27,6 +28,15 @@ UsageCounts: TypeAlias = dict[str, int | float]
 
 # No single request reports more than this of anything (a million times a large context).
 MAX_USAGE_VALUE = 10**12
+# The counts every run's usage shows, reported or not.
+USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def reported_usage(summed: Mapping[str, object]) -> Usage:
+    """A run's usage as its result shows it: what its requests reported, summed, with None
+    ("not reported") for each of :data:`USAGE_COUNTS` that no request reported. A server that
+    sends no usage (llama-cpp-python's streams) must not read as a run that cost nothing."""
+    return {**dict.fromkeys(USAGE_COUNTS), **summed}
 
 
 def plausible_usage(usage: Mapping[str, object]

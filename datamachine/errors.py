@@ -39,6 +39,7 @@ __all__ = [
     "InvalidToolDefinition",
     "InvalidToolRuntimeRule",
     "JobNotFound",
+    "ModelRequestsDisabled",
     "PluginLoadError",
     "ProviderError",
     "RecordNotFound",
@@ -169,7 +170,9 @@ class ProviderError(DataMachineError, RuntimeError):
     ``provider_bad_request``, ``provider_unavailable``, ``script_exhausted``,
     ``scripted_error``, ``provider_stream_error``); ``status`` is the HTTP status for HTTP
     errors, else None; ``provider`` is the provider name; ``attempts`` is how many requests were
-    sent; ``partial_content`` is the text a stream delivered before it broke.
+    sent; ``failed_attempts`` the ones before the last that failed and were retried
+    (``datamachine.providers.base.FailedAttempt``); ``partial_content`` is the text a stream
+    delivered before it broke.
     """
 
     def __init__(
@@ -181,12 +184,14 @@ class ProviderError(DataMachineError, RuntimeError):
         status: int | None = None,
         attempts: int = 0,
         partial_content: str = "",
+        failed_attempts: tuple[Any, ...] = (),
     ) -> None:
         super().__init__(message)
         self.code = code
         self.provider = provider
         self.status = status
         self.attempts = attempts
+        self.failed_attempts = failed_attempts
         # A streamed answer broken mid-way: the text that had arrived (``provider_stream_error``).
         self.partial_content = partial_content
 
@@ -335,6 +340,26 @@ class SiteMisconfigured(DataMachineError):
     def __init__(self, message: str, *, setting: str) -> None:
         super().__init__(message)
         self.setting = setting
+
+
+class ModelRequestsDisabled(DataMachineError):
+    """A run would have sent a request to a real model while the setting
+    ``allow_model_requests`` is off (the ``dm_host`` fixture, or the pytest ini option
+    ``datamachine_allow_model_requests = false``).
+
+    Raised by every run entry point (``run_conversation``, its async and streamed twins,
+    ``continue_conversation``, ``chat``, ``resume``) instead of returning a result, so a test
+    that forgets to check ``result.status`` still fails. Only the providers that never leave
+    the process answer with requests off (``scripted``, and ``datamachine.testing``'s ``test``
+    and ``function``), and ``text_result`` hooks. ``provider`` names the provider that was
+    refused; the message says how to answer instead or how to allow real requests. Raised
+    before the run starts (nothing stored) unless a ``text_result`` hook was registered and
+    declined the request.
+    """
+
+    def __init__(self, message: str, *, provider: str = "") -> None:
+        super().__init__(message)
+        self.provider = provider
 
 
 class InvalidCompletionAssertions(UsageError):

@@ -20,6 +20,12 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from datamachine.job_queue import JobQueue
+from datamachine.model_requests import (
+    guard_astream,
+    guard_stream,
+    raise_if_refused,
+    refuse_before_run,
+)
 from datamachine.modes import BUILTIN_MODES
 from datamachine.plugins import PluginInfo, first_result, fold_value
 from datamachine.providers.registry import ProviderRegistry
@@ -132,10 +138,11 @@ class Host(Services):
         """Run one bounded conversation on this host (see ``datamachine.run_conversation``)."""
         from datamachine.conversation.conversation_run import ConversationRun
 
-        return ConversationRun.create(self, messages, tools, provider,
-                                      model, mode,
-                                      with_output_type(payload, output_type), max_turns,
-                                      single_turn).run()
+        run = ConversationRun.create(self, messages, tools, provider, model, mode,
+                                     with_output_type(payload, output_type), max_turns,
+                                     single_turn)
+        refuse_before_run(self, run.spec.provider)
+        return raise_if_refused(run.run())
 
     async def arun_conversation(
         self,
@@ -153,11 +160,11 @@ class Host(Services):
         """Async twin of :meth:`run_conversation`."""
         from datamachine.conversation.conversation_run import ConversationRun
 
-        run = ConversationRun.create(self, messages, tools, provider,
-                                     model, mode,
+        run = ConversationRun.create(self, messages, tools, provider, model, mode,
                                      with_output_type(payload, output_type), max_turns,
                                      single_turn)
-        return await run.arun()
+        refuse_before_run(self, run.spec.provider)
+        return raise_if_refused(await run.arun())
 
     async def acontinue_conversation(
         self,
@@ -173,8 +180,8 @@ class Host(Services):
         from agents_api.drive import drive_async
         from datamachine.conversation.resuming import continuation_steps
 
-        return await drive_async(continuation_steps(self, session_id, extend_by, tools,
-                                                    provider, model, output_type=output_type))
+        return raise_if_refused(await drive_async(continuation_steps(
+            self, session_id, extend_by, tools, provider, model, output_type=output_type)))
 
     def stream_conversation(
         self,
@@ -193,8 +200,9 @@ class Host(Services):
         last. Leaving the loop early ends the run ``aborted`` (transcript kept, lock freed)."""
         from datamachine.conversation.stream import stream_on
 
-        return stream_on(self, messages, tools, provider, model, mode, payload, max_turns,
-                         single_turn, output_type=output_type)
+        refuse_before_run(self, self.default_provider(provider))
+        return guard_stream(stream_on(self, messages, tools, provider, model, mode, payload,
+                                      max_turns, single_turn, output_type=output_type))
 
     def astream_conversation(
         self,
@@ -212,8 +220,9 @@ class Host(Services):
         """Async twin of :meth:`stream_conversation` (``async for event in ...``)."""
         from datamachine.conversation.stream import astream_on
 
-        return astream_on(self, messages, tools, provider, model, mode, payload, max_turns,
-                          single_turn, output_type=output_type)
+        refuse_before_run(self, self.default_provider(provider))
+        return guard_astream(astream_on(self, messages, tools, provider, model, mode, payload,
+                                        max_turns, single_turn, output_type=output_type))
 
     def continue_conversation(
         self,
@@ -229,8 +238,8 @@ class Host(Services):
         from agents_api.drive import drive_sync
         from datamachine.conversation.resuming import continuation_steps
 
-        return drive_sync(continuation_steps(self, session_id, extend_by, tools, provider, model,
-                                             output_type=output_type))
+        return raise_if_refused(drive_sync(continuation_steps(
+            self, session_id, extend_by, tools, provider, model, output_type=output_type)))
 
     async def achat(
         self,
@@ -248,10 +257,9 @@ class Host(Services):
         from agents_api.drive import drive_async
         from datamachine.conversation.chat import chat_message, chat_steps
 
-        return await drive_async(chat_steps(self, session_id, chat_message(message), tools,
-                                            provider, model,
-                                            with_output_type(payload, output_type),
-                                            on_text=on_text))
+        return raise_if_refused(await drive_async(chat_steps(
+            self, session_id, chat_message(message), tools, provider, model,
+            with_output_type(payload, output_type), on_text=on_text)))
 
     def chat(
         self,
@@ -275,9 +283,9 @@ class Host(Services):
         from agents_api.drive import drive_sync
         from datamachine.conversation.chat import chat_message, chat_steps
 
-        return drive_sync(chat_steps(self, session_id, chat_message(message), tools, provider,
-                                     model, with_output_type(payload, output_type),
-                                     on_text=on_text))
+        return raise_if_refused(drive_sync(chat_steps(
+            self, session_id, chat_message(message), tools, provider, model,
+            with_output_type(payload, output_type), on_text=on_text)))
 
     def resume(
         self,
@@ -298,8 +306,8 @@ class Host(Services):
         from agents_api.drive import drive_sync
         from datamachine.conversation.resuming import resume_steps
 
-        return drive_sync(resume_steps(self, session_id, approve, extend_by, tools, payload,
-                                       pause_id=pause_id))
+        return raise_if_refused(drive_sync(resume_steps(
+            self, session_id, approve, extend_by, tools, payload, pause_id=pause_id)))
 
     async def aresume(
         self,
@@ -315,8 +323,8 @@ class Host(Services):
         from agents_api.drive import drive_async
         from datamachine.conversation.resuming import resume_steps
 
-        return await drive_async(resume_steps(self, session_id, approve, extend_by, tools,
-                                              payload, pause_id=pause_id))
+        return raise_if_refused(await drive_async(resume_steps(
+            self, session_id, approve, extend_by, tools, payload, pause_id=pause_id)))
 
     def close(self) -> None:
         """Stop what plugins started (``host_closing``), close the providers' connection pools

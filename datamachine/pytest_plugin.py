@@ -9,11 +9,18 @@ read what it was asked. See docs/testing.md.
 The ini option ``datamachine_allow_model_requests = false`` turns real model requests off for
 every host of the test session, the default host and ``datamachine`` subprocesses included
 (it sets ``DATAMACHINE_ALLOW_MODEL_REQUESTS=false`` for the session).
+
+A test that uses neither fixture never writes into the user's data directory either: for the
+whole session ``DATAMACHINE_DB`` names a database in a new temporary directory (removed at
+the end), so the default host, ``boot()`` without a ``db_path`` and ``datamachine``
+subprocesses all land there, whatever the environment said before.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,9 +43,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                        "session (only the scripted provider and text_result hooks answer).")
 
 
+_DB_ENV = "DATAMACHINE_DB"
+# The session's temporary database directory, and DATAMACHINE_DB before the session.
+_session_db = pytest.StashKey[tuple[str, str | None]]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not config.getini(_INI) and _ENV not in os.environ:
         os.environ[_ENV] = "false"
+    # Under TMPDIR, where pytest keeps its own temporary directories.
+    folder = tempfile.mkdtemp(prefix="datamachine-pytest-")
+    config.stash[_session_db] = (folder, os.environ.get(_DB_ENV))
+    os.environ[_DB_ENV] = os.path.join(folder, "datamachine.db")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder, before = config.stash.get(_session_db, ("", None))
+    if not folder:
+        return
+    from datamachine.api import reset_default_host
+
+    reset_default_host()  # its database is about to go
+    if before is None:
+        os.environ.pop(_DB_ENV, None)
+    else:
+        os.environ[_DB_ENV] = before
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

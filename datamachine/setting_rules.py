@@ -199,9 +199,10 @@ def _concurrency(key: str, value: Any) -> None:
 # are declared by their budgets; plugins declare theirs with register_settings().
 CORE_SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec(name="allow_model_requests", type="boolean", default=True, validator=_flag,
-                description="When false, only the `scripted` provider and `text_result` hooks "
-                            "answer; a request to any other provider is refused with a clear "
-                            "error (test suites switch it off)."),
+                description="When false, only the providers that never leave the process "
+                            "(`scripted`, `test`, `function`) and `text_result` hooks answer; a "
+                            "run on any other provider raises `ModelRequestsDisabled` (test "
+                            "suites switch it off)."),
     SettingSpec(name="budget_pressure", type="boolean", default=False, validator=_flag,
                 description="True switches budget pressure notices (the default tiers) on "
                             "for every run; the payload key `budget_pressure` decides per run."),

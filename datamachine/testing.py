@@ -1,5 +1,5 @@
-"""Test doubles for applications built on datamachine: :class:`ScriptedModel` and the host that
-refuses real model requests.
+"""Test doubles for applications built on datamachine: :class:`ScriptedModel`,
+:class:`TestModel`, :class:`FunctionModel` and the host that refuses real model requests.
 
 The pytest plugin (``datamachine.pytest_plugin``, loaded through the ``pytest11`` entry point)
 wraps these as the fixtures ``dm_host`` and ``scripted_model``; this module holds the parts
@@ -9,6 +9,10 @@ A :class:`ScriptedModel` is a plugin: it answers the ``text_result`` hook, so it
 *whatever* provider the application is configured for (``openai`` included) and the provider is
 never called. It answers ``provider_availability`` with ``True`` for the same reason: an app
 configured for a real provider has no API key in its test environment.
+
+:class:`TestModel` and :class:`FunctionModel` (from :mod:`datamachine.model_doubles`) are
+providers instead, named ``test`` and ``function``: a run asks for them by name, as
+pydantic-ai's models of the same names are given to an agent.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from datamachine.errors import ProviderError, UsageError
 from datamachine.hookspecs import hookimpl
+from datamachine.model_doubles import FunctionModel, ModelFunction, TestModel
 from datamachine.providers.base import ProviderRequest, ProviderResponse
 
 if TYPE_CHECKING:
     from datamachine.host import Host
 
-__all__ = ["Scripted", "ScriptedModel", "isolated_host"]
+__all__ = ["FunctionModel", "ModelFunction", "Scripted", "ScriptedModel", "TestModel",
+           "isolated_host"]
 
 Scripted = str | dict[str, Any] | ProviderResponse | BaseException
 """One scripted answer: text, a compact dict (``{"content", "tool_calls", "usage"}``, every key
@@ -96,9 +102,9 @@ class ScriptedModel:
 def isolated_host(db_path: str | Path = ":memory:", *, plugins: Iterable[object] = (),
               load_entrypoints: bool = True, as_default: bool = True) -> Iterator[Host]:
     """An isolated host for one test, with the setting ``allow_model_requests`` off (only the
-    ``scripted`` provider and ``text_result`` hooks answer; any other provider is a run with
-    ``error_code="model_requests_disabled"``). With ``as_default`` it is also the default host
-    behind ``datamachine.run_conversation`` and friends until the block ends."""
+    ``scripted``, ``test`` and ``function`` providers and ``text_result`` hooks answer; a run on
+    any other provider raises ``ModelRequestsDisabled``). With ``as_default`` it is also the
+    default host behind ``datamachine.run_conversation`` and friends until the block ends."""
     from datamachine.api import install_default_host
     from datamachine.booting import boot
 

@@ -254,8 +254,9 @@ def test_usage_that_cannot_be_true_counts_as_not_reported_and_warns_once(
     # The meter charged what it charges a provider that reports nothing: its estimate.
     assert bad.budgets["total_tokens"]["current"] == unreported.budgets["total_tokens"]["current"]
     assert bad.budgets["total_tokens"]["current"] > 0
-    assert bad.usage == unreported.usage == {"prompt_tokens": 0, "completion_tokens": 0,
-                                             "total_tokens": 0}
+    # Not reported is None, never 0 (DESIGN.md 25).
+    assert bad.usage == unreported.usage == {"prompt_tokens": None, "completion_tokens": None,
+                                             "total_tokens": None}
     warnings = [r.getMessage() for r in caplog.records if "cannot be true" in r.getMessage()]
     assert len(warnings) == 1  # two bad answers, one run: one warning
     assert "provider 'scripted'" in warnings[0]
@@ -265,7 +266,7 @@ def test_usage_that_cannot_be_true_counts_as_not_reported_and_warns_once(
 def test_plausible_fields_are_kept_beside_a_bad_one(host: Host) -> None:
     result = _metered(host, [{"prompt_tokens": 100, "completion_tokens": -3},
                              {"prompt_tokens": 50.0, "completion_tokens": 5, "cost": 0.25}])
-    assert result.usage == {"prompt_tokens": 150, "completion_tokens": 5, "total_tokens": 0,
+    assert result.usage == {"prompt_tokens": 150, "completion_tokens": 5, "total_tokens": None,
                             "cost": 0.25}
 
 

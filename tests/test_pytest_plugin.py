@@ -131,11 +131,12 @@ def test_a_real_provider_is_refused_and_never_reached(
         dm_host: Host, endpoint: _CountingServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     dm_host.settings.set("openai_base_url", endpoint.url)
-    result = dm_host.run_conversation(ASK, provider="openai", model="gpt-4o-mini")
-    assert (result.status, result.error_code) == ("error", "model_requests_disabled")
-    assert "allow_model_requests" in (result.error or "")
-    assert "scripted_model" in (result.error or "")
+    with pytest.raises(datamachine.ModelRequestsDisabled,
+                       match=r"allow_model_requests.*scripted_model") as refused:
+        dm_host.run_conversation(ASK, provider="openai", model="gpt-4o-mini")
+    assert refused.value.provider == "openai"
     assert endpoint.hits == []
+    assert dm_host.transcripts.list() == []  # refused before the run: nothing stored
     # The same host with the switch on does send the request (the check can fail).
     dm_host.settings.set("allow_model_requests", True)
     dm_host.settings.set("provider_max_retries", 0)
@@ -150,10 +151,8 @@ def test_the_final_summary_and_streams_are_refused_too(dm_host: Host,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     dm_host.settings.set("openai_base_url", endpoint.url)
-    events = list(dm_host.stream_conversation(ASK, None, "openai", "gpt-4o-mini"))
-    assert events[-1].type == "result"
-    assert events[-1].result is not None
-    assert events[-1].result.error_code == "model_requests_disabled"
+    with pytest.raises(datamachine.ModelRequestsDisabled):
+        list(dm_host.stream_conversation(ASK, None, "openai", "gpt-4o-mini"))
     assert endpoint.hits == []
 
 
@@ -176,6 +175,6 @@ def test_the_switch_fails_closed_on_any_value_but_true(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.setenv("DATAMACHINE_ALLOW_MODEL_REQUESTS", value)
     dm_host.settings.set("openai_base_url", endpoint.url)
-    result = dm_host.run_conversation(ASK, provider="openai", model="gpt-4o-mini")
-    assert result.error_code == "model_requests_disabled"
+    with pytest.raises(datamachine.ModelRequestsDisabled):
+        dm_host.run_conversation(ASK, provider="openai", model="gpt-4o-mini")
     assert endpoint.hits == []

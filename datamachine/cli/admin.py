@@ -74,7 +74,8 @@ def transcripts_list(state: State, limit: int, status: TranscriptStatus | None,
         emit_json([item.model_dump() for item in items])
         return
     table(["id", "status", "turns", "messages", "tokens", "provider", "updated (UTC)"],
-          [[t.id, t.status, t.turn_count, t.message_count, t.usage.get("total_tokens", 0),
+          [[t.id, t.status, t.turn_count, t.message_count,
+            _count(t.usage.get("total_tokens", 0)),
             t.provider or "-", _when(t.updated_at)] for t in items],
           optional=("messages", "tokens"))
 
@@ -196,3 +197,8 @@ def plugins(state: State, as_json: bool) -> None:
 
 
 COMMANDS = [budgets, transcripts, jobs, sessions, plugins]
+
+
+def _count(value: object) -> object:
+    """A token count for the list: ``not reported`` when no request of the run reported it."""
+    return "not reported" if value is None else value

@@ -8,13 +8,28 @@ from typing import Any
 import click
 
 from agents_api.jsontext import compact_json, pretty_json
+from agents_api.usage import USAGE_COUNTS
 from datamachine.budgets_builtin import CONVERSATION_TURNS
 from datamachine.cli.tables import table
 from datamachine.conversation.result import ConversationResult
 from datamachine.tools.results import is_rejected
 
 __all__ = ["emit_json", "explain_stop", "print_answer", "print_run_summary", "table",
-           "tool_lines"]
+           "tokens_text", "tool_lines"]
+
+
+def tokens_text(usage: dict[str, Any]) -> str:
+    """A run's token counts for people: ``31 (prompt 23, completion 8)``; a count no request
+    reported (``None``: llama-cpp-python's streams send none) says so instead of 0."""
+
+    def count(key: str) -> str:
+        value = usage.get(key, 0)
+        return "not reported" if value is None else str(value)
+
+    if usage and all(usage.get(key) is None for key in USAGE_COUNTS):
+        return "not reported by the provider"
+    return (f"{count('total_tokens')} (prompt {count('prompt_tokens')}, "
+            f"completion {count('completion_tokens')})")
 
 
 def emit_json(value: Any) -> None:
@@ -86,9 +101,7 @@ def print_run_summary(title: str, result: ConversationResult, host: Any = None, 
                      for name, snap in result.budgets.items())
     echo(f"  budgets:     {used}")
     usage = result.usage
-    echo(f"  tokens:      {usage.get('total_tokens', 0)} "
-         f"(prompt {usage.get('prompt_tokens', 0)}, "
-         f"completion {usage.get('completion_tokens', 0)})")
+    echo(f"  tokens:      {tokens_text(usage)}")
     if isinstance(usage.get("cost_usd"), int | float):
         from datamachine.conversation.metering import format_usd
 

@@ -358,7 +358,7 @@ class ConversationRun:
             emit=self.events.emit, emit_active=self.events.active, first=services.first,
             hooked=hooked, refused=refused, refusal=refusal, on_text=on_text,
             report_content=any(wants_content(o) for o in self.observers),
-            call_keys=self.executor.index.keys)
+            call_keys=self.executor.index.keys, timeline=self.timeline)
 
     def _model_options(self) -> dict[str, Any]:
         """The setting ``model_options`` (checked here too: an environment variable is not

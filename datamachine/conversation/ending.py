@@ -176,31 +176,36 @@ class FinalSummary:
         if meter is not None:  # only a summary that fits the run's budgets is asked for
             request = meter.admit_summary(
                 request, turn.projector.bytes + len(compact_bytes(extra)) + 1)
+        turn.summary_sent()
         try:
             answer = turn.dispatch(request)
-        except BaseException:
+        except BaseException as exc:
+            turn.record_summary(number, request.options, None, exc)
             if meter is not None:
                 meter.charge_failed()
             raise
         if inspect.isawaitable(answer):
-            return self._text_later(answer, number)
-        return self._text(answer, number)
+            return self._text_later(answer, number, request.options)
+        return self._text(answer, number, request.options)
 
-    async def _text_later(self, answer: Awaitable[Any], turn: int) -> str:
+    async def _text_later(self, answer: Awaitable[Any], turn: int,
+                          options: Mapping[str, Any]) -> str:
         try:
             response = await answer
-        except BaseException:
+        except BaseException as exc:
+            self.turn.record_summary(turn, options, None, exc)
             if self.meter is not None:
                 self.meter.charge_failed()
             raise
-        return self._text(response, turn)
+        return self._text(response, turn, options)
 
-    def _text(self, answer: Any, turn: int) -> str:
+    def _text(self, answer: Any, turn: int, options: Mapping[str, Any]) -> str:
         if not isinstance(answer, ProviderResponse | Mapping):
             if self.meter is not None:
                 self.meter.release()
             return ""
         response = self.turn.read(answer, turn)
+        self.turn.record_summary(turn, options, response, None)
         if response.ignored_usage is not None:
             logger.warning(describe_ignored_usage(self.turn.provider_name,
                                                   response.ignored_usage))

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agents_api import Message
+from agents_api import Message, clock
 from agents_api.drive import awaitable
 from agents_api.errors import brief_repr
 from agents_api.jsontext import canonical_json, compact_bytes
@@ -30,6 +30,7 @@ from datamachine.providers.normalize import normalize_response
 from datamachine.providers.options import without_tool_options
 
 if TYPE_CHECKING:
+    from datamachine.conversation.timeline import RunTimeline
     from datamachine.host import Services
     from datamachine.registry import SettingsLookup
 
@@ -102,7 +103,9 @@ class ProviderTurn:
     them on; ``on_text``: where streamed text goes as it arrives (a streamed run), else None;
     ``report_content``: request_built events carry the messages and the answer's text
     (``otel_capture_content``); ``call_keys``: the run's tool index's canonical parameters
-    per call id, which the prompt hash reuses (see ``ChatProjector``).
+    per call id, which the prompt hash reuses (see ``ChatProjector``); ``timeline``: where
+    each request's record goes (the run viewer's row: latency, usage, options, failed
+    attempts).
     """
 
     def __init__(
@@ -126,6 +129,7 @@ class ProviderTurn:
         on_text: Callable[[str], None] | None = None,
         report_content: bool = False,
         call_keys: Mapping[str, tuple[object, str]] | None = None,
+        timeline: RunTimeline | None = None,
     ) -> None:
         self.provider = provider
         self.provider_name = provider_name
@@ -172,6 +176,8 @@ class ProviderTurn:
         # The text of an answer whose stream was cut (the consumer left), kept as the answer.
         self.partial_text = ""
         self.stopping = False
+        self.timeline = timeline
+        self._sent_at = 0.0  # when the request being answered was sent (its latency)
 
     # -- building -------------------------------------------------------------------------
     def request_bytes(self, messages: list[Message]) -> int:
@@ -223,6 +229,7 @@ class ProviderTurn:
         """One turn's request: the normalized answer (or an awaitable of it), reported with
         ``request_built``. A failure is reported, then raised."""
         turn = request.turn
+        self._sent_at = clock.monotonic()
         try:
             answer = self.dispatch(request)
         except Exception as exc:
@@ -345,8 +352,7 @@ class ProviderTurn:
         self.metadata["response"] = {"finish_reason": response.finish_reason}
         if self.on_text is not None and not self._streamed and response.content:
             self.on_text(response.content)  # a provider that cannot stream: one delta
-        if self.emit_active:
-            self.report(turn, response=response)
+        self.report(turn, response=response)
 
     def read(self, answer: Any, turn: int, *, trusted: bool = False) -> ProviderResponse:
         """``answer`` (a provider's or a hook's) as a normalized :class:`ProviderResponse`."""
@@ -362,7 +368,11 @@ class ProviderTurn:
 
     def report(self, turn: int, *, response: ProviderResponse | None = None,
                error: BaseException | None = None) -> None:
-        """The ``request_built`` event of ``turn``'s request: how it went."""
+        """The ``request_built`` event of ``turn``'s request, and its record on the run's
+        timeline: how it went."""
+        if self.timeline is not None:
+            self.timeline.request(turn, self.request_record(
+                self._request.options, response, error))
         if not self.emit_active:
             return
         payload: dict[str, Any] = {"turn": turn, "provider": self.provider_name,
@@ -380,6 +390,41 @@ class ProviderTurn:
         elif error is not None:
             payload["error"] = str(error) or type(error).__name__
         self.emit("request_built", payload)
+
+
+    def request_record(self, options: Mapping[str, Any], response: ProviderResponse | None,
+                       error: BaseException | None) -> dict[str, Any]:
+        """What the run viewer shows of one request (sent at ``_sent_at``): its latency,
+        usage, the options sent, the attempts that failed before it, and its error."""
+        record: dict[str, Any] = {
+            "ms": round((clock.monotonic() - self._sent_at) * 1000), "ok": error is None}
+        if response is not None and response.usage:
+            record["usage"] = response.usage
+        if options:
+            record["options"] = dict(options)
+        failed = (response.failed_attempts if response is not None
+                  else getattr(error, "failed_attempts", ()))
+        if failed:
+            record["attempts"] = [{"status": a.status, "error": a.error[:300],
+                                   "waited": a.waited} for a in failed]
+        if error is not None:
+            text = ("cancelled at the run's wall-clock limit"
+                    if isinstance(error, asyncio.CancelledError) else str(error))
+            record["error"] = (text or type(error).__name__)[:500]
+        return record
+
+    def summary_sent(self) -> None:
+        """The final summary request goes out now (its latency starts)."""
+        self._sent_at = clock.monotonic()
+
+    def record_summary(self, turn: int, options: Mapping[str, Any],
+                       response: ProviderResponse | None, error: BaseException | None) -> None:
+        """The final summary request's record on the run's timeline (it is not a turn)."""
+        if self.timeline is None:
+            return
+        record = self.request_record(without_tool_options(dict(options)), response, error)
+        record["summary"] = True
+        self.timeline.request(turn, record)
 
 
 def describe_ignored_usage(provider: str, ignored: Mapping[str, Any]) -> str:

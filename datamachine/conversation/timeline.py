@@ -7,6 +7,11 @@ handler stores them with the transcript (its ``timeline`` column, read by
 ``TranscriptStore.timeline``), so the run's page shows when each fired. Per-turn events (a
 turn starting, a tool call) are never recorded: the messages already say them, and recording
 them would cost every turn.
+
+The one record a run keeps per turn is its provider request's (:meth:`RunTimeline.request`,
+an entry ``{"event": "request", ...}``: latency, tokens, options, the failed attempts before
+it), which the messages cannot tell; the turn runner hands it over as one small dict, so a
+turn pays a dict and an append, nothing more.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agents_api import IterationBudget
 
-__all__ = ["MAX_ENTRIES", "TIMELINE_EVENTS", "RunTimeline"]
+__all__ = ["MAX_ENTRIES", "MAX_REQUESTS", "TIMELINE_EVENTS", "RunTimeline"]
 
 # event -> the payload keys kept (small values only: no message text beyond a nudge's).
 TIMELINE_EVENTS: dict[str, tuple[str, ...]] = {
@@ -31,6 +36,8 @@ TIMELINE_EVENTS: dict[str, tuple[str, ...]] = {
 # A run that fires more than this (a pathological pressure set-up) keeps its first ones, and
 # always its stop; a session keeps the last ones of all its runs.
 MAX_ENTRIES = 200
+# The provider requests a run keeps (its first ones): a row each on the run's page.
+MAX_REQUESTS = 500
 _ALWAYS_KEPT = frozenset({"budget_exceeded", "turn_interrupted", "final_summary"})
 _MAX_TEXT = 500
 
@@ -47,13 +54,15 @@ class RunTimeline:
     until the cyclic garbage collector found it.
     """
 
-    __slots__ = ("_start", "_turns", "entries", "run_base")
+    __slots__ = ("_events", "_requests", "_start", "_turns", "entries", "run_base")
 
     def __init__(self, turns: IterationBudget | None = None, run_base: int = 0) -> None:
         self.entries: list[dict[str, Any]] = []
         self._turns = turns
         self._start = turns.current() if turns is not None else 0
         self.run_base = run_base
+        self._events = 0
+        self._requests = 0
 
     def turn(self) -> int:
         """The run's finished turns so far."""
@@ -62,8 +71,9 @@ class RunTimeline:
     def record(self, event: str, payload: dict[str, Any]) -> None:
         """Keep ``event`` if it is one of :data:`TIMELINE_EVENTS` (else nothing)."""
         keys = TIMELINE_EVENTS.get(event)
-        if keys is None or (len(self.entries) >= MAX_ENTRIES and event not in _ALWAYS_KEPT):
+        if keys is None or (self._events >= MAX_ENTRIES and event not in _ALWAYS_KEPT):
             return
+        self._events += 1
         turn = payload.get("turn", payload.get("completion_nudge_turn"))
         if not isinstance(turn, int):
             turn = self.turn() + (1 if event == "budget_pressure" else 0)
@@ -74,3 +84,16 @@ class RunTimeline:
                 continue
             entry[key] = value[:_MAX_TEXT] if isinstance(value, str) else value
         self.entries.append(entry)
+
+    def request(self, turn: int, record: dict[str, Any]) -> None:
+        """Keep one provider request's ``record`` (the turn runner's: ``ms``, ``ok``, and when
+        there are any ``usage``, ``options``, ``attempts``, ``error``, ``summary``) as the
+        entry ``{"event": "request", "turn", "run_base", ...}``; past :data:`MAX_REQUESTS`
+        only counted."""
+        self._requests += 1
+        if self._requests > MAX_REQUESTS:
+            return
+        record["event"] = "request"
+        record["turn"] = turn
+        record["run_base"] = self.run_base
+        self.entries.append(record)

@@ -13,7 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Provider", "ProviderRequest", "ProviderResponse", "StreamDelta", "StreamingProvider"]
+__all__ = ["FailedAttempt", "Provider", "ProviderRequest", "ProviderResponse", "StreamDelta",
+           "StreamingProvider"]
 
 
 class ProviderRequest(BaseModel):
@@ -41,6 +42,21 @@ class ProviderRequest(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class FailedAttempt(BaseModel):
+    """One attempt of a request that failed and was sent again (a provider's retry layer):
+    the HTTP ``status`` (None when no answer came: a dropped connection, a stream that ended
+    before its first event), what went wrong in ``error``, and the seconds ``waited`` before
+    the next attempt. A run keeps them with the request that followed (the run viewer shows
+    them); ``ProviderError.failed_attempts`` holds those before a request that failed for
+    good."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+
+    status: int | None = None
+    error: str = ""
+    waited: float = 0.0
+
+
 class ProviderResponse(BaseModel):
     """What one provider turn produced.
 
@@ -49,6 +65,8 @@ class ProviderResponse(BaseModel):
     wire response for debugging. ``ignored_usage`` is set by ``normalize_response``: the usage
     fields the provider reported that cannot be true (a negative or fractional count, NaN,
     above 10^12), left out of ``usage`` as not reported; None when there were none.
+    ``failed_attempts``: the attempts of this request that failed and were retried before this
+    answer came (see :class:`FailedAttempt`; empty almost always).
     """
 
     model_config = ConfigDict(defer_build=True, extra="forbid")
@@ -59,6 +77,7 @@ class ProviderResponse(BaseModel):
     finish_reason: str | None = None
     raw: Any = None
     ignored_usage: dict[str, Any] | None = None
+    failed_attempts: tuple[FailedAttempt, ...] = ()
 
 
 @dataclass(slots=True)

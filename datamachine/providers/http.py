@@ -15,8 +15,12 @@ Retries: HTTP 408, 409, 429 and 5xx (except 501 and 505, which will not change) 
 to ``max_retries`` times, waiting what the server asked (``retry-after-ms``, else
 ``Retry-After`` in seconds or as an HTTP date), else an exponential backoff with jitter; a
 server that says ``x-should-retry`` is obeyed. A wait longer than ``max_retry_wait`` is not
-waited for. The retry decisions live in one generator (:meth:`ProviderHTTP._exchange`) that both
-the sync and the async path drive, so the two cannot drift apart.
+waited for. An answer that breaks before its first byte is retried the same way (with the
+backoff): a connection the server closes or resets before answering, and a streamed answer
+whose body ends or breaks before its first event. A server that cannot be reached at all, or
+does not answer within the request timeout, is not retried (the error says which). The retry
+decisions live in one generator (:meth:`ProviderHTTP._exchange`) that the sync, the async and
+the streaming path drive, so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -37,13 +41,16 @@ from typing import TYPE_CHECKING, Any
 
 from agents_api import clock
 from datamachine.errors import ProviderError, UsageError
+from datamachine.providers.base import FailedAttempt
 from datamachine.providers.retry import DEFAULT_MAX_RETRIES, RetryPolicy, check_max_retries
 
 if TYPE_CHECKING:
     import httpx
+    from httpx_sse import ServerSentEvent
 
-__all__ = ["DEFAULT_MAX_RETRIES", "MAX_RETRIES_SETTING", "ProviderHTTP", "RetryPolicy",
-           "Sleep", "error_detail", "excerpt", "parse_retry_after", "retry_after_seconds"]
+__all__ = ["DEFAULT_MAX_RETRIES", "MAX_RETRIES_SETTING", "Delivered", "Opened", "ProviderHTTP",
+           "RetryPolicy", "Sleep", "error_detail", "excerpt", "parse_retry_after",
+           "retry_after_seconds"]
 
 logger = logging.getLogger("datamachine.providers")
 
@@ -94,20 +101,32 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
 
 def error_detail(response: httpx.Response) -> str:
     """The message of an error body (OpenAI's and Anthropic's ``{"error": {"message"}}``, a
-    plain ``{"error": "..."}`` or ``{"message"}``), else the start of the body."""
+    plain ``{"error": "..."}`` or ``{"message"}``), else the start of the body; never blank:
+    an empty body, or an error object whose message is empty, says so."""
     try:
         data = json.loads(response.content)
     except ValueError:
         data = None
-    if isinstance(data, dict):
-        error = data.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return str(error["message"])
-        if isinstance(error, str):
-            return error
-        if isinstance(data.get("message"), str):
-            return str(data["message"])
-    return excerpt(response.text) or "(empty body)"
+    message = _error_message(data) if isinstance(data, dict) else None
+    if message is not None and message.strip():
+        return message
+    body = excerpt(response.text)
+    if not body:
+        return "(empty body)"
+    if message is not None:
+        return f"an error with an empty message: {body}"
+    return body
+
+
+def _error_message(data: dict[str, Any]) -> str | None:
+    error = data.get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    if isinstance(error, str):
+        return error
+    if isinstance(data.get("message"), str):
+        return str(data["message"])
+    return None
 
 
 @functools.cache
@@ -123,6 +142,19 @@ def _retryable(status: int) -> bool:
     return status in (408, 409, 429) or (500 <= status <= 599 and status not in (501, 505))
 
 
+class _NoFirstByte(Exception):
+    """A 2xx streamed answer whose body ended (or broke) before its first event."""
+
+
+def _breaks_before_answering(exc: Exception) -> bool:
+    """A failure before the first byte of an answer that a new attempt may not meet: the
+    server closed or reset the connection, or a stream ended before its first event."""
+    import httpx
+
+    return isinstance(exc, _NoFirstByte | httpx.RemoteProtocolError | httpx.ReadError
+                      | httpx.WriteError)
+
+
 @dataclass(slots=True)
 class _Send:
     """The retry loop asks for the request to be sent (again)."""
@@ -133,6 +165,23 @@ class _Wait:
     """The retry loop asks for a wait before the next attempt."""
 
     seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A request's 2xx answer, and the attempts before it that failed and were retried."""
+
+    response: httpx.Response
+    failed: tuple[FailedAttempt, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """A streamed answer's events (its first one has arrived), and the attempts before it
+    that failed and were retried."""
+
+    events: AsyncIterator[ServerSentEvent]
+    failed: tuple[FailedAttempt, ...] = ()
 
 
 @dataclass(slots=True)
@@ -235,9 +284,10 @@ class ProviderHTTP:
             await own.aclose()
 
     # -- one exchange ------------------------------------------------------------------------
-    def post(self, outbound: Outbound) -> httpx.Response | Awaitable[httpx.Response]:
-        """POST with retries: the final 2xx response, or an awaitable of it inside a running
-        event loop. Every failure is a ProviderError naming what to fix."""
+    def post(self, outbound: Outbound) -> Delivered | Awaitable[Delivered]:
+        """POST with retries: the final 2xx response and the attempts that failed before it,
+        or an awaitable of them inside a running event loop. Every failure is a ProviderError
+        naming what to fix (with the failed attempts before it)."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -254,10 +304,11 @@ class ProviderHTTP:
         self._url = (url, parsed)
         return parsed
 
-    def _post_sync(self, outbound: Outbound) -> httpx.Response:
+    def _post_sync(self, outbound: Outbound) -> Delivered:
         client = self.sync_client()
         url = self._parsed(outbound.url)
-        steps = self._exchange(outbound)
+        failed: list[FailedAttempt] = []
+        steps = self._exchange(outbound, failed)
         ask: _Send | _Wait = next(steps)
         try:
             while True:
@@ -274,12 +325,13 @@ class ProviderHTTP:
                 else:
                     ask = steps.send(response)
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return Delivered(done.value, tuple(failed))
 
-    async def _post_async(self, outbound: Outbound) -> httpx.Response:
+    async def _post_async(self, outbound: Outbound) -> Delivered:
         client = self.async_client()
         url = self._parsed(outbound.url)
-        steps = self._exchange(outbound)
+        failed: list[FailedAttempt] = []
+        steps = self._exchange(outbound, failed)
         ask: _Send | _Wait = next(steps)
         deadline = outbound.request_timeout if outbound.request_timeout > 0 else None
         try:
@@ -299,16 +351,20 @@ class ProviderHTTP:
                 else:
                     ask = steps.send(response)
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return Delivered(done.value, tuple(failed))
 
     @contextlib.asynccontextmanager
-    async def open_stream(self, outbound: Outbound) -> AsyncIterator[httpx.Response]:
-        """POST for a streamed answer: the open 2xx response, whose body is still arriving.
-        Retries happen as for :meth:`post`, before the first byte of an answer is read; an
-        error answer is read whole, for its message. The response is closed on exit."""
+    async def open_events(self, outbound: Outbound) -> AsyncIterator[Opened]:
+        """POST for a streamed answer: its Server-Sent Events, once the first one has arrived.
+        Until then everything is retried as for :meth:`post`: an error status (whose answer is
+        read whole, for its message), a connection that drops, a body that ends or breaks
+        before its first event. The response is closed on exit."""
+        from httpx_sse import EventSource
+
         client = self.async_client()
         url = self._parsed(outbound.url)
-        steps = self._exchange(outbound)
+        failed: list[FailedAttempt] = []
+        steps = self._exchange(outbound, failed)
         ask: _Send | _Wait = next(steps)
         while True:
             if isinstance(ask, _Wait):
@@ -321,22 +377,34 @@ class ProviderHTTP:
             try:
                 response = await client.send(request, stream=True)
             except Exception as exc:
-                ask = steps.throw(exc)  # raises the ProviderError: nothing was sent back
+                ask = steps.throw(exc)  # a wait before the next attempt, or the ProviderError
                 continue
-            if 200 <= response.status_code < 300:
+            if not 200 <= response.status_code < 300:
                 try:
-                    yield response
+                    await response.aread()
                 finally:
                     await response.aclose()
-                return
+                ask = steps.send(response)  # the generator only returns on a 2xx
+                continue
+            events = EventSource(response).aiter_sse()
             try:
-                await response.aread()
-            finally:
+                first = await anext(events)
+            except (StopAsyncIteration, Exception) as exc:
+                await events.aclose()
                 await response.aclose()
+                if isinstance(exc, StopAsyncIteration):
+                    exc = _NoFirstByte("the stream ended before its first event")
+                elif not _breaks_before_answering(exc):
+                    raise  # not an event stream at all, a timeout: not retried
+                ask = steps.throw(exc)
+                continue
+            steps.close()  # the answer is arriving: no attempt after this one
             try:
-                ask = steps.send(response)
-            except StopIteration:  # the generator only stops on a 2xx, handled above
-                raise AssertionError("unreachable") from None
+                yield Opened(_after(first, events), tuple(failed))
+            finally:
+                await events.aclose()
+                await response.aclose()
+            return
 
     def _sleep_sync(self, seconds: float) -> None:
         if self.sleep is None:
@@ -367,10 +435,11 @@ class ProviderHTTP:
         return httpx.Timeout(request, connect=connect)
 
     def _exchange(
-        self, outbound: Outbound
+        self, outbound: Outbound, failed: list[FailedAttempt]
     ) -> Generator[_Send | _Wait, httpx.Response | None, httpx.Response]:
         """The retry decisions: yields a send or a wait, receives the response (or has the
-        transport's exception thrown in), returns the final 2xx response."""
+        transport's exception thrown in), returns the final 2xx response; each attempt that
+        failed and is retried is added to ``failed``."""
         retries = self.max_retries()
         attempt = 0
         while True:
@@ -378,13 +447,24 @@ class ProviderHTTP:
             try:
                 response = yield _Send()
             except Exception as exc:
-                raise self._transport_error(exc, outbound, attempt) from None
+                if attempt > retries or not _breaks_before_answering(exc):
+                    raise self._transport_error(exc, outbound, attempt, retries,
+                                                failed) from None
+                backoff = self._backoff(attempt)
+                failed.append(FailedAttempt(error=_what_broke(exc), waited=backoff))
+                logger.info("%s: %s from %s before its answer began, retrying in %.2f s "
+                            "(attempt %d of %d)", self.name, _what_broke(exc), outbound.url,
+                            backoff, attempt + 1, retries + 1)
+                yield _Wait(backoff)
+                continue
             assert response is not None
             if 200 <= response.status_code < 300:
                 return response
             delay = self._retry_delay(response, attempt, retries)
             if delay is None:
-                raise self._http_error(response, outbound.url, attempt, retries)
+                raise self._http_error(response, outbound.url, attempt, retries, failed)
+            failed.append(FailedAttempt(status=response.status_code,
+                                        error=error_detail(response), waited=delay))
             logger.info("%s: HTTP %s from %s, retrying in %.2f s (attempt %d of %d)", self.name,
                         response.status_code, outbound.url, delay, attempt + 1, retries + 1)
             yield _Wait(delay)
@@ -399,18 +479,17 @@ class ProviderHTTP:
         asked = retry_after_seconds(response.headers)
         if asked is not None:
             return asked if asked <= self.retry.max_retry_wait else None
+        return self._backoff(attempt)
+
+    def _backoff(self, attempt: int) -> float:
+        """The wait after failed attempt ``attempt`` when the server asked for none."""
         ceiling = min(self.retry.backoff_max, self.retry.backoff_base * 2.0 ** (attempt - 1))
         return ceiling * (0.5 + 0.5 * self.jitter())  # jitter spreads out synchronized clients
 
     def _http_error(self, response: httpx.Response, url: str, attempt: int,
-                    retries: int) -> ProviderError:
+                    retries: int, failed: list[FailedAttempt]) -> ProviderError:
         status = response.status_code
-        if attempt > 1:
-            attempts = f"after {attempt} attempts"
-        elif _retryable(status) and retries == 0:
-            attempts = f"({MAX_RETRIES_SETTING}=0, so not retried)"
-        else:
-            attempts = "(not retried)"
+        attempts = _attempts(attempt, retries, _retryable(status))
         asked = retry_after_seconds(response.headers)
         if attempt <= retries and asked is not None and asked > self.retry.max_retry_wait:
             attempts = (f"(the server asked to wait {asked:g} s, more than max_retry_wait="
@@ -419,34 +498,84 @@ class ProviderHTTP:
             f"The {self.name} provider answered HTTP {status} from {url} {attempts}: "
             f"{error_detail(response)}.{self.hints.get(status, '')}",
             code="provider_http_error", provider=self.name, status=status, attempts=attempt,
-        )
+            failed_attempts=tuple(failed))
 
-    def _transport_error(self, exc: Exception, outbound: Outbound,
-                         attempt: int) -> ProviderError:
+    def _broke_before_answering(self, exc: Exception, url: str, attempt: int,
+                                retries: int, before: tuple[FailedAttempt, ...]
+                                ) -> ProviderError:
+        attempts = _attempts(attempt, retries, True)
+        if isinstance(exc, _NoFirstByte):
+            return ProviderError(
+                f"The {self.name} provider's streamed answer from {url} ended before its first "
+                f"event {attempts}: HTTP 200 with an empty body. Check the server's log.",
+                code="provider_stream_error", provider=self.name, attempts=attempt,
+                failed_attempts=before)
+        return ProviderError(
+            f"The {self.name} provider's server at {url} closed the connection before "
+            f"answering {attempts} ({type(exc).__name__}: {exc or 'no detail'}). Check the "
+            "server's log.", code="provider_connection_error", provider=self.name,
+            attempts=attempt, failed_attempts=before)
+
+    def _transport_error(self, exc: Exception, outbound: Outbound, attempt: int,
+                         retries: int, failed: list[FailedAttempt]) -> ProviderError:
         import httpx
 
         url = outbound.url
+        before = tuple(failed)
+        if _breaks_before_answering(exc):
+            return self._broke_before_answering(exc, url, attempt, retries, before)
         if isinstance(exc, httpx.ConnectTimeout):
             return ProviderError(
                 f"The {self.name} provider could not connect to {url} within the connect "
                 f"timeout of {outbound.connect_timeout:g} s. Is the server running? (The "
                 "connect_timeout setting or hook raises the limit.)",
-                code="provider_timeout", provider=self.name, attempts=attempt)
+                code="provider_timeout", provider=self.name, attempts=attempt,
+                failed_attempts=before)
         if isinstance(exc, httpx.TimeoutException | TimeoutError):
             return ProviderError(
                 f"The {self.name} provider got no answer from {url} within the request "
                 f"timeout of {outbound.request_timeout:g} s. Raise the request_timeout setting "
                 "(or hook) for slow models.",
-                code="provider_timeout", provider=self.name, attempts=attempt)
+                code="provider_timeout", provider=self.name, attempts=attempt,
+                failed_attempts=before)
         if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol):
             return ProviderError(f"The {self.name} provider's URL {url!r} is invalid: {exc}.",
-                                 code="provider_bad_request", provider=self.name)
+                                 code="provider_bad_request", provider=self.name,
+                                 failed_attempts=before)
         if isinstance(exc, httpx.HTTPError):
             return ProviderError(
                 f"The {self.name} provider cannot reach {url}: {type(exc).__name__}: {exc}. "
                 "Check its base URL and that the server is running.",
-                code="provider_connection_error", provider=self.name, attempts=attempt)
+                code="provider_connection_error", provider=self.name, attempts=attempt,
+                failed_attempts=before)
         raise exc
+
+
+def _attempts(attempt: int, retries: int, retryable: bool) -> str:
+    """How often a failed request was sent, as the error says it."""
+    if attempt > 1:
+        return f"after {attempt} attempts"
+    if retryable and retries == 0:
+        return f"({MAX_RETRIES_SETTING}=0, so not retried)"
+    return "(not retried)"
+
+
+def _what_broke(exc: Exception) -> str:
+    if isinstance(exc, _NoFirstByte):
+        return "a streamed answer ended before its first event"
+    return f"the connection broke ({type(exc).__name__}: {exc or 'no detail'})"
+
+
+def _after(first: ServerSentEvent,
+           rest: AsyncIterator[ServerSentEvent]) -> AsyncIterator[ServerSentEvent]:
+    """``first``, then ``rest``."""
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        yield first
+        async for event in rest:
+            yield event
+
+    return events()
 
 
 def _close_async_client(loop: asyncio.AbstractEventLoop, client: httpx.AsyncClient) -> None:

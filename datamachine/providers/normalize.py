@@ -132,6 +132,8 @@ def normalize_response(
     kept, ignored = plausible_usage(usage) if usage else ({}, None)
     if ignored_before:  # normalized twice: what the first pass left out stays named
         ignored = {**ignored_before, **(ignored or {})}
+    failed = response.failed_attempts if isinstance(response, ProviderResponse) else ()
     return ProviderResponse(content=text, tool_calls=calls, usage=kept,
                             finish_reason=finish or ("tool_calls" if calls else "stop"),
-                            raw=raw, ignored_usage=dict(ignored) if ignored else None)
+                            raw=raw, ignored_usage=dict(ignored) if ignored else None,
+                            failed_attempts=failed)

@@ -247,13 +247,23 @@ def parse_chat_completion(
 
 # -- streamed response -----------------------------------------------------------------------
 
+def _name_so_far(had: str, piece: str) -> str:
+    """A streamed tool call's name after one more chunk: servers that repeat the whole name in
+    every chunk (llama-cpp-python) or send it growing give it whole; a fragment is added."""
+    if not had or piece.startswith(had):
+        return piece
+    return had + piece
+
+
 class ChatStreamAssembler:
     """Puts a streamed Chat Completions answer back together, chunk by chunk.
 
     :meth:`feed` takes one decoded ``chat.completion.chunk`` and returns its text delta. Tool
-    calls arrive in pieces keyed by their ``index`` (the id and name once, the arguments in
-    fragments); :meth:`response` assembles them and parses the whole answer exactly as a
-    non-streamed one is parsed, so both paths give the same ProviderResponse.
+    calls arrive in pieces keyed by their ``index``, the arguments in fragments; OpenAI sends
+    the id and name once, llama-cpp-python's server repeats the whole name and id in every
+    chunk (recorded in tests/providers/recordings/), and both give one call named once.
+    :meth:`response` assembles them and parses the whole answer exactly as a non-streamed one
+    is parsed, so both paths give the same ProviderResponse.
     """
 
     def __init__(self, provider: str = "openai", turn: int = 1) -> None:
@@ -333,8 +343,9 @@ class ChatStreamAssembler:
         if isinstance(call.get("id"), str) and call["id"]:
             slot["id"] = call["id"]
         function = call.get("function") or {}
-        if isinstance(function.get("name"), str):
-            slot["name"] += function["name"]
+        name = function.get("name")
+        if isinstance(name, str) and name:
+            slot["name"] = _name_so_far(slot["name"], name)
         if isinstance(function.get("arguments"), str):
             slot["arguments"] += function["arguments"]
 

@@ -18,13 +18,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
 from datamachine.errors import ProviderError, UsageError
-from datamachine.providers.base import ProviderRequest, ProviderResponse, StreamDelta
+from datamachine.providers.base import (
+    FailedAttempt,
+    ProviderRequest,
+    ProviderResponse,
+    StreamDelta,
+)
 from datamachine.providers.retry import RetryPolicy
 
 if TYPE_CHECKING:
     import httpx
 
-    from datamachine.providers.http import Outbound, ProviderHTTP, Sleep
+    from datamachine.providers.http import Delivered, Outbound, ProviderHTTP, Sleep
 
 __all__ = ["StreamAssembler", "WireProvider", "bad_request", "stream_broken"]
 
@@ -182,10 +187,17 @@ class WireProvider:
     ) -> ProviderResponse | Awaitable[ProviderResponse]:
         """Send one request (retrying what is worth retrying) and return the parsed answer:
         at once in a synchronous run, as an awaitable inside a running event loop."""
-        response = self.http().post(self.outbound(request))
-        if isinstance(response, Awaitable):
-            return self._parse_later(response, request.turn)
-        return self.parse(response, request.turn)
+        delivered = self.http().post(self.outbound(request))
+        if isinstance(delivered, Awaitable):
+            return self._parse_later(delivered, request.turn)
+        return self._parsed(delivered, request.turn)
+
+    def _parsed(self, delivered: Delivered, turn: int) -> ProviderResponse:
+        """The parsed answer, with the attempts that failed before it (rarely any)."""
+        response = self.parse(delivered.response, turn)
+        if delivered.failed:
+            return response.model_copy(update={"failed_attempts": delivered.failed})
+        return response
 
     def complete_sync(self, request: ProviderRequest) -> ProviderResponse:
         """:meth:`complete` for callers that need a response, not an awaitable (not callable
@@ -198,9 +210,8 @@ class WireProvider:
             close()
         raise UsageError("complete_sync() cannot run inside an event loop; await complete().")
 
-    async def _parse_later(self, pending: Awaitable[httpx.Response],
-                           turn: int) -> ProviderResponse:
-        return self.parse(await pending, turn)
+    async def _parse_later(self, pending: Awaitable[Delivered], turn: int) -> ProviderResponse:
+        return self._parsed(await pending, turn)
 
     def decode(self, response: httpx.Response) -> Any:
         """The JSON of a 2xx ``response``; ProviderError ``provider_bad_response`` saying what
@@ -226,15 +237,18 @@ class WireProvider:
 
     async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamDelta]:
         """Run one turn as Server-Sent Events: text deltas as they arrive, then the whole
-        answer. A stream that breaks, or stops before the answer is whole, is a ProviderError
+        answer. Until the first event arrives, failures are retried like any request's; a
+        stream that breaks after it, or stops before the answer is whole, is a ProviderError
         ``provider_stream_error`` carrying the text that had arrived."""
         import httpx
-        from httpx_sse import EventSource, SSEError
+        from httpx_sse import SSEError
 
         assembler = self.stream_assembler(request)
-        async with self.http().open_stream(self.outbound(request, stream=True)) as response:
-            try:
-                async for event in EventSource(response).aiter_sse():
+        failed: tuple[FailedAttempt, ...] = ()
+        try:
+            async with self.http().open_events(self.outbound(request, stream=True)) as opened:
+                failed = opened.failed
+                async for event in opened.events:
                     if not event.data.strip():
                         continue
                     text = assembler.feed_data(event.data.strip())
@@ -242,14 +256,15 @@ class WireProvider:
                         yield StreamDelta(text=text)
                     if assembler.done:
                         break
-            except (httpx.HTTPError, SSEError, ValueError) as exc:
-                if isinstance(exc, ProviderError):
-                    raise
-                raise assembler.broken(f"{type(exc).__name__}: {exc}") from None
+        except (httpx.HTTPError, SSEError, ValueError) as exc:
+            raise assembler.broken(f"{type(exc).__name__}: {exc}") from None
         why = assembler.unfinished
         if why is not None:  # ended cleanly but early: not an answer to take as whole
             raise assembler.broken(why)
-        yield StreamDelta(response=assembler.response())
+        response = assembler.response()
+        if failed:
+            response = response.model_copy(update={"failed_attempts": failed})
+        yield StreamDelta(response=response)
 
     # -- helpers for outbound() --------------------------------------------------------------
     def require(self, available: Literal[True] | str, request: ProviderRequest,

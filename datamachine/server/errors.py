@@ -23,6 +23,7 @@ from datamachine.errors import (
     ChatSessionNotFound,
     DataMachineError,
     InvalidCallerContext,
+    ModelRequestsDisabled,
     RequestTooLarge,
     SessionAborted,
     SessionAwaitingConfirmation,
@@ -102,6 +103,11 @@ def problem_for(exc: DataMachineError) -> Problem:
                        f"This site is misconfigured (setting {exc.setting!r}) and cannot run "
                        "requests until its operator fixes it; try again later.",
                        {"setting": exc.setting}, headers={"Retry-After": "60"})
+    if isinstance(exc, ModelRequestsDisabled):
+        # The site's setting, not the caller's fault: a test or staging server on purpose.
+        return Problem(503, "model_requests_disabled",
+                       "Model requests are off on this site (setting allow_model_requests).",
+                       {"provider": exc.provider})
     if isinstance(exc, UsageError):
         return Problem(422, "invalid_request", str(exc))
     return Problem(500, "internal_error",

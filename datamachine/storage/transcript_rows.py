@@ -85,11 +85,13 @@ def _json_list(text: object) -> list[Any]:
 
 def _added(before: object, usage: Mapping[str, Any]) -> dict[str, Any]:
     """Every run's usage of a session so far: the stored total plus this run's, key by key
-    (numbers only)."""
+    (numbers only; a count no run reported stays None, "not reported")."""
     total = dict(before) if isinstance(before, dict) else {}
     for key, value in usage.items():
         previous = total.get(key, 0)
-        if (isinstance(value, int | float) and not isinstance(value, bool)
+        if previous is None:  # not reported by the runs before: this run's, or still None
+            total[key] = value
+        elif (isinstance(value, int | float) and not isinstance(value, bool)
                 and isinstance(previous, int | float) and not isinstance(previous, bool)):
             total[key] = previous + value
     return total

@@ -310,6 +310,19 @@ class TranscriptStore:
         """The rare events every run of the session recorded (budget pressure, extensions,
         stops, final summaries, nudges, blockers), in order; see docs/viewer.md.
         TranscriptNotFound if unknown."""
+        return [entry for entry in self._recorded(session_id)
+                if entry.get("event") != "request"]
+
+    def requests(self, session_id: str) -> builtins.list[dict[str, Any]]:
+        """One record per provider request of every run of the session, in order: ``turn``,
+        ``run_base``, ``ms`` (latency), ``ok``, and when there were any ``usage``, ``options``
+        (the model options sent), ``attempts`` (``{"status", "error", "waited"}`` of each
+        attempt that failed and was retried before it), ``error``, ``summary`` (the final
+        summary request); see docs/viewer.md. TranscriptNotFound if unknown."""
+        return [entry for entry in self._recorded(session_id)
+                if entry.get("event") == "request"]
+
+    def _recorded(self, session_id: str) -> builtins.list[dict[str, Any]]:
         check_session_id(session_id)
         with self._lock:
             row = query_one(self._db.conn, "SELECT timeline FROM transcripts WHERE id = ?",

@@ -92,10 +92,11 @@ def test_load_plugins_takes_plugin_names_and_warns_about_unknown_ones(db: Path) 
 def test_a_refusal_caused_by_the_environment_says_to_unset_it(db: Path) -> None:
     ran = _cli(db, "run", "hi", "--provider", "openai", "-m", "m", "--json",
                DATAMACHINE_ALLOW_MODEL_REQUESTS="false")
-    result = json.loads(ran.stdout)
-    assert result["error_code"] == "model_requests_disabled"
-    assert "DATAMACHINE_ALLOW_MODEL_REQUESTS" in result["error"]
-    assert "settings set" not in result["error"]
+    assert ran.returncode == 1
+    assert ran.stdout == ""  # raised (ModelRequestsDisabled) before the run: no result
+    assert "Model requests are off" in ran.stderr
+    assert "DATAMACHINE_ALLOW_MODEL_REQUESTS" in ran.stderr
+    assert "settings set" not in ran.stderr
 
 
 def test_the_docs_ship_with_the_package(db: Path) -> None:

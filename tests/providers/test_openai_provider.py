@@ -291,6 +291,24 @@ def test_default_is_three_retries_so_a_stuck_500_ends_after_four_requests(
     assert len(recording_sleep.calls) == 3
 
 
+@pytest.mark.parametrize(("body", "said"), [
+    ("", "(empty body)"),
+    (" \n", "(empty body)"),
+    ('{"error": {"message": ""}}', 'an error with an empty message: {"error": {"message": ""}}'),
+    ('{"error": " "}', 'an error with an empty message: {"error": " "}'),
+    ('{"message": ""}', 'an error with an empty message: {"message": ""}'),
+])
+def test_a_500_without_a_message_says_what_came(
+    openai_server: FakeOpenAIServer, recording_sleep: RecordingSleep, body: Any, said: str,
+) -> None:
+    # Ended in "...after 4 attempts: ." with nothing after the colon.
+    openai_server.enqueue(*[Reply(500, body)] * 4)
+    error = _fail(_provider(openai_server, recording_sleep))
+    assert str(error).endswith(f"answered HTTP 500 from {openai_server.url}/v1/chat/completions "
+                               f"after 4 attempts: {said}.")
+    assert error.status == 500
+
+
 @pytest.mark.parametrize(("status", "hint"), [
     (400, ""), (401, "OPENAI_API_KEY"), (404, "model id"), (422, "")])
 def test_client_errors_are_never_retried(

@@ -81,7 +81,7 @@ def test_tool_call_deltas_split_across_chunks_are_assembled(
     assert last.response.finish_reason == "tool_calls"
 
 
-@pytest.mark.parametrize("cut_after", [2, 0])
+@pytest.mark.parametrize("cut_after", [2, 1])
 def test_a_stream_broken_mid_way_is_an_error_keeping_the_partial_text(
     openai_server: FakeOpenAIServer, cut_after: int,
 ) -> None:
@@ -95,6 +95,30 @@ def test_a_stream_broken_mid_way_is_an_error_keeping_the_partial_text(
     assert caught.value.partial_content == "".join(e["choices"][0]["delta"]["content"]
                                                   for e in events)
     assert "ended before the answer did" in str(caught.value)
+
+
+def test_a_stream_that_ends_before_its_first_event_is_retried(
+        openai_server: FakeOpenAIServer) -> None:
+    # A stream cut before its first byte was a provider_stream_error at once, never retried.
+    openai_server.enqueue(Reply(stream=[], cut=True),
+                          Reply(stream=[chunk("ok"), chunk(finish_reason="stop")]))
+    provider = _provider(openai_server)
+    seen, _ = _collect(provider)
+    assert [d.text for _, d in seen if d.text] == ["ok"]
+    assert len(openai_server.requests) == 2
+    assert isinstance(provider.sleep, RecordingSleep)
+    assert provider.sleep.calls == [0.25]  # the backoff (base 0.5, no jitter) as for a 5xx
+
+
+def test_a_stream_that_never_starts_fails_saying_so_after_its_retries(
+        openai_server: FakeOpenAIServer) -> None:
+    openai_server.enqueue(*[Reply(stream=[], cut=True) for _ in range(4)])
+    with pytest.raises(ProviderError) as caught:
+        _collect(_provider(openai_server))
+    assert caught.value.code == "provider_stream_error"
+    assert caught.value.attempts == 4
+    assert "ended before its first event after 4 attempts: HTTP 200 with an empty body" in str(
+        caught.value)
 
 
 def test_an_error_event_mid_stream_is_an_error(openai_server: FakeOpenAIServer) -> None:

@@ -75,3 +75,41 @@ def test_a_runaway_is_stopped_by_its_budget_with_a_summary(host: Host) -> None:
     assert result.turn_count == 3
     assert result.final_content
     assert result.messages[-1].metadata.get("type") == "final_summary"
+
+
+def test_a_streamed_tool_loop_runs_its_tools(host: Host) -> None:
+    # The CLI streams by default on a terminal: every streamed call was 'tool_not_found'
+    # ('get_weatherget_weather...': the server repeats the name in every chunk).
+    events = list(host.stream_conversation(USER, [get_weather], "openai", "smollm2",
+                                           payload={"model_options": FORCED,
+                                                    "completion_policy": DoneOnWeather()}))
+    results = [event.tool_result for event in events
+               if event.type == "tool_result" and event.tool_result is not None]
+    assert results, [event.type for event in events]
+    assert results[0]["tool_name"] == "get_weather"
+    assert results[0]["success"] is True
+    assert "sunny" in str(results[0]["result"])
+    final = events[-1].result
+    assert final is not None
+    assert final.status == "completed", (final.error, final.messages)
+    # The server sends no usage in streams: not reported, never 0.
+    assert final.usage["total_tokens"] is None
+
+
+def test_the_recorded_bytes_still_describe_the_server(smollm2_url: str) -> None:
+    # The replayed tests stand on tests/providers/recordings/: the live server must still
+    # repeat the whole name and id in every tool-call chunk and send no usage in a stream.
+    import json
+
+    from tests.providers.replay import recorded_request
+    from tests.real_model.recorder import record
+
+    raw = record(smollm2_url.removesuffix("/v1"), recorded_request("llama_cpp_stream_tool_call"))
+    chunks = [json.loads(line[len(b"data: "):]) for line in raw.split(b"\n")
+              if line.startswith(b"data: {")]
+    calls = [call for chunk in chunks for choice in chunk["choices"]
+             for call in (choice["delta"].get("tool_calls") or [])]
+    assert len(calls) > 2
+    assert {call["function"]["name"] for call in calls} == {"get_weather"}
+    assert len({call["id"] for call in calls}) == 1
+    assert not any(chunk.get("usage") for chunk in chunks)

@@ -74,6 +74,8 @@ class ViewerModel:
 
     @hookimpl
     def text_result(self, request: ProviderRequest) -> Any:
+        if request.provider == HTTP_PROVIDER:
+            return None  # a real HTTP provider answers (see http_run)
         answer = self._answer(request)
         size = sum(len(str(m.get("content", ""))) for m in request.messages)
         answer["usage"] = {"prompt_tokens": 40 + size // 4, "completion_tokens": 25,
@@ -127,6 +129,43 @@ class ViewerSite:
         made = httpx.Client(base_url=self.url, **options)
         self.clients.append(made)
         return made
+
+
+HTTP_PROVIDER = "local"
+
+
+def http_run(host: Host) -> str:
+    """A run through the ``openai`` wire provider against a loopback server that is
+    overloaded once (503, retried), then looks Oslo up and answers; its session id."""
+    from tests.providers.fake_openai import FakeOpenAIServer, RecordingSleep, Reply, completion
+
+    call = {"id": "o1", "type": "function",
+            "function": {"name": "lookup_weather", "arguments": '{"city": "Oslo"}'}}
+    server = FakeOpenAIServer().start()
+    try:
+        server.enqueue(
+            Reply(503, {"error": {"message": "The model is overloaded, try again."}}),
+            Reply(body=completion("", tool_calls=[call], finish_reason="tool_calls",
+                                  usage={"prompt_tokens": 412, "completion_tokens": 19,
+                                         "total_tokens": 431})),
+            Reply(body=completion("Oslo: 9 °C and clear.",
+                                  usage={"prompt_tokens": 468, "completion_tokens": 11,
+                                         "total_tokens": 479})))
+        from datamachine.providers.openai import OpenAIProvider
+
+        host.providers.register(OpenAIProvider(
+            name=HTTP_PROVIDER, base_url=server.url + "/v1", api_key="sk-local",
+            sleep=RecordingSleep(), jitter=lambda: 0.0))
+        result = host.run_conversation(
+            [{"role": "user", "content": "What is the weather in Oslo?"}], [lookup_weather],
+            HTTP_PROVIDER, "llama-3.2-3b-instruct", mode="chat",
+            payload={"transcript_session_id": "http-run",
+                     "model_options": {"temperature": 0.2, "max_tokens": 256}})
+    finally:
+        server.stop()
+    assert result.status == "completed", result.error
+    assert result.transcript_session_id is not None
+    return result.transcript_session_id
 
 
 def make_runs(host: Host) -> dict[str, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.server
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from io import BytesIO
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 from PIL import Image
 
-from tests.viewer.site import DELETED, ViewerSite
+from tests.viewer.site import DELETED, ViewerSite, http_run
 
 WIDE = {"width": 1280, "height": 860}
 PHONE = {"width": 390, "height": 844}
@@ -182,4 +183,33 @@ def test_a_cross_site_post_is_refused(browser: Any, site: ViewerSite) -> None:
         assert answer.value.status == 403
     assert site.host.transcripts.summary("paused-run").status == "awaiting_confirmation"
     assert DELETED == []
+    page.close()
+
+
+_OVERFLOW = ("() => [...document.querySelectorAll('.table-wrap')]"
+             ".map(wrap => wrap.scrollWidth - wrap.clientWidth)")
+
+
+def test_a_runs_requests_and_every_table_fit_a_1280_pixel_window(
+        browser: Any, site: ViewerSite, shots: Path) -> None:
+    # The runs list's budgets column was cut off (the table scrolled) in a window narrower
+    # than 1240 pixels: a 1280-pixel screen with a side panel, a 1024-pixel laptop.
+    # Playwright keeps an event loop running on this thread: the run goes on another one.
+    with ThreadPoolExecutor(1) as pool:
+        session = pool.submit(http_run, site.host).result(timeout=60)
+    page = browser.new_page(viewport=WIDE)
+    _log_in(page, site)
+    assert page.locator("tr.run").count() == 5
+    assert page.evaluate(_OVERFLOW) == [0]
+    narrow = browser.new_page(viewport={"width": 1024, "height": 768})
+    narrow.context.add_cookies(page.context.cookies())
+    narrow.goto(f"{site.url}/ui/")
+    assert narrow.evaluate(_OVERFLOW) == [0]
+    narrow.close()
+    page.goto(f"{site.url}/ui/run?id={session}")
+    requests = page.locator("table.requests")
+    assert requests.locator("tr.request").count() == 2
+    assert requests.locator("tr.attempt").inner_text().startswith("1.1\tTurn 1\tHTTP 503")
+    assert page.evaluate(_OVERFLOW) == [0]
+    page.screenshot(path=shots / "viewer-requests.png", full_page=True)
     page.close()

@@ -33,6 +33,7 @@ from datamachine.errors import (
     UsageError,
 )
 from datamachine.server.ui import present
+from datamachine.server.ui.request_rows import request_rows
 from datamachine.server.ui.session import (
     Session,
     SessionKeys,
@@ -323,6 +324,7 @@ class RunViewer:
         except (ChatSessionNotFound, UsageError):
             chat = None
         marks = store.timeline(session_id)
+        requests = request_rows(store.requests(session_id))
         result = summary.result
         pending = result.get("pending") if summary.status == "awaiting_confirmation" else None
         verdict = {key: result[key] for key in (
@@ -336,6 +338,7 @@ class RunViewer:
             "turns": present.timeline(numbered, marks,
                                       complete=len(numbered) >= summary.message_count),
             "left_out": max(0, summary.message_count - len(numbered)),
+            "requests": requests,
             "pending": present.pending_view(pending),
             "missing_tools": self._missing_tools(session_id, pending),
             "verdict": verdict,
@@ -355,7 +358,8 @@ class RunViewer:
         return sorted(str(name) for name in pending["tools"] if name not in known)
 
     async def run_page(self, request: Request) -> Response:
-        """One run: its verdict, budgets and the timeline of its turns."""
+        """One run: its verdict, budgets, its provider requests and the timeline of its
+        turns."""
         session_id = request.query_params.get("id", "")
 
         async def action(session: Session) -> Response:
