@@ -24,7 +24,7 @@ from datamachine.model_requests import (
     guard_astream,
     guard_stream,
     raise_if_refused,
-    refuse_before_run,
+    refuse_before_stream,
 )
 from datamachine.modes import BUILTIN_MODES
 from datamachine.plugins import PluginInfo, first_result, fold_value
@@ -141,7 +141,6 @@ class Host(Services):
         run = ConversationRun.create(self, messages, tools, provider, model, mode,
                                      with_output_type(payload, output_type), max_turns,
                                      single_turn)
-        refuse_before_run(self, run.spec.provider)
         return raise_if_refused(run.run())
 
     async def arun_conversation(
@@ -163,7 +162,6 @@ class Host(Services):
         run = ConversationRun.create(self, messages, tools, provider, model, mode,
                                      with_output_type(payload, output_type), max_turns,
                                      single_turn)
-        refuse_before_run(self, run.spec.provider)
         return raise_if_refused(await run.arun())
 
     async def acontinue_conversation(
@@ -200,7 +198,7 @@ class Host(Services):
         last. Leaving the loop early ends the run ``aborted`` (transcript kept, lock freed)."""
         from datamachine.conversation.stream import stream_on
 
-        refuse_before_run(self, self.default_provider(provider))
+        refuse_before_stream(self, provider)
         return guard_stream(stream_on(self, messages, tools, provider, model, mode, payload,
                                       max_turns, single_turn, output_type=output_type))
 
@@ -220,7 +218,7 @@ class Host(Services):
         """Async twin of :meth:`stream_conversation` (``async for event in ...``)."""
         from datamachine.conversation.stream import astream_on
 
-        refuse_before_run(self, self.default_provider(provider))
+        refuse_before_stream(self, provider)
         return guard_astream(astream_on(self, messages, tools, provider, model, mode, payload,
                                         max_turns, single_turn, output_type=output_type))
 

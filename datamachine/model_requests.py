@@ -8,16 +8,17 @@ answer (``scripted``, and ``datamachine.testing``'s ``test`` and ``function``: t
 pydantic-ai raises when ``ALLOW_MODEL_REQUESTS`` is off: a returned error result would let a test
 that forgets to check ``result.status`` pass.
 
-Two checks, one rule. :func:`refuse_before_run` raises before anything is stored when no
-``text_result`` hook could answer instead; a hook that is registered but declines a request is
-only known during the run, whose turn then fails with ``error_code="model_requests_disabled"``,
-and :func:`raise_if_refused` turns that result into the exception.
+Two checks, one rule. A run raises before anything is stored when no ``text_result`` hook could
+answer instead (``ConversationRun`` checks it against its settings snapshot, on every entry
+point); a hook that is registered but declines a request is only known during the run, whose
+turn then fails with ``error_code="model_requests_disabled"``, and :func:`raise_if_refused`
+turns that result into the exception.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from datamachine.errors import DataMachineError, ModelRequestsDisabled
 
@@ -26,20 +27,22 @@ if TYPE_CHECKING:
     from datamachine.conversation.stream import StreamEvent
     from datamachine.host import Services
 
-__all__ = ["REFUSED_CODE", "guard_astream", "guard_stream", "raise_if_refused",
-           "refuse_before_run"]
+__all__ = ["REFUSED_CODE", "SettingsSource", "guard_astream", "guard_stream",
+           "raise_if_refused", "refusal_message", "refuse_before_stream"]
 
 REFUSED_CODE = "model_requests_disabled"
 
 
-def _allowed(services: Services) -> bool:
-    # Fails closed: anything but true (false, 0, "no", a bad value) refuses.
-    return services.settings.get("allow_model_requests", True) is True
+class SettingsSource(Protocol):
+    """Settings that say where a value comes from (a host's, or a run's snapshot)."""
+
+    def source(self, key: str) -> Literal["env", "db"] | None:
+        """``"env"``, ``"db"`` or None (unset)."""
 
 
-def refusal_message(services: Services, provider: str) -> str:
+def refusal_message(settings: SettingsSource, provider: str) -> str:
     """What to do about a refused request: answer in the process, or allow real requests."""
-    if services.settings.source("allow_model_requests") == "env":
+    if settings.source("allow_model_requests") == "env":
         how = "unset the environment variable DATAMACHINE_ALLOW_MODEL_REQUESTS"
     else:
         how = "`datamachine settings set allow_model_requests true`"
@@ -50,18 +53,23 @@ def refusal_message(services: Services, provider: str) -> str:
             f"to allow real requests: {how}.")
 
 
-def refuse_before_run(services: Services, provider: str) -> None:
-    """Raise :class:`ModelRequestsDisabled` before a run on ``provider`` starts, when model
-    requests are off, the provider leaves the process and no ``text_result`` hook could
-    answer in its place. An unknown provider is left to the run, which names the known ones."""
-    if services.pm.hook.text_result.get_hookimpls() or _allowed(services):
+def refuse_before_stream(services: Services, provider: str | None) -> None:
+    """Raise :class:`ModelRequestsDisabled` when a stream is asked for, not at its first
+    event: model requests are off, the provider (``None``: the default) leaves the process
+    and no ``text_result`` hook could answer in its place. The stream's run checks the same
+    against its own settings snapshot; an unknown provider is left to it (it names the known
+    ones)."""
+    settings = services.settings
+    if services.pm.hook.text_result.get_hookimpls() \
+            or settings.get("allow_model_requests", True) is True:
         return
+    name = provider if provider is not None else settings.get("default_provider", "scripted")
     try:
-        found = services.providers.get(provider)
+        found = services.providers.get(name)
     except DataMachineError:
         return
     if not getattr(found, "answers_offline", False):
-        raise ModelRequestsDisabled(refusal_message(services, provider), provider=provider)
+        raise ModelRequestsDisabled(refusal_message(settings, name), provider=name)
 
 
 def raise_if_refused(result: ConversationResult) -> ConversationResult:

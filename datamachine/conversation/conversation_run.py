@@ -68,7 +68,8 @@ from datamachine.conversation.result import ConversationResult, empty_usage
 from datamachine.conversation.spec import RunSpec
 from datamachine.conversation.spending import SpendWindows, parse_spend_limits, scopes_of
 from datamachine.conversation.timeline import RunTimeline
-from datamachine.errors import DataMachineError, UsageError
+from datamachine.errors import DataMachineError, ModelRequestsDisabled, UsageError
+from datamachine.model_requests import refusal_message
 from datamachine.observe import RunInfo, RunObserver, close_observers, wants_content
 from datamachine.providers.base import ProviderResponse
 from datamachine.providers.options import (
@@ -208,7 +209,10 @@ class ConversationRun:
 
     def _provider(self) -> Any:
         spec = self.spec
-        provider: Any = self.services.providers.get(spec.provider)
+        provider: Any = self.services.providers.get(spec.provider, settings=self.settings.get)
+        for_run = getattr(provider, "for_run", None)
+        if callable(for_run):  # reads host settings: the run's snapshot, never the database
+            provider = for_run(self.settings.get)
         start_run = getattr(provider, "start_run", None)
         script = spec.runtime.script
         if callable(start_run):
@@ -340,14 +344,14 @@ class ConversationRun:
         # true (false, 0, "no", a bad value) refuses.
         refused = (not getattr(self.provider, "answers_offline", False)
                    and self.settings.get("allow_model_requests", True) is not True)
-        refusal = ""
-        if refused:
-            refusal = ("unset the environment variable DATAMACHINE_ALLOW_MODEL_REQUESTS"
-                       if self.settings.source("allow_model_requests") == "env"
-                       else "`datamachine settings set allow_model_requests true`")
+        refusal = refusal_message(self.settings, spec.provider) if refused else ""
         hook = services.pm.hook
         hooked = frozenset(name for name in ("text_result", "provider_availability")
                            if getattr(hook, name).get_hookimpls())
+        if refused and "text_result" not in hooked:
+            # Nothing in the process could answer: raised before anything runs or is stored
+            # (a returned error result would let a test that forgets the status pass).
+            raise ModelRequestsDisabled(refusal, provider=spec.provider)
         return ProviderTurn(
             provider=self.provider, provider_name=spec.provider, model=spec.model,
             mode=spec.mode, tools=[t.to_provider_dict() for t in tools.values()],

@@ -99,7 +99,8 @@ class ProviderTurn:
 
     ``first``: the host's firstresult hook caller (``text_result``, ``provider_availability``);
     ``hooked``: which of those two have implementations; ``refused``: model requests are off
-    on this host (only the ``text_result`` hook may answer), and ``refusal`` says how to turn
+    on this host (only the ``text_result`` hook may answer), and ``refusal`` says so and how to
+    turn
     them on; ``on_text``: where streamed text goes as it arrives (a streamed run), else None;
     ``report_content``: request_built events carry the messages and the answer's text
     (``otel_capture_content``); ``call_keys``: the run's tool index's canonical parameters
@@ -287,12 +288,8 @@ class ProviderTurn:
         short = (self.first("text_result", request=request)
                  if "text_result" in self.hooked else None)
         if short is None:
-            raise ProviderError(
-                f"Model requests are off on this host (setting allow_model_requests is false), "
-                f"so provider {self.provider_name!r} was not called for turn {request.turn}. "
-                "In tests, answer with the scripted_model fixture or a text_result hook, or run "
-                f"on the scripted provider; to allow real requests: {self.refusal}.",
-                code="model_requests_disabled", provider=self.provider_name)
+            raise ProviderError(f"{self.refusal} (turn {request.turn})",
+                                code="model_requests_disabled", provider=self.provider_name)
         self._answer_trusted = False
         return self._from_hook(short)
 

@@ -55,6 +55,8 @@ __all__ = ["DEFAULT_MAX_RETRIES", "MAX_RETRIES_SETTING", "Delivered", "Opened", 
 logger = logging.getLogger("datamachine.providers")
 
 MAX_RETRIES_SETTING = "provider_max_retries"
+# Where a setting is read: a host's ``settings.get``, or a run's snapshot's.
+SettingsLookup = Callable[[str], Any]
 
 # ``sleep(seconds)``: sync, or async (only usable by async runs).
 Sleep = Callable[[float], Awaitable[None] | None]
@@ -226,12 +228,14 @@ class ProviderHTTP:
         self._url: tuple[str, httpx.URL] | None = None
 
     # -- configuration -----------------------------------------------------------------------
-    def max_retries(self) -> int:
-        """The retries allowed after a turn's first request, read now."""
+    def max_retries(self, settings: Callable[[str], Any] | None = None) -> int:
+        """The retries allowed after a turn's first request: the policy's, else the setting
+        read through ``settings`` (a run's snapshot), else through this pool's own lookup."""
         if self.retry.max_retries is not None:
             return self.retry.max_retries
-        if self.settings_lookup is not None:
-            value = self.settings_lookup(MAX_RETRIES_SETTING)
+        lookup = settings or self.settings_lookup
+        if lookup is not None:
+            value = lookup(MAX_RETRIES_SETTING)
             if value is not None:
                 return check_max_retries(f"Setting {MAX_RETRIES_SETTING!r}", value)
         return DEFAULT_MAX_RETRIES
@@ -284,15 +288,16 @@ class ProviderHTTP:
             await own.aclose()
 
     # -- one exchange ------------------------------------------------------------------------
-    def post(self, outbound: Outbound) -> Delivered | Awaitable[Delivered]:
+    def post(self, outbound: Outbound, *, settings: SettingsLookup | None = None
+             ) -> Delivered | Awaitable[Delivered]:
         """POST with retries: the final 2xx response and the attempts that failed before it,
         or an awaitable of them inside a running event loop. Every failure is a ProviderError
         naming what to fix (with the failed attempts before it)."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return self._post_sync(outbound)
-        return self._post_async(outbound)
+            return self._post_sync(outbound, settings)
+        return self._post_async(outbound, settings)
 
     def _parsed(self, url: str) -> httpx.URL:
         cached = self._url
@@ -304,11 +309,12 @@ class ProviderHTTP:
         self._url = (url, parsed)
         return parsed
 
-    def _post_sync(self, outbound: Outbound) -> Delivered:
+    def _post_sync(self, outbound: Outbound, settings: SettingsLookup | None = None
+                   ) -> Delivered:
         client = self.sync_client()
         url = self._parsed(outbound.url)
         failed: list[FailedAttempt] = []
-        steps = self._exchange(outbound, failed)
+        steps = self._exchange(outbound, failed, settings)
         ask: _Send | _Wait = next(steps)
         try:
             while True:
@@ -327,11 +333,12 @@ class ProviderHTTP:
         except StopIteration as done:
             return Delivered(done.value, tuple(failed))
 
-    async def _post_async(self, outbound: Outbound) -> Delivered:
+    async def _post_async(self, outbound: Outbound, settings: SettingsLookup | None = None
+                          ) -> Delivered:
         client = self.async_client()
         url = self._parsed(outbound.url)
         failed: list[FailedAttempt] = []
-        steps = self._exchange(outbound, failed)
+        steps = self._exchange(outbound, failed, settings)
         ask: _Send | _Wait = next(steps)
         deadline = outbound.request_timeout if outbound.request_timeout > 0 else None
         try:
@@ -354,7 +361,8 @@ class ProviderHTTP:
             return Delivered(done.value, tuple(failed))
 
     @contextlib.asynccontextmanager
-    async def open_events(self, outbound: Outbound) -> AsyncIterator[Opened]:
+    async def open_events(self, outbound: Outbound, *, settings: SettingsLookup | None = None
+                          ) -> AsyncIterator[Opened]:
         """POST for a streamed answer: its Server-Sent Events, once the first one has arrived.
         Until then everything is retried as for :meth:`post`: an error status (whose answer is
         read whole, for its message), a connection that drops, a body that ends or breaks
@@ -364,7 +372,7 @@ class ProviderHTTP:
         client = self.async_client()
         url = self._parsed(outbound.url)
         failed: list[FailedAttempt] = []
-        steps = self._exchange(outbound, failed)
+        steps = self._exchange(outbound, failed, settings)
         ask: _Send | _Wait = next(steps)
         while True:
             if isinstance(ask, _Wait):
@@ -435,12 +443,13 @@ class ProviderHTTP:
         return httpx.Timeout(request, connect=connect)
 
     def _exchange(
-        self, outbound: Outbound, failed: list[FailedAttempt]
+        self, outbound: Outbound, failed: list[FailedAttempt],
+        settings: SettingsLookup | None = None,
     ) -> Generator[_Send | _Wait, httpx.Response | None, httpx.Response]:
         """The retry decisions: yields a send or a wait, receives the response (or has the
         transport's exception thrown in), returns the final 2xx response; each attempt that
         failed and is retried is added to ``failed``."""
-        retries = self.max_retries()
+        retries = self.max_retries(settings)
         attempt = 0
         while True:
             attempt += 1

@@ -83,11 +83,12 @@ class ProviderRegistry:
         self._entries[name] = entry
         return entry
 
-    def get(self, name: str) -> Provider:
+    def get(self, name: str, *, settings: Callable[[str], Any] | None = None) -> Provider:
         """The provider named ``name``: an endpoint of the ``providers`` setting (which wins
         over a registration of the same name), else the one registered;
-        :class:`UnknownProvider` lists the known ones."""
-        configured = self._endpoint(name) if isinstance(name, str) else None
+        :class:`UnknownProvider` lists the known ones. ``settings``: where the ``providers``
+        setting is read (a run's snapshot; default: the host's settings)."""
+        configured = self._endpoint(name, settings) if isinstance(name, str) else None
         if configured is not None:
             return configured
         entry = self._entries.get(name) if isinstance(name, str) else None
@@ -104,12 +105,14 @@ class ProviderRegistry:
         value = self._lookup(PROVIDERS_SETTING) if self._lookup is not None else None
         return value if isinstance(value, Mapping) else {}
 
-    def _endpoint(self, name: str) -> Provider | None:
+    def _endpoint(self, name: str, settings: Callable[[str], Any] | None = None
+                  ) -> Provider | None:
         """The provider of the ``providers`` setting's entry ``name`` (made once per entry
         value), or None when the setting has no such entry."""
-        if self._lookup is None:
+        lookup = settings or self._lookup
+        if lookup is None:
             return None
-        value = self._lookup(PROVIDERS_SETTING)
+        value = lookup(PROVIDERS_SETTING)
         if not value:
             return None
         if not isinstance(value, Mapping):

@@ -107,6 +107,7 @@ class WireProvider:
         jitter: Callable[[], float] | None = None,
         environ: Mapping[str, str] | None = None,
         settings_lookup: Callable[[str], Any] | None = None,
+        http: ProviderHTTP | None = None,
     ) -> None:
         self.name = name or self.DEFAULT_NAME
         self.base_url = base_url
@@ -119,7 +120,8 @@ class WireProvider:
         self.headers = dict(headers or {})
         self._environ = environ
         self._settings_lookup = settings_lookup
-        self._http: ProviderHTTP | None = None
+        # A run's view shares its provider's connection pools (see for_run).
+        self._http: ProviderHTTP | None = http
 
     def for_endpoint(
         self: P, *, name: str, base_url: str | None = None, api_key_env: str | None = None,
@@ -133,6 +135,18 @@ class WireProvider:
             backoff_base=self.retry.backoff_base, backoff_max=self.retry.backoff_max,
             max_retry_wait=self.retry.max_retry_wait, sleep=self.sleep, jitter=self.jitter,
             environ=self._environ, settings_lookup=self._settings_lookup)
+
+    def for_run(self: P, settings: Callable[[str], Any]) -> P:
+        """This provider as one run sees it: host settings (the base URL, the retries) read
+        through ``settings``, the run's snapshot, so no request of the run reads the database;
+        the connection pools stay this provider's, shared by every run."""
+        return type(self)(
+            self.base_url, self.api_key, name=self.name, api_key_env=self.api_key_env,
+            model_options=self.model_options, headers=self.headers,
+            max_retries=self.retry.max_retries, backoff_base=self.retry.backoff_base,
+            backoff_max=self.retry.backoff_max, max_retry_wait=self.retry.max_retry_wait,
+            sleep=self.sleep, jitter=self.jitter, environ=self._environ,
+            settings_lookup=settings, http=self.http())
 
     # -- configuration -----------------------------------------------------------------------
     def bind_settings(self, lookup: Callable[[str], Any]) -> None:
@@ -187,7 +201,7 @@ class WireProvider:
     ) -> ProviderResponse | Awaitable[ProviderResponse]:
         """Send one request (retrying what is worth retrying) and return the parsed answer:
         at once in a synchronous run, as an awaitable inside a running event loop."""
-        delivered = self.http().post(self.outbound(request))
+        delivered = self.http().post(self.outbound(request), settings=self._settings_lookup)
         if isinstance(delivered, Awaitable):
             return self._parse_later(delivered, request.turn)
         return self._parsed(delivered, request.turn)
@@ -246,7 +260,8 @@ class WireProvider:
         assembler = self.stream_assembler(request)
         failed: tuple[FailedAttempt, ...] = ()
         try:
-            async with self.http().open_events(self.outbound(request, stream=True)) as opened:
+            async with self.http().open_events(self.outbound(request, stream=True),
+                                               settings=self._settings_lookup) as opened:
                 failed = opened.failed
                 async for event in opened.events:
                     if not event.data.strip():
