@@ -9,6 +9,8 @@ Ctrl-D ends the chat; Ctrl-C interrupts a run (the transcript keeps every finish
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +37,13 @@ __all__ = ["TerminalConfirm", "chat"]
 
 
 class TerminalConfirm:
-    """Answers ``confirm_continuation`` by asking the person at the terminal."""
+    """Answers ``confirm_continuation`` by asking the person at the terminal, during one
+    message's run: the question takes its own line (``echo``: the answer streamed so far) and
+    the status line (``progress``) steps aside for it."""
 
-    def __init__(self) -> None:
-        self.progress: Progress | None = None
-        self.echo: TextEcho | None = None
+    def __init__(self, progress: Progress | None = None, echo: TextEcho | None = None) -> None:
+        self.progress = progress
+        self.echo = echo
 
     @hookimpl(trylast=True)
     def confirm_continuation(self, budget: Any, context: dict[str, Any]) -> bool | None:
@@ -60,6 +64,19 @@ class TerminalConfirm:
         finally:
             if self.progress is not None:
                 self.progress.resume()
+
+
+@contextmanager
+def _asking(host: Any, progress: Progress, stream: bool) -> Iterator[TextEcho | None]:
+    """One message's run: its streamed text (the status line gives way once the text itself
+    shows progress) and the person at the terminal answering ``confirm_continuation``."""
+    streamed = TextEcho("assistant> ", on_first=progress.pause) if stream else None
+    confirm = TerminalConfirm(progress, streamed)
+    host.pm.register(confirm, name="datamachine.cli.terminal_confirm")
+    try:
+        yield streamed
+    finally:
+        host.pm.unregister(confirm)
 
 
 def _limit(value: str | None) -> int | str | None:
@@ -113,8 +130,6 @@ def chat(state: State, session_id: str | None, system: str | None, max_turns: st
     warn_unread_variables(host)
     provider = provider_for_script(provider, script)
     check_declared_options(host, provider, model_options, passthrough=option_passthrough)
-    confirm = TerminalConfirm()
-    host.pm.register(confirm, name="datamachine.cli.terminal_confirm")
     if session_id is None:
         session = host.chat_sessions.create(max_turns=limit)
     else:
@@ -132,14 +147,9 @@ def chat(state: State, session_id: str | None, system: str | None, max_turns: st
             break
         if not text.strip():
             continue
-        streamed = TextEcho("assistant> ") if stream else None
-        confirm.echo = streamed
+        streamed: TextEcho | None = None
         try:
-            with Progress() as progress:
-                confirm.progress = progress
-                if streamed is not None:
-                    # The status line gives way once the text itself shows progress.
-                    streamed.on_first = progress.pause
+            with Progress() as progress, _asking(host, progress, stream) as streamed:
                 payload: dict[str, Any] = {"event_sink": progress}
                 if model_options:
                     payload["model_options"] = model_options

@@ -9,6 +9,7 @@ when stderr is piped nothing is drawn, so piped output never holds it.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -114,12 +115,13 @@ class TextEcho:
     """Prints a model's text to the terminal as it arrives, after ``prefix`` (an ``on_text``
     callback); :meth:`end` finishes the line."""
 
-    def __init__(self, prefix: str = "") -> None:
+    def __init__(self, prefix: str = "", *,
+                 on_first: Callable[[], object] | None = None) -> None:
         self.prefix = prefix
         self.shown = False  # a streamed line is open
         self.printed = False  # some text was printed at all
         # Called before the first text (the live status line gives way to the text itself).
-        self.on_first: Any = None
+        self.on_first = on_first
 
     def __call__(self, text: str) -> None:
         if not self.shown:

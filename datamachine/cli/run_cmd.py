@@ -50,8 +50,7 @@ def _streamed(host: Any, progress: Progress, *args: Any) -> Any:
     """The run, its text printed as it arrives. The progress line (fed by the run's event
     sink as events happen) gives way while text is written and comes back at the next turn;
     each tool call is noted on stderr."""
-    echo = TextEcho()
-    echo.on_first = progress.pause
+    echo = TextEcho(on_first=progress.pause)
     result = None
     for event in host.stream_conversation(*args):
         if event.type == "text_delta" and event.text:

@@ -320,7 +320,9 @@ class ProviderTurn:
                 if self.stopping:
                     break
         finally:
-            await deltas.aclose()  # type: ignore[attr-defined]
+            aclose = getattr(deltas, "aclose", None)  # an async generator's, when it is one
+            if aclose is not None:
+                await aclose()
         if response is None:  # left mid-way
             return ProviderResponse(content=self.partial_text, finish_reason="aborted")
         self.partial_text = ""

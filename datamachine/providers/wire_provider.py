@@ -151,10 +151,9 @@ class WireProvider:
     # -- configuration -----------------------------------------------------------------------
     def bind_settings(self, lookup: Callable[[str], Any]) -> None:
         """Read host settings (``provider_max_retries``, and what a subclass reads) through
-        ``lookup`` (a host's ``settings.get``)."""
+        ``lookup`` (a host's ``settings.get``); every request hands it to the connection
+        pools' retry loop, so a pool made before this still reads through it."""
         self._settings_lookup = lookup
-        if self._http is not None:
-            self._http.settings_lookup = lookup
 
     def _env(self) -> Mapping[str, str]:
         return os.environ if self._environ is None else self._environ

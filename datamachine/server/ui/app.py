@@ -381,8 +381,8 @@ class RunViewer:
                 return await self._answer(request, session, session_id, form.get("answer"),
                                           form.get("pause") or None)
             except _Refused as refused:
-                refused.back = "/ui/run?" + urlencode({"id": session_id})
-                raise
+                raise _Refused(refused.status, refused.message,
+                               "/ui/run?" + urlencode({"id": session_id})) from None
         return await self._guard(request, action)
 
     async def _answer(self, request: Request, session: Session, session_id: str,
