@@ -13,6 +13,10 @@ present in both trees is used, so the same worker code measures either.
 
     .venv/bin/python bench/compare.py --baseline ca5024d            # T = 10 and 50
     .venv/bin/python bench/compare.py --baseline ca5024d --peer      # and pydantic-ai
+    .venv/bin/python bench/compare.py --baseline 3aa7246 --persisted # the SQLite row
+
+``--persisted`` measures the *SQLite* row instead: the same runs stored by the host's
+transcript store in a SQLite file (WAL), one transaction per turn.
 """
 
 from __future__ import annotations
@@ -34,12 +38,14 @@ PEER_PYTHON = BENCH / ".venv" / "bin" / "python"
 
 
 # -- the worker (runs inside the tree it measures) ---------------------------------------------
-def _datamachine_runner() -> Callable[[int], object]:
+def _datamachine_runner(persisted: bool = False) -> Callable[[int], object]:
     import bootstrap
     import datamachine
     from bench.scenario import PROMPT, answer_text, double, script_for
 
-    host = bootstrap.boot(db_path=":memory:", load_entrypoints=False)
+    folder = tempfile.mkdtemp(prefix="dm-compare-")  # removed with the worker's /tmp
+    host = bootstrap.boot(db_path=Path(folder) / "bench.db" if persisted else ":memory:",
+                          load_entrypoints=False)
     spec = host.budgets.get_spec("conversation_turns")
     assert spec is not None
     host.budgets.register(spec.model_copy(update={"max": 1000}), owner="bootstrap")
@@ -76,7 +82,7 @@ def _datamachine_runner() -> Callable[[int], object]:
         result = host.run_conversation(
             [{"role": "user", "content": PROMPT}], [tool], "scripted", "bench",
             payload={"script": scripts[turns], "event_sink": Sink(),
-                     "completion_policy": Policy(), "persist_transcript": False},
+                     "completion_policy": Policy(), "persist_transcript": persisted},
             max_turns=turns + 1)
         if result.status != "completed" or result.final_content != answer_text(turns):
             raise RuntimeError(f"run went wrong: {result.status} {result.error!r}")
@@ -98,7 +104,8 @@ def worker(root: str, kind: str) -> None:
     sys.path.insert(0, root)
     import gc
 
-    run = _peer_runner() if kind == "pydantic-ai" else _datamachine_runner()
+    run = (_peer_runner() if kind == "pydantic-ai"
+           else _datamachine_runner(persisted=kind == "persisted"))
     for _ in range(3):
         run(2)
     # As bench/run.py does: what start-up built (modules, the host, pydantic's schemas) is
@@ -166,6 +173,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--runs", type=int, default=10, help="runs per worker per round")
     parser.add_argument("--peer", action="store_true", help="also pydantic-ai (bench/.venv)")
+    parser.add_argument("--persisted", action="store_true",
+                        help="the SQLite row: runs stored in a SQLite file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--kind", default="datamachine", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -174,8 +183,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     with tempfile.TemporaryDirectory(prefix="dm-baseline-") as tmp:
         commit = _extract(args.baseline, Path(tmp))
-        workers = [Worker(f"this tree ({_head()})", sys.executable, ROOT, "datamachine"),
-                   Worker(f"baseline {commit}", sys.executable, Path(tmp), "datamachine")]
+        kind = "persisted" if args.persisted else "datamachine"
+        workers = [Worker(f"this tree ({_head()})", sys.executable, ROOT, kind),
+                   Worker(f"baseline {commit}", sys.executable, Path(tmp), kind)]
         if args.peer:
             if not PEER_PYTHON.exists():
                 raise SystemExit("--peer needs bench/.venv: run bench/run.py once to make it")
@@ -189,7 +199,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         finally:
             for each in workers:
                 each.close()
-    print(_table(workers, args.turns, args.rounds, args.runs))
+    print(_table(workers, args.turns, args.rounds, args.runs,
+                 "SQLite file, all checks on" if args.persisted else "in memory, all checks on"))
 
 
 def _head() -> str:
@@ -200,9 +211,10 @@ def _head() -> str:
     return head + ("+changes" if dirty else "")
 
 
-def _table(workers: list[Worker], turn_counts: list[int], rounds: int, runs: int) -> str:
+def _table(workers: list[Worker], turn_counts: list[int], rounds: int, runs: int,
+           scenario: str = "in memory, all checks on") -> str:
     base = workers[0]
-    lines = ["| in memory, all checks on: µs per turn, median (min-max) | "
+    lines = [f"| {scenario}: µs per turn, median (min-max) | "
              + " | ".join(f"T = {t}" for t in turn_counts) + " |",
              "|---|" + "---|" * len(turn_counts)]
     for each in workers:
