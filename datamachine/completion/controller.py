@@ -143,8 +143,9 @@ class CompletionRun:
         run_tools = dict(tools)
         if assertions.configured and BLOCKER_TOOL_NAME not in run_tools:
             run_tools[BLOCKER_TOOL_NAME] = BLOCKER_TOOL
-        job = PipelineJob.resolve(services.jobs, modes, payload, warnings,
-                                  runtime.job_retry_codes)
+        job = (PipelineJob.resolve(services.jobs, modes, payload, warnings,
+                                   runtime.job_retry_codes)
+               if payload.get("job_id") not in (None, "") else None)
         return cls(assertions=assertions, policy=policy, tools=run_tools,
                    offered_tool_names=sorted(tools), modes=modes, payload=payload,
                    warnings=warnings, emit=emit, engine_data=engine_data,
@@ -153,6 +154,8 @@ class CompletionRun:
     # -- before the loop ---------------------------------------------------------------------
     def unavailable_tools(self) -> list[str]:
         """Tools the assertions require that the run does not offer (preflight)."""
+        if not self.asserting:
+            return []  # nothing is required
         return unavailable_required_tool_names(self.assertions, self.offered_tool_names)
 
     def start_job(self) -> None:
@@ -349,6 +352,8 @@ class CompletionRun:
     # -- when the run stops ------------------------------------------------------------------
     def evaluate(self) -> Evaluation:
         """The assertions against this run's successful tool results and engine data."""
+        if not self.asserting:
+            return Evaluation(configured=False)  # nothing to evaluate
         return self.tracker.evaluate(self.engine_data)
 
     @property
