@@ -76,28 +76,24 @@ class Message(BaseModel):
 
     # -- builders used by the loop (trusted values: not validated) ------------------------
     # The loop builds two or three messages per turn from values it made itself; validating
-    # them cost more than anything else it does per message. So a builder copies a template of
-    # its type with pydantic's model_copy (no validation) and sets the fields that differ,
-    # always replacing the mutable ones so nothing is shared with the template. (Not
-    # agents_api.results.unchecked: for a model this small, its extra call measured 10 % slower; the
-    # template is looked up inline for the same reason, and made by _template on first use.)
+    # them cost more than anything else it does per message. So a builder sets the instance's
+    # state directly, as pydantic's model_copy does (see agents_api.results.built; a subclass
+    # with fields of its own is copied from a validated template instead), always with fresh
+    # dicts so nothing is shared.
     @classmethod
     def text(cls, role: str, content: str, metadata: dict[str, object] | None = None) -> Message:
         """A plain text message."""
-        template = _templates.get((cls, "text")) or _template(cls, "text", "assistant")
-        return template.model_copy(update={
-            "role": role, "content": content, "payload": {},
-            "metadata": metadata if metadata is not None else {}})
+        return _trusted(cls, "text", role, content, {},
+                        metadata if metadata is not None else {})
 
     @classmethod
     def tool_call(
         cls, tool_name: str, parameters: object, turn: int, tool_call_id: str
     ) -> Message:
         """The assistant's request to run one tool."""
-        template = _templates.get((cls, "tool_call")) or _template(cls, "tool_call", "assistant")
-        return template.model_copy(update={
-            "payload": {"tool_name": tool_name, "parameters": parameters, "turn": turn},
-            "metadata": {"tool_call_id": tool_call_id}})
+        return _trusted(cls, "tool_call", "assistant", "",
+                        {"tool_name": tool_name, "parameters": parameters, "turn": turn},
+                        {"tool_call_id": tool_call_id})
 
     @classmethod
     def tool_result(
@@ -105,10 +101,9 @@ class Message(BaseModel):
         content: str,
     ) -> Message:
         """The outcome of one tool call; ``content`` is what the model reads."""
-        template = _templates.get((cls, "tool_result")) or _template(cls, "tool_result", "tool")
-        return template.model_copy(update={
-            "content": content, "payload": {**result, "tool_name": tool_name, "turn": turn},
-            "metadata": {"tool_call_id": tool_call_id}})
+        return _trusted(cls, "tool_result", "tool", content,
+                        {**result, "tool_name": tool_name, "turn": turn},
+                        {"tool_call_id": tool_call_id})
 
     def to_json(self) -> str:
         """The envelope as compact JSON: what the transcript store writes. Values JSON cannot
@@ -129,15 +124,24 @@ class Message(BaseModel):
         }
 
 
-_templates: dict[tuple[type[Message], str], Message] = {}
+_set_state = object.__setattr__
+_TRUSTED_SET = frozenset({"type", "role", "content", "payload", "metadata"})
 
 
-def _template(cls: type[Message], kind: str, role: str) -> Message:
-    """The validated template a builder copies (made on first use, once per class and type)."""
-    found = _templates.get((cls, kind))
-    if found is None:
-        found = _templates[(cls, kind)] = cls(type=kind, role=role)
-    return found
+def _trusted(cls: type[Message], kind: str, role: str, content: str,
+             payload: dict[str, object], metadata: dict[str, object]) -> Message:
+    """A message of the loop's own values, not validated (see the builders)."""
+    if cls is not Message:
+        return cls(type=kind, role=role).model_copy(update={
+            "content": content, "payload": payload, "metadata": metadata})
+    message = cls.__new__(cls)
+    _set_state(message, "__dict__", {
+        "schema_": MESSAGE_SCHEMA, "version": 1, "type": kind, "role": role,
+        "content": content, "payload": payload, "metadata": metadata})
+    _set_state(message, "__pydantic_fields_set__", set(_TRUSTED_SET))
+    _set_state(message, "__pydantic_extra__", None)
+    _set_state(message, "__pydantic_private__", None)
+    return message
 
 
 def _explain(exc: ValidationError) -> str:

@@ -23,9 +23,24 @@ if TYPE_CHECKING:
 
     from agents_api.budget import BudgetSnapshot
 
-__all__ = ["Decision", "EndedRun", "LoopResult", "LoopStatus", "RunStop", "StopVerdict",
-           "TurnAnswer", "TurnResult", "add_usage", "coerce_turn_result", "empty_usage",
-           "final_content", "terminal_payload", "unchecked"]
+__all__ = [
+    "Decision",
+    "EndedRun",
+    "LoopResult",
+    "LoopStatus",
+    "RunStop",
+    "StopVerdict",
+    "TurnAnswer",
+    "TurnResult",
+    "add_usage",
+    "built",
+    "coerce_turn_result",
+    "empty_usage",
+    "final_content",
+    "terminal_payload",
+    "unchecked",
+    "updated",
+]
 
 
 def empty_usage() -> Usage:
@@ -341,16 +356,20 @@ def terminal_payload(result: EndedRun) -> dict[str, object]:
 # -- models built from the code's own values --------------------------------------------------
 # A run builds a few pydantic models from its own values: a message per step, the provider
 # request every turn, the result once. Validating them again would check what is already known
-# and cost more than the rest of a turn's bookkeeping, and ``model_construct`` walks every
-# field in Python (seven microseconds for a result's thirty fields). Copying a template with
-# ``model_copy(update=...)`` sets every field in one dict update, through public pydantic API.
-# Anything that comes from outside (a user's dict, a model's answer) is validated as usual.
+# and cost more than the rest of a turn's bookkeeping; ``model_construct`` walks every field in
+# Python, and even ``model_copy(update=...)`` goes through ``copy.copy`` three times. So these
+# builders set the instance's state directly, as ``model_copy`` does: the field values in
+# ``__dict__``, the fields set, no extra and no private values (tests/test_fast_models.py
+# checks each builder against pydantic's own copy, so a pydantic that changes this layout fails
+# there, not in a run). Anything from outside (a user's dict, a model's answer) is validated as
+# usual.
 
 M = TypeVar("M", bound=BaseModel)
 
 # Per class: an empty instance to copy, and the fields whose default is made per instance (a
 # list or dict from a default_factory), which every call must set so no two share one.
 _templates: dict[type[BaseModel], tuple[BaseModel, frozenset[str]]] = {}
+_set_state = object.__setattr__
 
 
 def unchecked(cls: type[M], /, **fields: object) -> M:
@@ -367,11 +386,39 @@ def unchecked(cls: type[M], /, **fields: object) -> M:
     if not fields.keys() >= must_set:
         missing = ", ".join(sorted(must_set - fields.keys()))
         raise ValueError(f"unchecked({cls.__name__}) needs a value for: {missing}.")
-    return template.model_copy(update=fields)  # type: ignore[return-value]
+    values = template.__dict__.copy()
+    values.update(fields)
+    return built(cls, values, set(fields))
+
+
+def updated(model: M, /, **fields: object) -> M:
+    """``model.model_copy(update=fields)`` (a shallow copy, ``fields`` not validated), built
+    directly: what a turn does with its provider request."""
+    values = model.__dict__.copy()
+    values.update(fields)
+    return built(type(model), values, model.__pydantic_fields_set__ | fields.keys(),
+                 model.__pydantic_extra__, model.__pydantic_private__)
+
+
+def built(cls: type[M], values: dict[str, object], fields_set: set[str],
+          extra: dict[str, object] | None = None,
+          private: dict[str, object] | None = None) -> M:
+    """An instance of ``cls`` whose state is ``values`` (every field, nothing validated), as
+    pydantic's own copy makes one."""
+    model = cls.__new__(cls)
+    _set_state(model, "__dict__", values)
+    _set_state(model, "__pydantic_fields_set__", fields_set)
+    _set_state(model, "__pydantic_extra__", None if extra is None else dict(extra))
+    _set_state(model, "__pydantic_private__", None if private is None else dict(private))
+    return model
 
 
 def _template(cls: type[BaseModel]) -> tuple[BaseModel, frozenset[str]]:
-    must_set = frozenset(
-        name for name, info in cls.model_fields.items()
-        if info.default_factory is not None or info.is_required())
-    return cls.model_construct(), must_set
+    fields = cls.model_fields
+    must_set = frozenset(name for name, info in fields.items()
+                         if info.default_factory is not None or info.is_required())
+    # Every field in declaration order (what model_dump_json follows); the ones a caller must
+    # set hold None until it does.
+    values = {name: None if name in must_set else info.default
+              for name, info in fields.items()}
+    return built(cls, values, set()), must_set

@@ -30,6 +30,7 @@ from agents_api import Message, RunStop, StopVerdict
 from agents_api.drive import Steps, awaitable
 from agents_api.jsontext import compact_bytes
 from agents_api.records import LoopStatus
+from agents_api.results import unchecked
 from datamachine.budgets_builtin import CONVERSATION_TURNS
 from datamachine.conversation.metering import RunMeter, SummaryWontFit
 from datamachine.conversation.pausing import pending_warning
@@ -289,10 +290,11 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
               if fields.get(key) not in (None, [], {}, 0, False)}
     if timeline:
         stored["timeline"] = list(timeline)
-    verdict = StopVerdict(status=status, budget=budget, flags=flags, warning=warning,
-                          final_content=final_content, messages=messages,
-                          usage=dict(summary_usage or {}), warnings=list(warnings or []),
-                          metadata=stored, pending=pending)
+    # The run's own values (a Message list, dicts it built): not validated again.
+    verdict = unchecked(StopVerdict, status=status, budget=budget, flags=flags,
+                        warning=warning, final_content=final_content, messages=messages,
+                        usage=dict(summary_usage or {}), warnings=list(warnings or []),
+                        metadata=stored, pending=pending)
     return verdict, diagnostics
 
 

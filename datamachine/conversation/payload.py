@@ -307,9 +307,10 @@ def split_payload(payload: Mapping[str, Any] | None) -> tuple[dict[str, Any], Ru
                 f"context (to tools and providers); did you mean {closest!r}?",
                 PayloadKeyWarning, stacklevel=2)
     given = {key: payload[key] for key in RUNTIME_KEYS & payload.keys()}
-    for key, check in _CHECKS.items():
-        if key in given:
-            given[key] = check(given[key])
+    for key, value in given.items():
+        check = _CHECKS.get(key)
+        if check is not None:
+            given[key] = check(value)
     return clean, RuntimeOptions(**given)
 
 

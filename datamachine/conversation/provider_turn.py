@@ -23,6 +23,7 @@ from agents_api import Message, clock
 from agents_api.drive import awaitable
 from agents_api.errors import brief_repr
 from agents_api.jsontext import canonical_json, compact_bytes
+from agents_api.results import unchecked, updated
 from datamachine.conversation.projection import ChatProjector
 from datamachine.errors import ProviderError
 from datamachine.providers.base import ProviderRequest, ProviderResponse
@@ -163,11 +164,11 @@ class ProviderTurn:
         self._transport = transport
         # Built-in providers answer in normal form already (see providers.normalize).
         self._trusted = bool(getattr(provider, "answers_normalized", False))
-        # Each turn's request is a copy of this one with the turn's parts (pydantic's
-        # model_copy: the run's own values are not validated again every turn).
-        self._request = ProviderRequest(
-            messages=[], tools=tools, provider=provider_name, model=model, mode=mode,
-            payload=payload, turn=0, request_timeout=timeouts.request,
+        # Each turn's request is a copy of this one with the turn's parts (the run's own
+        # values, not validated again every turn: see agents_api.results.updated).
+        self._request = unchecked(
+            ProviderRequest, messages=[], tools=tools, provider=provider_name, model=model,
+            mode=mode, payload=payload, turn=0, request_timeout=timeouts.request,
             connect_timeout=timeouts.connect, options=dict(options))
         self._available = False
         self._answer_trusted = False
@@ -206,7 +207,7 @@ class ProviderTurn:
             # Under the run's time rail: a provider whose call cannot be cancelled (a
             # synchronous HTTP request) gives up when the run's time does.
             update["request_timeout"] = max(deadline, 0.001)
-        request = self._request.model_copy(update=update)
+        request = updated(self._request, **update)
         projector = self.projector
         messages_bytes = projector.bytes
         metadata = self._static.copy()

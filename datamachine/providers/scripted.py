@@ -43,6 +43,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agents_api.results import updated
 from datamachine.errors import InvalidScript, ProviderError, ScriptExhausted
 from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.providers.normalize import normalize_response
@@ -279,7 +280,7 @@ class ScriptCursor:
                         else call["id"],
                   "name": call["name"], "parameters": _fresh(call["parameters"])}
                  for index, call in enumerate(normal.tool_calls, start=1)]
-        return normal.model_copy(update={"tool_calls": calls, "usage": dict(normal.usage)})
+        return updated(normal, tool_calls=calls, usage=dict(normal.usage))
 
 
 class ScriptedProvider:
