@@ -43,7 +43,6 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents_api.results import updated
 from datamachine.errors import InvalidScript, ProviderError, ScriptExhausted
 from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.providers.normalize import normalize_response
@@ -280,6 +279,10 @@ class ScriptCursor:
                         else call["id"],
                   "name": call["name"], "parameters": _fresh(call["parameters"])}
                  for index, call in enumerate(normal.tool_calls, start=1)]
+        # Imported here: booting a host loads this module, but not the loop's (see
+        # tests/test_boot_imports.py).
+        from agents_api.results import updated
+
         return updated(normal, tool_calls=calls, usage=dict(normal.usage))
 
 
