@@ -16,7 +16,7 @@ from agents_api._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from agents_api.api import CallableHooks, arun_loop, hooked_steps, run_loop
-    from agents_api.budget import IterationBudget
+    from agents_api.budget import BudgetSpent, IterationBudget
     from agents_api.errors import (
         AgentsAPIError,
         InvalidBudget,
@@ -51,6 +51,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidMessage": "agents_api.errors",
     "InvalidTurnResult": "agents_api.errors",
     "LockLost": "agents_api.errors",
+    "BudgetSpent": "agents_api.budget",
     "IterationBudget": "agents_api.budget",
     "HeldLock": "agents_api.transcript",
     "TranscriptLock": "agents_api.transcript",
@@ -79,6 +80,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "AgentsAPIError",
+    "BudgetSpent",
     "CallableHooks",
     "Decision",
     "HeldLock",

@@ -73,8 +73,10 @@ StopHook = Callable[[RunStop, Context], MaybeAwaitable[StopVerdict | None]]
 # Asked before every turn: what the coming request would add to budgets that count what
 # requests spend, ``{budget_name: units}``. A request that would take a budget past its
 # ceiling is not sent: the budget is offered for extension like a spent one, else the run
-# stops on it. Whoever estimates also feeds those budgets with what answers report.
-RequestEstimate = Callable[[list[Message], Context], Mapping[str, int]]
+# stops on it. Whoever estimates also feeds those budgets with what answers report. It may
+# make the request smaller first (awaitable: that may call a model) and raise BudgetSpent when
+# it cannot make it fit.
+RequestEstimate = Callable[[list[Message], Context], MaybeAwaitable[Mapping[str, int] | None]]
 
 
 class CallableHooks:
@@ -133,7 +135,7 @@ class CallableHooks:
         return self.on_tool_result(outcome.call.mapping, outcome.result, self._plain(context))
 
     def estimate_request(self, messages: list[Message], context: TurnContext
-                         ) -> Mapping[str, int] | None:
+                         ) -> MaybeAwaitable[Mapping[str, int] | None]:
         """``estimate_request(messages, context)``, when given."""
         return None if self.estimate is None else self.estimate(messages, self._plain(context))
 

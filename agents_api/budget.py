@@ -14,8 +14,8 @@ from typing import Literal, TypedDict
 from agents_api import clock as _clock
 from agents_api.errors import InvalidBudget, brief_repr
 
-__all__ = ["TOOL_CALLS", "WALL_CLOCK", "BudgetRail", "BudgetSnapshot", "IterationBudget",
-           "per_tool_budget"]
+__all__ = ["TOOL_CALLS", "WALL_CLOCK", "BudgetRail", "BudgetSnapshot", "BudgetSpent",
+           "IterationBudget", "per_tool_budget"]
 
 BudgetRail = Literal["ceiling", "hard_ceiling", "time"]
 
@@ -55,6 +55,20 @@ def _as_int(field: str, value: object) -> int:
         raise InvalidBudget(f"IterationBudget {field} must be an integer no larger than "
                             f"{MAX_COUNT}, got {brief_repr(value)}.")
     return value
+
+
+class BudgetSpent(Exception):
+    """Raised by a hook when the work it was asked for cannot be done within ``budget``.
+
+    ``run_turn`` or ``estimate_request`` raise it when the coming request cannot fit (a
+    context window nothing more can be taken out of): the loop stops the run
+    ``budget_exceeded`` on ``budget`` without counting a turn, and the stop hook is asked as
+    for any budget stop. ``message`` says why (logged; the result's warning is the budget's).
+    """
+
+    def __init__(self, budget: IterationBudget, message: str = "") -> None:
+        super().__init__(message or f"budget {budget.name()!r} is spent")
+        self.budget = budget
 
 
 class IterationBudget:
@@ -195,6 +209,17 @@ class IterationBudget:
             new_ceiling = min(new_ceiling, self._hard_ceiling)
         self._ceiling = new_ceiling
         return new_ceiling
+
+    def lower(self, ceiling: int) -> int:
+        """Lower the ceiling (and a hard ceiling above it) to ``ceiling``, never below 1;
+        return the new one. For a budget that learns it holds less than it was given (a
+        context window the provider reports smaller): a higher value changes nothing."""
+        target = max(1, _as_int("lower(ceiling)", ceiling))
+        if target < self._ceiling:
+            self._ceiling = target
+        if self._hard_ceiling is not None and target < self._hard_ceiling:
+            self._hard_ceiling = max(target, self._ceiling)
+        return self._ceiling
 
     def snapshot(self) -> BudgetSnapshot:
         """A JSON-ready picture of the budget for results, events and storage."""

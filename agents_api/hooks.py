@@ -169,10 +169,12 @@ class LoopHooks(Protocol):
         the run as an error."""
 
     def estimate_request(self, messages: list[Message], context: TurnContext
-                         ) -> Mapping[str, int] | None:
+                         ) -> MaybeAwaitable[Mapping[str, int] | None]:
         """What the coming request would add to budgets that count what requests spend
         (``{budget_name: units}``), before it is sent; None when nothing is counted. A request
-        that would pass a ceiling is not sent."""
+        that would pass a ceiling is not sent. It may first make the request smaller (a
+        product compacting its context, which may call a model: hence the awaitable), and
+        raise :class:`~agents_api.BudgetSpent` when it cannot be made to fit."""
 
     def budget_spent(self, budget: IterationBudget, context: TurnContext
                      ) -> MaybeAwaitable[bool | Pause | None]:

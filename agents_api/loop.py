@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, cast
 
 from agents_api import clock
-from agents_api.budget import TOOL_CALLS, WALL_CLOCK, IterationBudget, per_tool_budget
+from agents_api.budget import TOOL_CALLS, WALL_CLOCK, BudgetSpent, IterationBudget, per_tool_budget
 from agents_api.drive import DeadlineReached, Steps, ThreadCall, awaitable, bounded
 from agents_api.errors import LockLost, brief_repr
 from agents_api.hooks import EventListener, EventSink, LoopSettings, TurnContext
@@ -227,6 +227,11 @@ class LoopRun:
                 left = self._deadline_left()
                 raw = yield (raw if left is None else bounded(raw, left))
             answer = self._answer(raw, turn.number)
+        except BudgetSpent as spent:
+            # The request could not be made within a budget: no turn was taken.
+            self.turn_count -= 1
+            self._stop_on(spent)
+            return
         except Exception as exc:
             self._turn_failed(turn.number, exc)
             return
@@ -286,6 +291,14 @@ class LoopRun:
         lost lock overrides any other (the run must then write nothing more)."""
         if self.outcome is None or outcome.error_code == LockLost.code:
             self.outcome = outcome
+
+    def _stop_on(self, spent: BudgetSpent) -> None:
+        """A hook found the coming request cannot be made within a budget: the run stops on
+        it (a budget the run did not have yet joins its budgets, so the result shows it)."""
+        budget = spent.budget
+        self.budgets.setdefault(budget.name(), budget)
+        logger.info("agents_api: stopping on budget %r: %s", budget.name(), spent)
+        self._stop(Outcome("budget_exceeded", budget=budget))
 
     def _fail(self, code: str, exc: BaseException) -> None:
         self._stop(Outcome.failure(code, exc))
@@ -470,8 +483,14 @@ class LoopRun:
         context = self.context.with_turn(self.turn_count + 1, None)
         while True:
             try:
-                needed = self.hooks.estimate_request(self.messages, context)
-                crossing = self._crossing(needed) if needed else None
+                needed: object = self.hooks.estimate_request(self.messages, context)
+                if awaitable(needed):
+                    needed = yield needed
+                crossing = (self._crossing(cast("Mapping[str, int]", needed)) if needed
+                            else None)
+            except BudgetSpent as spent:
+                self._stop_on(spent)
+                return False
             except Exception as exc:
                 self._fail("request_estimate_failed", exc)
                 return False

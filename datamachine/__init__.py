@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         DefaultCompletionPolicy,
         PipelineCompletionPolicy,
     )
+    from datamachine.context.compaction import CompactedView
     from datamachine.conversation.result import ConversationResult
     from datamachine.conversation.stream import StreamEvent
     from datamachine.errors import (
@@ -140,6 +141,7 @@ _EXPORTS: dict[str, str] = {
     "aresume": "datamachine.api",
     "StreamEvent": "datamachine.conversation.stream",
     "ConversationResult": "datamachine.conversation.result",
+    "CompactedView": "datamachine.context.compaction",
     "Tool": "datamachine.tools",
     "ToolContext": "datamachine.tools",
     "tool": "datamachine.tools",
@@ -167,6 +169,7 @@ __all__ = [
     "ChainDepthExceeded",
     "ChatSessionExists",
     "ChatSessionNotFound",
+    "CompactedView",
     "CompletionAssertions",
     "CompletionPolicy",
     "ConversationResult",

@@ -6,8 +6,9 @@ from __future__ import annotations
 from agents_api.budget import TOOL_CALLS, WALL_CLOCK
 from datamachine.registry import BudgetSpec
 
-__all__ = ["BUILTIN_BUDGETS", "BUILTIN_OWNER", "CHAIN_DEPTH", "CHAT_TURNS", "CONVERSATION_TURNS",
-           "COST", "METERED_BUDGETS", "TOOL_CALLS", "TOTAL_TOKENS", "WALL_CLOCK"]
+__all__ = ["BUILTIN_BUDGETS", "BUILTIN_OWNER", "CHAIN_DEPTH", "CHAT_TURNS", "CONTEXT_TOKENS",
+           "CONVERSATION_TURNS", "COST", "METERED_BUDGETS", "TOOL_CALLS", "TOTAL_TOKENS",
+           "WALL_CLOCK"]
 
 BUILTIN_OWNER = "bootstrap"
 
@@ -21,6 +22,9 @@ CHAT_TURNS = "chat_turns"
 TOTAL_TOKENS = "total_tokens"
 COST = "cost"
 METERED_BUDGETS = (TOTAL_TOKENS, COST)
+# The model's context window: the latest request's prompt tokens against it (DESIGN.md 21); it
+# joins a run only when the window is known.
+CONTEXT_TOKENS = "context_tokens"
 
 BUILTIN_BUDGETS: tuple[BudgetSpec, ...] = (
     BudgetSpec(
@@ -45,5 +49,11 @@ BUILTIN_BUDGETS: tuple[BudgetSpec, ...] = (
         unit="microdollars",
         description="What one run's requests cost, from the prices setting (only when a "
                     "ceiling is set; the setting is in dollars).",
+    ),
+    BudgetSpec(
+        name=CONTEXT_TOKENS, default=10**8, min=256, max=10**8, setting="max_context_tokens",
+        unit="tokens",
+        description="The model's context window: the latest request's prompt tokens, which "
+                    "compaction keeps under it (only when the window is known).",
     ),
 )

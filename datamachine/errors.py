@@ -168,7 +168,8 @@ class ProviderError(DataMachineError, RuntimeError):
     turns. ``code`` says what kind of failure it was (``provider_http_error``,
     ``provider_timeout``, ``provider_connection_error``, ``provider_bad_response``,
     ``provider_bad_request``, ``provider_unavailable``, ``script_exhausted``,
-    ``scripted_error``, ``provider_stream_error``); ``status`` is the HTTP status for HTTP
+    ``scripted_error``, ``provider_stream_error``, ``context_overflow``: the prompt is longer
+    than the model's context window); ``status`` is the HTTP status for HTTP
     errors, else None; ``provider`` is the provider name; ``attempts`` is how many requests were
     sent; ``failed_attempts`` the ones before the last that failed and were retried
     (``datamachine.providers.base.FailedAttempt``); ``partial_content`` is the text a stream
@@ -185,6 +186,8 @@ class ProviderError(DataMachineError, RuntimeError):
         attempts: int = 0,
         partial_content: str = "",
         failed_attempts: tuple[Any, ...] = (),
+        context_window: int | None = None,
+        prompt_tokens: int | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -194,6 +197,10 @@ class ProviderError(DataMachineError, RuntimeError):
         self.failed_attempts = failed_attempts
         # A streamed answer broken mid-way: the text that had arrived (``provider_stream_error``).
         self.partial_content = partial_content
+        # A prompt too long for the model (``context_overflow``): the window and the prompt's
+        # tokens, when the provider's answer says them.
+        self.context_window = context_window
+        self.prompt_tokens = prompt_tokens
 
 
 class ScriptExhausted(ProviderError):

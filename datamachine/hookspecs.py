@@ -11,7 +11,8 @@ from typing import Any
 
 import pluggy
 
-from agents_api import IterationBudget
+from agents_api import IterationBudget, Message
+from datamachine.context.compaction import CompactedView
 from datamachine.observe import RunInfo, RunObserver
 from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.registry import BudgetSpec
@@ -72,6 +73,14 @@ def connect_timeout(
     request_timeout: float,
 ) -> float | None:
     """Value filter: return the connect timeout in seconds, or None to keep ``value``."""
+
+
+@hookspec(firstresult=True)
+def compact_context(messages: list[Message], context: dict[str, Any]) -> CompactedView | None:
+    """A request would fill the context window: return a smaller view of ``messages`` (what
+    would be sent) to send instead, or None to leave it to the built-in strategies. Asked
+    before them; ``context`` has ``turn``, ``mode``, ``session_id``, ``ceiling`` (the window),
+    ``limit`` (the prompt tokens to get under) and ``reserve``."""
 
 
 @hookspec(firstresult=True)

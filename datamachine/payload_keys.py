@@ -48,6 +48,8 @@ class RuntimeOptions:
     # Error codes after which a pipeline run leaves its job ``running`` for another attempt
     # instead of failing it (set by ``datamachine worker`` on all but a job's last attempt).
     job_retry_codes: list[str] = field(default_factory=list)
+    # "auto", "off" or {"compact_at", "keep_turns", "strategies"}, checked (None: the setting).
+    context_compaction: Any = None
 
 
 RUNTIME_KEYS = frozenset(option.name for option in fields(RuntimeOptions))

@@ -134,6 +134,31 @@ def _endpoints(key: str, value: Any) -> None:
         raise InvalidSetting(str(exc)) from None
 
 
+def _context_windows(key: str, value: Any) -> None:
+    from datamachine.context.window import parse_context_windows
+
+    try:
+        parse_context_windows(value, f"Setting {key!r}")
+    except UsageError as exc:
+        raise InvalidSetting(str(exc)) from None
+
+
+def _context_compaction(key: str, value: Any) -> None:
+    from datamachine.context.window import parse_compaction
+
+    try:
+        parse_compaction(value, f"Setting {key!r}")
+    except UsageError as exc:
+        raise InvalidSetting(str(exc)) from None
+
+
+def _context_reserve(key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**8:
+        raise InvalidSetting(f"Setting {key!r} must be a whole number of tokens from 0 to "
+                             f"100,000,000 (room left for the answer), got "
+                             f"{brief_repr(value)}.")
+
+
 def _max_retries(key: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10:
         raise InvalidSetting(f"Setting {key!r} must be an integer from 0 to 10 (retries after "
@@ -223,6 +248,22 @@ CORE_SETTINGS: tuple[SettingSpec, ...] = (
                 description="At a soft limit: \"ask\" (the confirm_continuation hook answers "
                             "inside the run) or \"pause\" (the run stops "
                             "awaiting_confirmation)."),
+    SettingSpec(name="context_compaction", type=("string", "object"), default="auto",
+                validator=_context_compaction,
+                description="What a run does before a request that would fill its context "
+                            "window: \"auto\", \"off\" (a request that does not fit stops "
+                            "the run), or {\"compact_at\", \"keep_turns\", \"strategies\"}; "
+                            "the payload key `context_compaction` wins (docs/context.md)."),
+    SettingSpec(name="context_reserve", type="integer", default=None,
+                validator=_context_reserve,
+                description="Tokens of the context window kept for the answer when the "
+                            "request sets no max_tokens; unset: 1024 (at most a quarter of "
+                            "the window)."),
+    SettingSpec(name="context_windows", type="object", default=None,
+                validator=_context_windows,
+                description="Context windows in tokens by model: {model name or fnmatch "
+                            "pattern: tokens}, an exact name before the patterns "
+                            "(docs/context.md)."),
     SettingSpec(name="connect_timeout", type="number", default=15.0, validator=_number,
                 description="Seconds to connect to a provider; clamped to [0, 300] and to "
                             "the request timeout."),

@@ -239,3 +239,56 @@ def test_an_extension_granted_mid_turn_runs_the_rest_of_the_turn_s_calls() -> No
                       on_budget_exhausted=extend)
     assert ran == ["a", "b"]
     assert result.status == "completed"
+
+
+# -- BudgetSpent: a hook that cannot make the request fit --------------------------------------
+def test_a_turn_runner_that_raises_budget_spent_stops_the_run_without_a_turn() -> None:
+    from agents_api import BudgetSpent
+
+    window = IterationBudget("window", 100, hard_ceiling=100)
+    sent: list[int] = []
+
+    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        if context["turn"] == 3:
+            raise BudgetSpent(window, "the request does not fit")
+        sent.append(context["turn"])
+        return TurnResult(content="", tool_calls=[{"id": f"c{context['turn']}", "name": "t",
+                                                    "parameters": {}}])
+
+    events: list[tuple[str, dict[str, Any]]] = []
+    result = run_loop(USER, runner, turn_budget=IterationBudget("turns", 10),
+                      tool_executor=executor([]), on_event=lambda e, p: events.append((e, p)))
+    assert sent == [1, 2]
+    assert result.status == "budget_exceeded"
+    assert result.budget == "window"  # a budget the run did not have joins its budgets
+    assert result.flags == ["max_window_reached"]
+    assert result.turn_count == 2
+    assert result.budgets["turns"]["current"] == 2
+    assert "window" in result.budgets
+    assert [p["budget"] for e, p in events if e == "budget_exceeded"] == ["window"]
+
+
+def test_an_async_estimate_may_shrink_the_request_or_raise_budget_spent() -> None:
+    import asyncio
+
+    from agents_api import BudgetSpent, arun_loop
+
+    window = IterationBudget("window", 100)
+    estimated: list[int] = []
+
+    async def estimate(messages: list[Message], context: dict[str, Any]) -> dict[str, int]:
+        await asyncio.sleep(0)  # a summary call to a model, say
+        estimated.append(context["turn"])
+        if context["turn"] == 2:
+            raise BudgetSpent(window)
+        return {}
+
+    runner = Metered(IterationBudget("tokens", 10**6))
+    result = asyncio.run(arun_loop(USER, runner, turn_budget=IterationBudget("turns", 10),
+                                   budgets=[window], tool_executor=executor([]),
+                                   estimate_request=estimate))
+    assert estimated == [1, 2]
+    assert runner.sent == [1]
+    assert result.status == "budget_exceeded"
+    assert result.budget == "window"
+    assert result.turn_count == 1

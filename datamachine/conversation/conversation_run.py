@@ -38,6 +38,7 @@ from agents_api.errors import brief_repr
 from agents_api.records import ToolCall, ToolOutcome
 from agents_api.results import Decision, unchecked
 from datamachine.budgets_builtin import (
+    CONTEXT_TOKENS,
     CONVERSATION_TURNS,
     COST,
     METERED_BUDGETS,
@@ -46,6 +47,7 @@ from datamachine.budgets_builtin import (
     WALL_CLOCK,
 )
 from datamachine.completion.controller import CompletionRun
+from datamachine.context.guard import ContextSlot
 from datamachine.conversation.ending import FinalSummary, TurnGate, decide
 from datamachine.conversation.events import RunEvents, emit_outside_run
 from datamachine.conversation.metering import RunMeter, check_metered_run, price_for
@@ -68,7 +70,7 @@ from datamachine.conversation.result import ConversationResult, empty_usage
 from datamachine.conversation.spec import RunSpec
 from datamachine.conversation.spending import SpendWindows, parse_spend_limits, scopes_of
 from datamachine.conversation.timeline import RunTimeline
-from datamachine.errors import DataMachineError, ModelRequestsDisabled, UsageError
+from datamachine.errors import DataMachineError, ModelRequestsDisabled, ProviderError, UsageError
 from datamachine.model_requests import refusal_message
 from datamachine.observe import RunInfo, RunObserver, close_observers, wants_content
 from datamachine.providers.base import ProviderResponse
@@ -77,12 +79,15 @@ from datamachine.providers.options import (
     merge_model_options,
     validate_model_options,
 )
+from datamachine.providers.overflow import CONTEXT_OVERFLOW
 from datamachine.registry import unit_maximum, validate_budget_value
 from datamachine.settings import SettingsSnapshot
 from datamachine.tools.executor import ToolExecutor
 from datamachine.tools.results import is_rejected
 
 if TYPE_CHECKING:
+    from datamachine.context.guard import ContextGuard
+    from datamachine.context.window import CompactionConfig
     from datamachine.host import Services
 
 __all__ = ["STREAM_LEFT", "ConversationRun", "RunEvents", "emit_outside_run"]
@@ -141,6 +146,11 @@ class ConversationRun:
         self.output = (OutputContract(runtime.output_type)
                        if runtime.output_type is not None else None)
         self.budgets = self._other_budgets()
+        # The model's context window (None: unknown, and no context budget until a provider
+        # says a prompt was too long).
+        self.context_budget = self._context_budget()
+        if self.context_budget is not None:
+            self.budgets.append(self.context_budget)
         self.meter = self._meter()
         # Tools budget pressure's wrap-up took out of the latest request: one set, shared
         # with the executor, which refuses calls to them.
@@ -149,8 +159,13 @@ class ConversationRun:
         self.pressure = self._pressure()
         self.provider_turn = self._provider_turn(on_text)
         self.between_turns = between_turns
+        self.context: ContextGuard | None = (
+            self._context_guard(self.context_budget) if self.context_budget is not None
+            else None)
+        self.context_slot = ContextSlot(self.context)
         self.summary = FinalSummary(self.provider_turn, self.events.emit, meter=self.meter,
-                                    enabled=runtime.final_summary)
+                                    enabled=runtime.final_summary,
+                                    fit=self.context_slot.fit_summary)
         # True while the latest answer is a final answer cut off by the output token limit.
         self.answer_truncated = False
         self.stop_requested = False
@@ -294,6 +309,90 @@ class ConversationRun:
         return self._resumed(IterationBudget(WALL_CLOCK, seconds, hard_ceiling=seconds,
                                              max_seconds=float(max_seconds)))
 
+    # -- the context window (DESIGN 21; datamachine.context) ---------------------------------
+    def _context_budget(self) -> IterationBudget | None:
+        """``context_tokens`` when the model's window is known (see
+        :mod:`datamachine.context.window` for where it is looked for), else None."""
+        found = self._known_window()
+        if found is None:
+            return None
+        resolved = self.services.budgets.resolve(CONTEXT_TOKENS, found)
+        if resolved.clamped:
+            self.warnings.append(str(resolved.warning()))
+        # A window is a hard rail: no extension makes the model read more.
+        return self._resumed(IterationBudget(CONTEXT_TOKENS, resolved.ceiling,
+                                             hard_ceiling=resolved.ceiling))
+
+    def _known_window(self) -> int | None:
+        override = self.ceiling_overrides.get(CONTEXT_TOKENS)
+        if override is not None:
+            return override
+        settings, model = self.settings, self.spec.model
+        endpoints = settings.get("providers")
+        entry = endpoints.get(self.spec.provider) if isinstance(endpoints, Mapping) else None
+        endpoint = entry.get("context_window") if isinstance(entry, Mapping) else None
+        if isinstance(endpoint, int) and not isinstance(endpoint, bool):
+            return endpoint
+        windows = settings.get("context_windows")
+        if windows:
+            from datamachine.context.window import parse_context_windows, window_for_model
+
+            try:
+                found = window_for_model(parse_context_windows(windows), model)
+            except UsageError as exc:
+                raise UsageError(f"{exc} Fix it with `datamachine settings set "
+                                 "context_windows ...`.") from None
+            if found is not None:
+                return found
+        setting = self.services.budgets.setting_ceiling(CONTEXT_TOKENS,
+                                                        settings=settings.get)
+        if setting is not None:
+            return setting
+        if endpoint == "auto":
+            ask = getattr(self.provider, "reported_context_window", None)
+            if callable(ask):
+                reported = ask(model)
+                if isinstance(reported, int) and reported > 0:
+                    return int(reported)
+        return None
+
+    def _compaction(self) -> CompactionConfig | None:
+        """``context_compaction``: the payload's, else the setting's (None: off)."""
+        from datamachine.context.window import parse_compaction
+
+        given = self.spec.runtime.context_compaction
+        if given is not None:
+            return parse_compaction(given, "payload['context_compaction']")
+        return parse_compaction(self.settings.get("context_compaction"),
+                                "setting 'context_compaction'")
+
+    def _context_guard(self, budget: IterationBudget) -> ContextGuard:
+        from datamachine.context.guard import ContextGuard
+        from datamachine.context.window import answer_reserve
+
+        caller = self.services.pm.hook.compact_context
+        hook = None
+        if caller.get_hookimpls():
+            def hook(messages: list[Message], context: dict[str, Any]) -> object:
+                return caller(messages=messages, context=context)
+        return ContextGuard(
+            budget, config=self._compaction(),
+            reserve=answer_reserve(self.provider_turn.options, self.settings.get,
+                                   budget.ceiling()),
+            turn=self.provider_turn, emit=self.events.emit, hook=hook, meter=self.meter,
+            mode=self.spec.mode, session_id=self.session_id)
+
+    def _overflow_guard(self, budgets: Mapping[str, IterationBudget]) -> ContextGuard:
+        """The guard of a run that learns its window from a provider's "prompt too long"
+        (no window was known): its budget joins the run, to be lowered to what was sent."""
+        from datamachine.context.window import MAX_WINDOW
+
+        budget = IterationBudget(CONTEXT_TOKENS, MAX_WINDOW, hard_ceiling=MAX_WINDOW)
+        cast(dict[str, IterationBudget], budgets).setdefault(CONTEXT_TOKENS, budget)
+        self.context_budget = budget
+        self.context = self.context_slot.hold(self._context_guard(budget))
+        return self.context
+
     def _meter(self) -> RunMeter | None:
         """What the run's requests spend: its token and cost budgets, the model's price and
         the spend windows it counts against (None when there is nothing to count)."""
@@ -334,8 +433,15 @@ class ConversationRun:
         rules = parse_budget_pressure(given, setting)
         if rules is False:
             return None
-        return PressureTracker(rules, self.events.emit,
-                               self.meter.units if self.meter is not None else {})
+        units = dict(self.meter.units) if self.meter is not None else {}
+        skip: frozenset[str] = frozenset()
+        if self.context_budget is not None:
+            # The window takes part in pressure only when nothing compacts the context.
+            if self._compaction() is None:
+                units[CONTEXT_TOKENS] = "tokens"
+            else:
+                skip = frozenset({CONTEXT_TOKENS})
+        return PressureTracker(rules, self.events.emit, units, skip=skip)
 
     def _provider_turn(self, on_text: Callable[[str], None] | None) -> ProviderTurn:
         spec, services, tools = self.spec, self.services, self.completion.tools
@@ -447,7 +553,8 @@ class ConversationRun:
         spec, runtime, resumption = self.spec, self.spec.runtime, self.resumption
         return LoopSettings(
             hooks=self, turn_budget=self.turn_budget, mode=spec.mode, payload=spec.payload,
-            estimates=self.meter is not None and self.meter.estimates,
+            estimates=(self.meter is not None and self.meter.estimates)
+            or self.context is not None,
             persister=self.persister, lock=self.lock, writer=self.writer,
             session_id=self.session_id, ttl=runtime.transcript_lock_ttl,
             request={"provider": spec.provider, "model": spec.model, "mode": spec.mode,
@@ -478,22 +585,94 @@ class ConversationRun:
         if self.stop_requested:
             # The stream's consumer left: no more provider calls; the run ends aborted.
             return TurnAnswer("", [], {}, provider_turn.metadata, True, [])
-        extra, offered = None, None
-        if self.pressure is not None:
-            # Budget pressure notices go into this request only, never into the transcript.
-            extra, offered = self.pressure.apply(provider_turn.tools, context.budgets)
-            self._close_hidden(offered)
+        if self.context is not None:
+            return run_steps(self._guarded_turn(self.context, messages, context))
+        extra, offered = self._pressure_notices(context)
         request = provider_turn.request(messages, context.turn, extra=extra, tools=offered,
                                         deadline=context.deadline)
         try:
             response = provider_turn.send(request)
+        except ProviderError as exc:
+            self._charge_failed()
+            if exc.code != CONTEXT_OVERFLOW:
+                raise
+            guard = self._overflow_guard(context.budgets)
+            return run_steps(self._recovered(guard, exc, messages, context, extra, offered))
         except BaseException:
             self._charge_failed()
             raise
         if type(response) is not ProviderResponse:
             return self._answer_later(cast(Awaitable[ProviderResponse], response), messages,
-                                      context)
+                                      context, extra, offered)
         return self._answer(response, messages, context)
+
+    def _pressure_notices(self, context: TurnContext
+                          ) -> tuple[list[dict[str, str]] | None, list[dict[str, Any]] | None]:
+        """Budget pressure notices for this request only (never the transcript), and the
+        tools it offers (None: all)."""
+        if self.pressure is None:
+            return None, None
+        extra, offered = self.pressure.apply(self.provider_turn.tools, context.budgets)
+        self._close_hidden(offered)
+        return extra, offered
+
+    def _guarded_turn(self, guard: ContextGuard, messages: list[Message],
+                      context: TurnContext) -> Steps[TurnAnswer]:
+        """A turn of a run with a context window: its request sized (and compacted) first
+        when the loop did not already, the compacted view sent, and a "prompt too long"
+        answer recovered from."""
+        if guard.prepared_turn != context.turn:  # a guard made after the loop's settings
+            yield from guard.prepare(messages, context.turn)
+        extra, offered = self._pressure_notices(context)
+        request = self.provider_turn.request(guard.messages(messages), context.turn,
+                                             extra=extra, tools=offered,
+                                             deadline=context.deadline)
+        try:
+            sent = self.provider_turn.send(request)
+            response = sent if type(sent) is ProviderResponse else (
+                yield cast(Awaitable[ProviderResponse], sent))
+        except ProviderError as exc:
+            self._charge_failed()
+            if exc.code != CONTEXT_OVERFLOW:
+                raise
+            answer = yield from self._recovered(guard, exc, messages, context, extra, offered)
+            return answer
+        except BaseException:
+            self._charge_failed()
+            raise
+        return self._answer(cast(ProviderResponse, response), messages, context)
+
+    def _recovered(self, guard: ContextGuard, error: ProviderError, messages: list[Message],
+                   context: TurnContext, extra: list[dict[str, str]] | None,
+                   offered: list[dict[str, Any]] | None) -> Steps[TurnAnswer]:
+        """The provider said the prompt was too long: the window is lowered to what was sent,
+        the request compacted and sent again, at most twice a turn (no turn is counted); then
+        the run stops on the window."""
+        number = context.turn
+        while True:
+            metadata = self.provider_turn.metadata
+            sent_bytes = (int(metadata.get("messages_json_bytes", 0))
+                          + int(metadata.get("tools_json_bytes", 0)))
+            if not guard.overflowed(error, number, sent_bytes):
+                raise guard.spent(number)
+            yield from guard.prepare(messages, number)
+            request = self.provider_turn.request(guard.messages(messages), number,
+                                                 extra=extra, tools=offered,
+                                                 deadline=context.deadline)
+            try:
+                sent = self.provider_turn.send(request)
+                response = sent if type(sent) is ProviderResponse else (
+                    yield cast(Awaitable[ProviderResponse], sent))
+            except ProviderError as exc:
+                self._charge_failed()
+                if exc.code != CONTEXT_OVERFLOW:
+                    raise
+                error = exc
+                continue
+            except BaseException:
+                self._charge_failed()
+                raise
+            return self._answer(cast(ProviderResponse, response), messages, context)
 
     def run_tool(self, call: ToolCall, messages: list[Message], context: TurnContext) -> object:
         """One call through the run's tool executor."""
@@ -504,11 +683,21 @@ class ConversationRun:
         return self.completion.on_tool_result(outcome.call, outcome.result, context.turn)
 
     def estimate_request(self, messages: list[Message], context: TurnContext
-                         ) -> Mapping[str, int] | None:
-        """The coming request's tokens and cost, with its spend reserved (metered runs)."""
+                         ) -> Mapping[str, int] | Awaitable[Mapping[str, int] | None] | None:
+        """The coming request's tokens and cost, with its spend reserved (metered runs); with
+        a context window, the request sized and compacted first."""
+        if self.context is not None:
+            return run_steps(self._estimate(self.context, messages, context))
         if self.meter is None:
             return None
         return self.meter.estimate(self.provider_turn.request_bytes(messages))
+
+    def _estimate(self, guard: ContextGuard, messages: list[Message], context: TurnContext
+                  ) -> Steps[Mapping[str, int] | None]:
+        yield from guard.prepare(messages, context.turn)
+        if self.meter is None:
+            return None
+        return self.meter.estimate(self.provider_turn.request_bytes(guard.messages(messages)))
 
     def budget_spent(self, budget: IterationBudget, context: TurnContext) -> bool | Pause:
         """Ask ``confirm_continuation``; extend by ``extend_by``, else the original ceiling.
@@ -554,9 +743,18 @@ class ConversationRun:
             self.meter.charge_failed()
 
     async def _answer_later(self, pending: Awaitable[ProviderResponse], messages: list[Message],
-                            context: TurnContext) -> TurnAnswer:
+                            context: TurnContext, extra: list[dict[str, str]] | None,
+                            offered: list[dict[str, Any]] | None) -> TurnAnswer:
         try:
             response = await pending
+        except ProviderError as exc:
+            self._charge_failed()
+            if exc.code != CONTEXT_OVERFLOW:
+                raise
+            guard = self._overflow_guard(context.budgets)
+            answer = run_steps(self._recovered(guard, exc, messages, context, extra, offered))
+            return answer if type(answer) is TurnAnswer else await cast(
+                Awaitable[TurnAnswer], answer)
         except BaseException:
             self._charge_failed()
             raise
@@ -569,6 +767,11 @@ class ConversationRun:
             logger.warning(describe_ignored_usage(self.spec.provider, response.ignored_usage))
         if self.meter is not None:
             self.meter.settle(response.usage, response.content, response.tool_calls)
+        if self.context is not None:
+            metadata = self.provider_turn.metadata
+            self.context.observe(response.usage,
+                                 int(metadata.get("messages_json_bytes", 0))
+                                 + int(metadata.get("tools_json_bytes", 0)))
         # An answer without calls that the output token limit cut off (see verdict.decide).
         self.answer_truncated = (response.finish_reason == "length"
                                  and not response.tool_calls)
@@ -615,6 +818,9 @@ class ConversationRun:
         if not self.provider_turn.partial_text:  # a stream cut mid-way keeps its own words
             summary = yield from self.summary.steps(stop, context.deadline)
         usage = dict(self.summary.usage)
+        if self.context is not None:
+            for key, value in self.context.usage.items():
+                usage[key] = usage.get(key, 0) + value
         if meter is not None:
             meter.release()
             if meter.cost_usd is not None:
@@ -688,7 +894,9 @@ class ConversationRun:
             available_tool_names=[], mode=spec.mode, provider=spec.provider, model=spec.model,
             output=(self.output.value if self.output is not None
                     and status == "completed" else None),
-            pending=end.pending, **_result_diagnostics(self.diagnostics))
+            pending=end.pending,
+            compactions=self.context.compactions if self.context is not None else 0,
+            **_result_diagnostics(self.diagnostics))
         if status == "awaiting_confirmation" and result.transcript_session_id:
             paused_runs(self.services).keep(result.transcript_session_id, PausedRun(
                 tools=dict(self.completion.tools),

@@ -30,7 +30,7 @@ from agents_api import Message, RunStop, StopVerdict
 from agents_api.drive import Steps, awaitable
 from agents_api.jsontext import compact_bytes
 from agents_api.records import LoopStatus
-from agents_api.results import unchecked
+from agents_api.results import unchecked, updated
 from datamachine.budgets_builtin import CONVERSATION_TURNS
 from datamachine.conversation.metering import RunMeter, SummaryWontFit
 from datamachine.conversation.pausing import pending_warning
@@ -53,6 +53,11 @@ _THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
 SUMMARY_GRACE_SECONDS = 30.0
 
 Emit = Callable[[str, dict[str, Any]], None]
+# (messages, the summary prompt's bytes, the answer tokens wanted) -> the messages to send and
+# the answer tokens there is room for (None: it does not fit).
+SummaryFit = Callable[[list[Message], int, int], tuple[list[Message], int | None]]
+# What a final summary of a run with a context window may answer at most, in tokens.
+SUMMARY_ANSWER_TOKENS = 1024
 
 
 def strip_thinking(text: str) -> str:
@@ -110,10 +115,12 @@ class FinalSummary:
     """
 
     def __init__(self, turn: ProviderTurn, emit: Emit, *, meter: RunMeter | None = None,
-                 enabled: bool = True, grace_seconds: float = SUMMARY_GRACE_SECONDS) -> None:
+                 enabled: bool = True, grace_seconds: float = SUMMARY_GRACE_SECONDS,
+                 fit: SummaryFit | None = None) -> None:
         self.turn = turn
         self.emit = emit
         self.meter = meter
+        self.fit = fit
         self.enabled = enabled
         self.grace_seconds = grace_seconds
         # Tokens spent by the summary call, which is not a turn of the loop.
@@ -172,7 +179,20 @@ class FinalSummary:
         turn, meter = self.turn, self.meter
         number = int(turn.metadata.get("turn", 0)) + 1
         extra = {"role": "user", "content": prompt}
+        room = None
+        if self.fit is not None:  # the context window: a view that leaves room to answer
+            messages, room = self.fit(messages, len(compact_bytes(extra)) + 1,
+                                      SUMMARY_ANSWER_TOKENS)
+            if room is None:
+                raise SummaryWontFit("the final summary does not fit the model's context "
+                                     "window")
         request = turn.request(messages, number, extra=[extra], tools=[])
+        if room is not None:
+            key = ("max_completion_tokens" if "max_completion_tokens" in request.options
+                   else "max_tokens")
+            given = request.options.get(key)
+            request = updated(request, options={
+                **request.options, key: min(given, room) if isinstance(given, int) else room})
         turn.metadata["final_summary"] = True
         if meter is not None:  # only a summary that fits the run's budgets is asked for
             request = meter.admit_summary(

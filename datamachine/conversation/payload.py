@@ -118,6 +118,13 @@ def _confirmation(value: Any) -> Any:
     return value
 
 
+def _context_compaction(value: Any) -> Any:
+    from datamachine.context.window import parse_compaction
+
+    parse_compaction(value, "payload['context_compaction']")
+    return value
+
+
 def _budget_ceilings(value: Any) -> Any:
     if value is None:
         return {}
@@ -253,6 +260,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "job_retry_codes": _codes,
     "script": _script,
     "completion_policy": _completion_policy,
+    "context_compaction": _context_compaction,
 }
 
 
@@ -306,7 +314,8 @@ def split_payload(payload: Mapping[str, Any] | None) -> tuple[dict[str, Any], Ru
                 f"payload key {key!r} is not a runtime option: it is passed on as ordinary "
                 f"context (to tools and providers); did you mean {closest!r}?",
                 PayloadKeyWarning, stacklevel=2)
-    given = {key: payload[key] for key in RUNTIME_KEYS & payload.keys()}
+    # In the payload's order: of two bad keys, the error names the first one given.
+    given = {key: value for key, value in payload.items() if key in RUNTIME_KEYS}
     for key, value in given.items():
         check = _CHECKS.get(key)
         if check is not None:

@@ -167,6 +167,8 @@ class PressureTracker:
     emit: Callable[[str, dict[str, Any]], None]
     # The unit of each token or cost budget ("tokens", "microdollars"); others count.
     units: Mapping[str, str] = field(default_factory=dict)
+    # Budgets that never take part (the context window while compaction keeps it in check).
+    skip: frozenset[str] = frozenset()
     fired: set[tuple[str, str]] = field(default_factory=set)
     _warned: set[str] = field(default_factory=set)
     _escalate: set[str] = field(default_factory=set)
@@ -207,7 +209,7 @@ class PressureTracker:
         offered = tools
         # A copy: a tool thread abandoned at the deadline may still add a budget to the run.
         for name, budget in list(budgets.items()):
-            rule = self._rule(name)
+            rule = self._rule(name) if name not in self.skip else None
             if rule is None:
                 continue
             ceiling = budget.ceiling()

@@ -147,6 +147,7 @@ class ProviderTurn:
         self.refusal = refusal
         self.on_text = on_text
         self.report_content = report_content
+        self._call_keys = call_keys
         self.projector = ChatProjector(call_keys)
         encoded = (tools_json if tools_json is not None else canonical_json(tools)).encode()
         self.tools_bytes = len(encoded)
@@ -187,6 +188,89 @@ class ProviderTurn:
         they are sent (what a run's prompt estimate reads)."""
         self.projector.sync(messages)
         return self.projector.bytes + self.tools_bytes
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        """The model options every turn's request carries."""
+        return self._request.options
+
+    # -- other views of the history (see datamachine.context) -----------------------------
+    def projection(self, messages: list[Message]) -> ChatProjector:
+        """A new projection of ``messages`` (a compacted view of the history)."""
+        projector = ChatProjector(self._call_keys)
+        projector.sync(messages)
+        return projector
+
+    def bytes_of(self, projector: ChatProjector) -> int:
+        """The request size ``projector``'s messages and the run's tools make."""
+        return projector.bytes + self.tools_bytes
+
+    def use_projection(self, projector: ChatProjector) -> None:
+        """Send ``projector``'s view from now on: the list it projected, which the run goes
+        on extending, is what later requests pass."""
+        self.projector = projector
+
+    @staticmethod
+    def message_bytes(message: Message) -> int:
+        """About what ``message`` adds to a request, in bytes (for choosing what to drop)."""
+        if message.type == "tool_call":
+            return 48 + len(compact_bytes(message.payload.get("parameters")))
+        content = message.content
+        return 32 + (len(content.encode()) if isinstance(content, str)
+                     else len(compact_bytes(content)))
+
+    def side_request(self, system: str, text: str, turn: int,
+                     max_tokens: int) -> ProviderRequest:
+        """A tool-less request of the run's model that is not a turn: ``system`` then
+        ``text`` as the user's, its answer at most ``max_tokens``."""
+        options = without_tool_options(self._request.options)
+        key = "max_completion_tokens" if "max_completion_tokens" in options else "max_tokens"
+        given = options.get(key)
+        options[key] = min(given, max_tokens) if isinstance(given, int) else max_tokens
+        return updated(self._request, messages=[
+            {"role": "system", "content": system}, {"role": "user", "content": text}],
+            tools=[], turn=turn, options=options)
+
+    def side_call(self, request: ProviderRequest, kind: str
+                  ) -> ProviderResponse | Awaitable[ProviderResponse]:
+        """Send ``request`` (see :meth:`side_request`) and read its answer; recorded on the
+        timeline as a request marked ``kind``, never streamed."""
+        self._sent_at = clock.monotonic()
+        try:
+            answer = self.dispatch(request, stream=False)
+        except BaseException as exc:
+            self._side_record(request, kind, None, exc)
+            raise
+        if awaitable(answer):
+            return self._side_later(answer, request, kind)
+        return self._side_read(answer, request, kind)
+
+    async def _side_later(self, answer: Awaitable[Any], request: ProviderRequest,
+                          kind: str) -> ProviderResponse:
+        try:
+            raw = await answer
+        except BaseException as exc:
+            self._side_record(request, kind, None, exc)
+            raise
+        return self._side_read(raw, request, kind)
+
+    def _side_read(self, answer: Any, request: ProviderRequest, kind: str
+                   ) -> ProviderResponse:
+        try:
+            response = self.read(answer, request.turn)
+        except Exception as exc:
+            self._side_record(request, kind, None, exc)
+            raise
+        self._side_record(request, kind, response, None)
+        return response
+
+    def _side_record(self, request: ProviderRequest, kind: str,
+                     response: ProviderResponse | None, error: BaseException | None) -> None:
+        if self.timeline is None:
+            return
+        record = self.request_record(request.options, response, error)
+        record[kind] = True
+        self.timeline.request(request.turn, record)
 
     def request(self, messages: list[Message], turn: int, *,
                 extra: list[dict[str, str]] | None = None,
@@ -244,9 +328,11 @@ class ProviderTurn:
             return self._read_later(answer, turn)
         return self._read(answer, turn)
 
-    def dispatch(self, request: ProviderRequest) -> Any:
+    def dispatch(self, request: ProviderRequest, *, stream: bool = True) -> Any:
         """Availability, then the ``text_result`` hook, else the provider: its answer (or an
-        awaitable of it), not yet read."""
+        awaitable of it), not yet read. ``stream=False``: never streamed to the run's
+        consumer (a request the model answers for the run itself, such as a summary of its
+        history)."""
         if self.refused:
             return self._hook_only(request)
         if not self._available:
@@ -258,11 +344,11 @@ class ProviderTurn:
             return self._from_hook(short)
         self._answer_trusted = self._trusted
         self._streamed = False
-        if self.on_text is not None:
-            stream = getattr(self.provider, "stream", None)
-            if callable(stream):
+        if stream and self.on_text is not None:
+            open_stream = getattr(self.provider, "stream", None)
+            if callable(open_stream):
                 self._streamed = True
-                return self._stream(stream(request))
+                return self._stream(open_stream(request))
         return self.provider.complete(request)
 
     def stop(self) -> None:

@@ -71,6 +71,9 @@ class ConversationResult(BaseModel):
     # "chat_turn_limit" or "tool_approval"), ``budget``, ``tool_call``, and the calls waiting
     # with it (``tool_calls``); None for every other status. ``host.resume`` answers it.
     pending: dict[str, Any] | None = None
+    # Times the run made its requests smaller than its history to fit the model's context
+    # window (DESIGN.md 21; each also a ``context_compacted`` event).
+    compactions: int = 0
 
     def _repr_markdown_(self) -> str:
         """How a notebook shows a result: the status, why the run stopped, its budgets and the

@@ -32,6 +32,8 @@ TIMELINE_EVENTS: dict[str, tuple[str, ...]] = {
     "final_summary": ("budget", "source", "attempts", "error"),
     "completion_nudge_added": ("completion_nudge_count", "completion_nudge", "reason"),
     "blocker_reported": ("reason",),
+    "context_compacted": ("strategy", "tokens_before", "tokens_after", "messages_removed"),
+    "context_overflow": ("ceiling", "sent_tokens"),
 }
 # A run that fires more than this (a pathological pressure set-up) keeps its first ones, and
 # always its stop; a session keeps the last ones of all its runs.

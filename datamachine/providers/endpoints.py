@@ -4,7 +4,7 @@ One host often talks to several servers: OpenAI for one agent, a local llama.cpp
 Anthropic for a third. The setting ``providers`` maps a provider name to an endpoint::
 
     {"local": {"type": "openai", "base_url": "http://127.0.0.1:8080/v1",
-               "model_options": {"temperature": 0.2}},
+               "model_options": {"temperature": 0.2}, "context_window": 8192},
      "claude": {"type": "anthropic", "api_key_env": "ANTHROPIC_API_KEY"}}
 
 Each entry becomes a provider of that name, made by the registered provider whose name is the
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -45,6 +45,8 @@ class Endpoint(BaseModel):
     api_key_env: str | None = None
     model_options: dict[str, Any] = Field(default_factory=dict)
     headers: dict[str, str] = Field(default_factory=dict)
+    # The model's context window in tokens, or "auto": ask the server (llama.cpp's /props).
+    context_window: int | Literal["auto"] | None = None
 
     @field_validator("base_url")
     @classmethod
@@ -52,6 +54,18 @@ class Endpoint(BaseModel):
         if value is not None and not re.match(r"^https?://[^/\s]+", value.strip()):
             raise ValueError("must be an http(s) URL such as http://127.0.0.1:8080/v1")
         return value.strip() if value is not None else None
+
+    @field_validator("context_window")
+    @classmethod
+    def _window(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int):
+            from datamachine.context.window import check_window
+
+            try:
+                check_window(value, "context_window")
+            except UsageError as exc:
+                raise ValueError(str(exc).removeprefix("context_window ")) from None
+        return value
 
     @field_validator("api_key_env")
     @classmethod

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from agents_api import clock
 from datamachine.errors import ProviderError, UsageError
 from datamachine.providers.base import FailedAttempt
+from datamachine.providers.overflow import CONTEXT_OVERFLOW, Overflow
 from datamachine.providers.retry import DEFAULT_MAX_RETRIES, RetryPolicy, check_max_retries
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ logger = logging.getLogger("datamachine.providers")
 MAX_RETRIES_SETTING = "provider_max_retries"
 # Where a setting is read: a host's ``settings.get``, or a run's snapshot's.
 SettingsLookup = Callable[[str], Any]
+# (status, the error body's JSON or None, its message) -> (window, prompt tokens) or None.
+OverflowCheck = Callable[[int, Any, str], Overflow | None]
 
 # ``sleep(seconds)``: sync, or async (only usable by async runs).
 Sleep = Callable[[float], Awaitable[None] | None]
@@ -118,6 +121,13 @@ def error_detail(response: httpx.Response) -> str:
     if message is not None:
         return f"an error with an empty message: {body}"
     return body
+
+
+def _json_or_none(response: httpx.Response) -> Any:
+    try:
+        return json.loads(response.content)
+    except ValueError:
+        return None
 
 
 def _error_message(data: dict[str, Any]) -> str | None:
@@ -201,8 +211,10 @@ class ProviderHTTP:
     """The connection pools and the retry loop of one provider instance.
 
     ``name`` labels errors; ``hints`` maps an HTTP status to a sentence appended to its error
-    (what to check); ``settings_lookup`` reads ``provider_max_retries`` when the policy leaves
-    it open. ``sleep`` and ``jitter`` are injectable so tests observe waits without waiting.
+    (what to check); ``overflow`` tells an answer saying the prompt was too long (see
+    :mod:`datamachine.providers.overflow`); ``settings_lookup`` reads ``provider_max_retries``
+    when the policy leaves it open. ``sleep`` and ``jitter`` are injectable so tests observe
+    waits without waiting.
     """
 
     def __init__(
@@ -214,8 +226,10 @@ class ProviderHTTP:
         sleep: Sleep | None = None,
         jitter: Callable[[], float] | None = None,
         settings_lookup: Callable[[str], Any] | None = None,
+        overflow: OverflowCheck | None = None,
     ) -> None:
         self.name = name
+        self.overflow = overflow
         self.retry = retry if retry is not None else RetryPolicy()
         self.hints = dict(hints or {})
         self.sleep = sleep
@@ -224,6 +238,7 @@ class ProviderHTTP:
         self._client: httpx.Client | None = None
         self._async_clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
         self._lock = threading.Lock()
+        self._probed: dict[str, Any] = {}  # see probe_json
         # The last URL, parsed: httpx parses a string URL on every request.
         self._url: tuple[str, httpx.URL] | None = None
 
@@ -253,6 +268,25 @@ class ProviderHTTP:
                     client = self._client = httpx.Client(follow_redirects=False,
                                                          verify=_tls_verify())
         return client
+
+    def probe_json(self, url: str, headers: Mapping[str, str], timeout: float) -> Any:
+        """``GET url``'s JSON, asked once per pool (a server's fixed facts, such as
+        llama.cpp's ``/props``): None when it does not answer 200 with JSON. Synchronous:
+        made while a run is set up, once per server."""
+        with self._lock:
+            if url in self._probed:
+                return self._probed[url]
+        import httpx
+
+        try:
+            response = self.sync_client().get(url, headers=dict(headers),
+                                         timeout=httpx.Timeout(timeout))
+            found = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            found = None
+        with self._lock:
+            self._probed[url] = found
+        return found
 
     def async_client(self) -> httpx.AsyncClient:
         """The pool of the running event loop (created on first use there)."""
@@ -503,9 +537,19 @@ class ProviderHTTP:
         if attempt <= retries and asked is not None and asked > self.retry.max_retry_wait:
             attempts = (f"(the server asked to wait {asked:g} s, more than max_retry_wait="
                         f"{self.retry.max_retry_wait:g} s)")
+        detail = error_detail(response)
+        overflow = self.overflow(status, _json_or_none(response), detail) \
+            if self.overflow is not None else None
+        if overflow is not None:
+            return ProviderError(
+                f"The {self.name} provider answered HTTP {status} from {url}: the prompt is "
+                f"longer than the model's context window: {detail}.",
+                code=CONTEXT_OVERFLOW, provider=self.name, status=status, attempts=attempt,
+                failed_attempts=tuple(failed), context_window=overflow[0],
+                prompt_tokens=overflow[1])
         return ProviderError(
             f"The {self.name} provider answered HTTP {status} from {url} {attempts}: "
-            f"{error_detail(response)}.{self.hints.get(status, '')}",
+            f"{detail}.{self.hints.get(status, '')}",
             code="provider_http_error", provider=self.name, status=status, attempts=attempt,
             failed_attempts=tuple(failed))
 

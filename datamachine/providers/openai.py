@@ -115,6 +115,26 @@ class OpenAIProvider(WireProvider):
                     "local OpenAI-compatible server (Ollama, vLLM, llama.cpp), which needs none.")
         return True
 
+    def reported_context_window(self, model: str) -> int | None:
+        """The context window the server reports: llama.cpp's ``GET /props``
+        (``default_generation_settings.n_ctx``, or ``n_ctx``), asked once per server; None
+        from any other server. Asked only for an endpoint whose ``context_window`` is
+        ``"auto"``."""
+        base = self.resolved_base_url().rstrip("/")
+        root = base[:-3] if base.endswith("/v1") else base
+        key = self.resolved_api_key()
+        props = self.http().probe_json(root + "/props",
+                                       {"Authorization": f"Bearer {key}"} if key else {},
+                                       timeout=10.0)
+        if not isinstance(props, dict):
+            return None
+        settings = props.get("default_generation_settings")
+        for found in ((settings or {}).get("n_ctx") if isinstance(settings, dict) else None,
+                      props.get("n_ctx")):
+            if isinstance(found, int) and not isinstance(found, bool) and found > 0:
+                return found
+        return None
+
     def hints(self) -> dict[int, str]:
         """What to check, per HTTP status."""
         return {

@@ -173,6 +173,16 @@ class WireProvider:
         """A sentence per HTTP status, appended to that error (what to check)."""
         return {401: f" Check {self.api_key_env}."}
 
+    def context_overflow(self, status: int, body: Any, detail: str
+                         ) -> tuple[int | None, int | None] | None:
+        """``(window, prompt_tokens)`` when an error answer says the prompt is longer than
+        the model's context window (the request then fails with ``code="context_overflow"``,
+        which a run recovers from by compacting); None for any other error. The default
+        knows OpenAI's, llama.cpp's, vLLM's and Ollama's answers."""
+        from datamachine.providers.overflow import overflow_of
+
+        return overflow_of(status, body, detail)
+
     # -- the transport -----------------------------------------------------------------------
     def http(self) -> ProviderHTTP:
         """This provider's connection pools and retry loop (made on first use)."""
@@ -181,7 +191,8 @@ class WireProvider:
 
             self._http = ProviderHTTP(self.name, retry=self.retry, hints=self.hints(),
                                       sleep=self.sleep, jitter=self.jitter,
-                                      settings_lookup=self._settings_lookup)
+                                      settings_lookup=self._settings_lookup,
+                                      overflow=self.context_overflow)
         return self._http
 
     def close(self) -> None:
