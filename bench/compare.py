@@ -14,6 +14,7 @@ present in both trees is used, so the same worker code measures either.
     .venv/bin/python bench/compare.py --baseline ca5024d            # T = 10 and 50
     .venv/bin/python bench/compare.py --baseline ca5024d --peer      # and pydantic-ai
     .venv/bin/python bench/compare.py --baseline 3aa7246 --persisted # the SQLite row
+    .venv/bin/python bench/compare.py --baseline HEAD~1 --context    # a window, never filled
 
 ``--persisted`` measures the *SQLite* row instead: the same runs stored by the host's
 transcript store in a SQLite file (WAL), one transaction per turn.
@@ -22,6 +23,7 @@ transcript store in a SQLite file (WAL), one transaction per turn.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -38,7 +40,8 @@ PEER_PYTHON = BENCH / ".venv" / "bin" / "python"
 
 
 # -- the worker (runs inside the tree it measures) ---------------------------------------------
-def _datamachine_runner(persisted: bool = False) -> Callable[[int], object]:
+def _datamachine_runner(persisted: bool = False, context: bool = False
+                        ) -> Callable[[int], object]:
     import bootstrap
     import datamachine
     from bench.scenario import PROMPT, answer_text, double, script_for
@@ -50,6 +53,11 @@ def _datamachine_runner(persisted: bool = False) -> Callable[[int], object]:
     assert spec is not None
     host.budgets.register(spec.model_copy(update={"max": 1000}), owner="bootstrap")
     host.settings.set("max_tool_calls", 1000)
+    if context:
+        # A window the runs never fill: each turn is sized against it, none is compacted. A
+        # tree without context windows refuses the setting and runs as it always did.
+        with contextlib.suppress(Exception):
+            host.settings.set("context_windows", {"bench": 10**8})
     tool = datamachine.tool(double)
     try:
         from datamachine.providers.scripted import load_script
@@ -105,7 +113,7 @@ def worker(root: str, kind: str) -> None:
     import gc
 
     run = (_peer_runner() if kind == "pydantic-ai"
-           else _datamachine_runner(persisted=kind == "persisted"))
+           else _datamachine_runner(persisted=kind == "persisted", context=kind == "context"))
     for _ in range(3):
         run(2)
     # As bench/run.py does: what start-up built (modules, the host, pydantic's schemas) is
@@ -175,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--peer", action="store_true", help="also pydantic-ai (bench/.venv)")
     parser.add_argument("--persisted", action="store_true",
                         help="the SQLite row: runs stored in a SQLite file")
+    parser.add_argument("--context", action="store_true",
+                        help="with a context window the runs never fill (DESIGN 21)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--kind", default="datamachine", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -183,7 +193,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     with tempfile.TemporaryDirectory(prefix="dm-baseline-") as tmp:
         commit = _extract(args.baseline, Path(tmp))
-        kind = "persisted" if args.persisted else "datamachine"
+        kind = ("persisted" if args.persisted else "context" if args.context
+                else "datamachine")
         workers = [Worker(f"this tree ({_head()})", sys.executable, ROOT, kind),
                    Worker(f"baseline {commit}", sys.executable, Path(tmp), kind)]
         if args.peer:
@@ -200,7 +211,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             for each in workers:
                 each.close()
     print(_table(workers, args.turns, args.rounds, args.runs,
-                 "SQLite file, all checks on" if args.persisted else "in memory, all checks on"))
+                 "SQLite file, all checks on" if args.persisted
+                 else "in memory, all checks on, a context window" if args.context
+                 else "in memory, all checks on"))
 
 
 def _head() -> str:

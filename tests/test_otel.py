@@ -386,3 +386,33 @@ def test_a_call_paused_for_approval_is_not_traced_as_run_or_failed(
     assert all(span.status.status_code is not StatusCode.ERROR for span in spans)
     (run,) = telemetry.named("invoke_agent")
     assert run.status.status_code is not StatusCode.ERROR
+
+
+def test_each_compaction_is_a_span_event(telemetry: Telemetry) -> None:
+    """DESIGN.md 21: a compaction is a mark on the run's span, with its numbers only."""
+
+    @datamachine.tool
+    def read_page(n: int) -> str:
+        """Read page ``n``."""
+        return f"page {n}: " + "lorem ipsum " * 150
+
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "read_page", "parameters": {"n": n}}]} for n in range(1, 9)]
+    script.append({"content": "I read 8 pages."})
+    with boot() as host:
+        host.settings.set("context_windows", {"small": 2048})
+        result = host.run_conversation([{"role": "user", "content": "Read the report."}],
+                                       [read_page], "scripted", "small",
+                                       payload={"script": script})
+    assert result.compactions > 0
+    (run,) = telemetry.named("invoke_agent")
+    marks = [dict(e.attributes or {}) for e in run.events
+             if e.name == "datamachine.context_compacted"]
+    assert len(marks) == result.compactions
+    assert set(marks[0]) == {"strategy", "turn", "tokens_before", "tokens_after",
+                             "messages_removed"}
+    assert marks[0]["strategy"] == "clear_tool_results"
+    after, before = marks[0]["tokens_after"], marks[0]["tokens_before"]
+    assert isinstance(after, int)
+    assert isinstance(before, int)
+    assert after < before

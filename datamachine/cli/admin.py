@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 
@@ -90,8 +91,9 @@ def transcripts_show(state: State, session_id: str, as_json: bool) -> None:
     message."""
     host = state.host
     record = host.transcripts.get_transcript(host.transcripts.resolve(session_id))
+    compactions = host.transcripts.compactions(record.id)
     if as_json:
-        emit_json(record.model_dump())
+        emit_json({**record.model_dump(), "compactions": compactions})
         return
     click.echo(f"transcript {record.id}: {record.status}, {record.turn_count} turns "
                f"({record.cumulative_turn_count} in all), provider {record.provider}, "
@@ -99,7 +101,12 @@ def transcripts_show(state: State, session_id: str, as_json: bool) -> None:
     click.echo(f"usage: {compact_json(record.usage)}")
     for name, snap in record.budgets.items():
         click.echo(f"budget {name}: {snap.get('current')}/{snap.get('ceiling')}")
-    for message in record.messages:
+    # Each compaction after the last message it stood for (what the model was sent from then
+    # on; the transcript keeps every message).
+    marks: dict[int, list[dict[str, Any]]] = {}
+    for compaction in compactions:
+        marks.setdefault(int(compaction["upto"]), []).append(compaction)
+    for position, message in enumerate(record.messages, start=1):
         kind, role = message.get("type"), message.get("role")
         payload = message.get("payload", {})
         if kind == "tool_call":
@@ -107,6 +114,10 @@ def transcripts_show(state: State, session_id: str, as_json: bool) -> None:
         else:
             text = str(message.get("content", ""))
         click.echo(f"[{role}/{kind}] {text}")
+        for mark in marks.get(position, ()):
+            click.echo(f"-- context compacted ({mark['strategy']}) before turn {mark['turn']}: "
+                       f"about {mark['tokens_before']:,} -> {mark['tokens_after']:,} tokens "
+                       f"sent, {mark['messages_removed']} message(s) removed or cleared --")
 
 
 @click.group()

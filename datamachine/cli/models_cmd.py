@@ -3,7 +3,8 @@
 Lists every provider of the host: those plugins register (``scripted`` and ``openai`` built in,
 ``anthropic`` with its plugin) and the named endpoints of the ``providers`` setting, each with
 its base URL, the variable its API key is read from and whether that variable is set (a key is
-never printed), and whether it can be used now. Nothing goes over the network unless
+never printed), the model's context window an endpoint declares, and whether it can be used
+now. Nothing goes over the network unless
 ``--remote`` asks the OpenAI-compatible ones for their models (``GET {base_url}/models``).
 """
 
@@ -52,6 +53,9 @@ class ProviderListing:
     models: list[str] | None = None
     error: str | None = None
     options: list[str] | None = None
+    # The model's context window in tokens (DESIGN.md 21) an endpoint declares, "auto" when
+    # its server is asked (``--remote`` asks it now), None when unknown.
+    context_window: int | str | None = None
 
 
 @dataclass
@@ -64,6 +68,8 @@ class ModelsListing:
     default_model_from: str
     providers: list[ProviderListing] = field(default_factory=list)
     keys: dict[str, bool] = field(default_factory=dict)
+    # The setting context_windows: model name or pattern -> tokens.
+    context_windows: dict[str, int] = field(default_factory=dict)
 
 
 def _source(settings: Any, key: str) -> str:
@@ -84,13 +90,25 @@ def _endpoints(host: Any) -> dict[str, Any]:
         return {}
 
 
+def _context_windows(host: Any) -> dict[str, int]:
+    from datamachine.context.window import parse_context_windows
+
+    try:
+        return parse_context_windows(host.settings.get("context_windows"))
+    except DataMachineError as exc:
+        click.echo(f"Warning: {exc}", err=True)
+        return {}
+
+
 def _listing(host: Any, name: str, endpoints: dict[str, Any], default: str) -> ProviderListing:
     registry = host.providers
     endpoint = endpoints.get(name)
     row = ProviderListing(name=name, source="setting" if endpoint is not None else "plugin",
                           plugin=registry.owner(name) if endpoint is None else None,
                           type=endpoint.type if endpoint is not None else None,
-                          default=name == default)
+                          default=name == default,
+                          context_window=(endpoint.context_window if endpoint is not None
+                                          else None))
     try:
         provider = registry.get(name)
         row.available = registry.availability(name)
@@ -134,6 +152,9 @@ def _ask_remote(host: Any, row: ProviderListing) -> None:
         row.models = _remote_models(provider, row.base_url)
     except Exception as exc:  # any failure is this one server's, reported on its row
         row.error = f"{type(exc).__name__}: {exc}"
+    if row.context_window == "auto":  # llama.cpp's /props says it
+        reported = provider.reported_context_window(host.default_model(None) or "")
+        row.context_window = reported if reported is not None else "auto (not reported)"
 
 
 def _describe(row: ProviderListing) -> list[str]:
@@ -149,7 +170,9 @@ def _describe(row: ProviderListing) -> list[str]:
         key = f"{row.api_key_env} ({'set' if row.api_key_set else 'not set'})"
     usable = "yes" if row.available is True else f"no: {row.available}"
     shown_url = hide_url_password(row.base_url) if row.base_url else "-"
-    return [row.name + (" *" if row.default else ""), origin, shown_url, key, usable]
+    window = (f"{row.context_window:,}" if isinstance(row.context_window, int)
+              else row.context_window or "-")
+    return [row.name + (" *" if row.default else ""), origin, shown_url, key, window, usable]
 
 
 @click.command()
@@ -169,7 +192,8 @@ def models(state: State, remote: bool, as_json: bool) -> None:
         default_provider=default, default_provider_from=_source(host.settings,
                                                                 "default_provider"),
         default_model=host.default_model(None) or "",
-        default_model_from=_source(host.settings, "default_model"))
+        default_model_from=_source(host.settings, "default_model"),
+        context_windows=_context_windows(host))
     for name in host.providers.names():
         row = _listing(host, name, endpoints, default)
         if remote:
@@ -183,9 +207,12 @@ def models(state: State, remote: bool, as_json: bool) -> None:
     click.echo(f"default provider: {listing.default_provider} "
                f"({listing.default_provider_from}); default model: "
                f"{listing.default_model or '(none)'} ({listing.default_model_from})")
-    table(["provider", "from", "base URL", "API key", "usable"],
+    table(["provider", "from", "base URL", "API key", "window", "usable"],
           [_describe(row) for row in listing.providers],
           whole=("provider", "base URL"), clip=("usable",))
+    if listing.context_windows:
+        click.echo("context windows by model: " + ", ".join(
+            f"{pattern}: {tokens:,}" for pattern, tokens in listing.context_windows.items()))
     for row in listing.providers:
         if row.models is not None:
             click.echo(f"{row.name} models: {', '.join(row.models) or '(none)'}")

@@ -92,6 +92,7 @@ class ContextGuard:
         # transcript itself), and how much of the transcript it has taken in.
         self.view: list[Message] | None = None
         self.synced = 0
+        self._prefix = 0  # the view's own messages (the rest came from the transcript since)
         self.compactions = 0
         # Each compaction, for storage and the run's diagnostics.
         self.records: list[dict[str, Any]] = []
@@ -100,6 +101,7 @@ class ContextGuard:
         self.prepared_turn = 0
         self._overflows = 0
         self._overflow_turn = 0
+        self._upto = 0  # the transcript messages the view's own messages stand for
 
     # -- sizes --------------------------------------------------------------------------------
     def tokens(self, request_bytes: int) -> int:
@@ -176,10 +178,46 @@ class ContextGuard:
             if tokens <= limit:
                 break
         if found is not None:
-            self.view, self.synced = found[0], len(transcript)
-            self.turn.use_projection(found[1])
+            self._install(found[0], found[1], len(transcript))
             self.budget.set_current(tokens)
         return tokens
+
+    def _install(self, view: list[Message], projector: ChatProjector | None,
+                 synced: int) -> None:
+        """Send ``view`` (which stands for the transcript's first ``synced`` messages) from
+        now on, projected by ``projector`` (made when None)."""
+        self.view, self.synced, self._prefix = view, synced, len(view)
+        self.turn.use_projection(projector if projector is not None
+                                 else self.turn.projection(view))
+
+    def start_from(self, stored: Mapping[str, Any], transcript: list[Message]) -> bool:
+        """Begin with a stored compaction (a continued session): its view stands for the
+        transcript's first ``upto`` messages. False, and nothing changed, when it does not
+        fit this transcript."""
+        upto, envelopes = stored.get("upto"), stored.get("view")
+        if not isinstance(upto, int) or not isinstance(envelopes, list) \
+                or not 0 < upto <= len(transcript):
+            return False
+        try:
+            view = [Message.model_validate(envelope) for envelope in envelopes]
+        except ValueError:
+            return False
+        if view_problem(view) is not None:
+            return False
+        self._install([*view, *transcript[upto:]], None, len(transcript))
+        self._prefix = len(view)
+        self._upto = upto
+        return True
+
+    def stored_records(self) -> list[dict[str, Any]]:
+        """The run's compactions as the transcript store keeps them, the latest with the view
+        a continued run starts from (see :meth:`start_from`)."""
+        if not self.records or self.view is None:
+            return [dict(record) for record in self.records]
+        records = [dict(record) for record in self.records]
+        records[-1]["view"] = [m.to_dict() for m in self.view[:self._prefix]]
+        records[-1]["upto"] = self._upto
+        return records
 
     def _keep(self, view: list[Message], limit: int) -> int:
         """The turns kept whole: ``keep_turns``, fewer (down to the last one) while they
@@ -287,6 +325,7 @@ class ContextGuard:
 
     def _record(self, strategy: str, number: int, before: int, after: int, removed: int,
                 summary: str | None, upto: int) -> None:
+        self._upto = upto
         self.compactions += 1
         record: dict[str, Any] = {"strategy": strategy, "turn": number,
                                   "tokens_before": before, "tokens_after": after,
@@ -353,9 +392,11 @@ class ContextGuard:
                 keep -= 1
         if room < need:
             return None
-        if view is not transcript:
-            self.view, self.synced = view, len(transcript)
-        self.turn.use_projection(projector)
+        if view is not transcript and view is not self.view:
+            self._install(view, projector, len(transcript))
+            self._upto = len(transcript)
+        else:
+            self.turn.use_projection(projector)
         return min(answer_tokens, room)
 
 

@@ -375,12 +375,19 @@ class ConversationRun:
         if caller.get_hookimpls():
             def hook(messages: list[Message], context: dict[str, Any]) -> object:
                 return caller(messages=messages, context=context)
-        return ContextGuard(
+        guard = ContextGuard(
             budget, config=self._compaction(),
             reserve=answer_reserve(self.provider_turn.options, self.settings.get,
                                    budget.ceiling()),
             turn=self.provider_turn, emit=self.events.emit, hook=hook, meter=self.meter,
             mode=self.spec.mode, session_id=self.session_id)
+        if self.writer is not None:
+            # A stored session (chat, continue, resume): start from its latest compacted view
+            # instead of compacting, and summarizing, its history again.
+            stored = self.services.transcripts.latest_compaction(self.writer.session_id)
+            if stored is not None:
+                guard.start_from(stored, self.spec.messages)
+        return guard
 
     def _overflow_guard(self, budgets: Mapping[str, IterationBudget]) -> ContextGuard:
         """The guard of a run that learns its window from a provider's "prompt too long"
@@ -833,7 +840,8 @@ class ConversationRun:
         verdict, self.diagnostics = self._decide(
             stop, summary=summary, summary_usage=usage, pending_extra=pending_extra,
             warnings=[*self.warnings, *self.completion.warnings],
-            timeline=self.timeline.entries)
+            timeline=self.timeline.entries,
+            compactions=self.context.stored_records() if self.context is not None else None)
         self.verdict = verdict  # applied by the loop: its end carries our warnings
         return verdict
 

@@ -275,7 +275,8 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
            output: OutputContract | None = None, partial: str = "",
            metered_warning: str | None = None, pending_extra: Mapping[str, Any] | None = None,
            warnings: list[str] | None = None,
-           timeline: list[dict[str, Any]] | None = None
+           timeline: list[dict[str, Any]] | None = None,
+           compactions: list[dict[str, Any]] | None = None
            ) -> tuple[StopVerdict, dict[str, Any]]:
     """The verdict on ``stop`` (see the module docstring), and the run's completion
     diagnostics. Pure: reads, never writes.
@@ -287,7 +288,8 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
     cut (the wall clock, a consumer that left), kept as the final content.
     ``metered_warning``: the warning of a stop on a token or cost budget, in its own words.
     ``pending_extra``: what a paused run's ``pending`` carries beyond the loop's word (its
-    tools, the pause's id). ``warnings`` and ``timeline``: the run's, stored with its end.
+    tools, the pause's id). ``warnings``, ``timeline`` and ``compactions`` (its context
+    compactions, the latest with its view): the run's, stored with its end.
     """
     diagnostics = completion.diagnostics()
     status, budget, flags, warning = stop.status, stop.budget, list(stop.flags), stop.warning
@@ -310,6 +312,8 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
               if fields.get(key) not in (None, [], {}, 0, False)}
     if timeline:
         stored["timeline"] = list(timeline)
+    if compactions:
+        stored["compactions"] = compactions
     # The run's own values (a Message list, dicts it built): not validated again.
     verdict = unchecked(StopVerdict, status=status, budget=budget, flags=flags,
                         warning=warning, final_content=final_content, messages=messages,

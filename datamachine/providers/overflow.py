@@ -10,9 +10,11 @@ Servers say it in their own words, on an HTTP 400 (some 413 or 422):
   "n_ctx": 4096}}`` (older builds: "the request exceeds the available context size");
 - vLLM: "This model's maximum context length is 2048 tokens. However, you requested 2100
   tokens (2000 in the messages, 100 in the completion)...";
-- Ollama: "the input length exceeds the context length" (when it does not truncate);
-- Anthropic (the ``datamachine-anthropic`` plugin): "prompt is too long: 208437 tokens >
-  200000 maximum".
+- Ollama: "the input length exceeds the context length" (when it does not truncate).
+
+A provider for another API knows its own words (``WireProvider.context_overflow``: the
+``datamachine-anthropic`` plugin reads Anthropic's "prompt is too long: 208437 tokens > 200000
+maximum").
 
 :func:`overflow_of` finds one, with the window and the prompt's tokens when the answer names
 them; the provider then raises ``ProviderError(code="context_overflow")``, which a run answers
@@ -37,15 +39,13 @@ _CODES = frozenset({"context_length_exceeded", "exceed_context_size_error",
 _PHRASES = ("maximum context length", "context length exceeded", "context_length_exceeded",
             "exceeds the available context size", "exceed context window",
             "exceeds the context window", "input length exceeds the context length",
-            "prompt is too long", "exceeds the maximum context")
+            "exceeds the maximum context")
 _WINDOW = (re.compile(r"maximum context length is (\d+)"),
            re.compile(r"available context size \((\d+) tokens?\)"),
-           re.compile(r"context window of (\d+)"),
-           re.compile(r"> ?(\d+) maximum"))
+           re.compile(r"context window of (\d+)"))
 _PROMPT = (re.compile(r"resulted in (\d+) tokens"),
            re.compile(r"\((\d+) in the messages"),
            re.compile(r"request \((\d+) tokens?\)"),
-           re.compile(r"prompt is too long: (\d+) tokens"),
            re.compile(r"requested tokens \((\d+)\)"))
 
 

@@ -40,7 +40,8 @@ MIGRATIONS_TABLE = "_sqlite_migrations"
 MIGRATION_SET = "datamachine"
 MIGRATION_NAMES = ("m001_settings", "m002_transcripts", "m003_transcript_locks",
                    "m004_chat_sessions", "m005_jobs", "m006_api_tokens", "m007_spend",
-                   "m008_token_claims", "m009_rejected_mark", "m010_run_viewer")
+                   "m008_token_claims", "m009_rejected_mark", "m010_run_viewer",
+                   "m011_compactions")
 
 
 class DatabaseHandle:

@@ -173,6 +173,23 @@ PG_MIGRATIONS: dict[str, tuple[str, ...]] = {
             value text NOT NULL,
             created_at double precision NOT NULL)""",
     ),
+    # As SQLite's m011_compactions.
+    "m011_compactions": (
+        f"""CREATE TABLE transcript_compactions (
+            session_id {_ID} NOT NULL REFERENCES transcripts (id) ON DELETE CASCADE,
+            seq bigint NOT NULL,
+            run_base bigint NOT NULL,
+            turn bigint NOT NULL,
+            strategy text NOT NULL,
+            tokens_before bigint NOT NULL,
+            tokens_after bigint NOT NULL,
+            messages_removed bigint NOT NULL,
+            upto bigint NOT NULL,
+            summary text,
+            view text,
+            created_at double precision NOT NULL,
+            PRIMARY KEY (session_id, seq))""",
+    ),
 }
 
 _RECORD = ("CREATE TABLE IF NOT EXISTS datamachine_migrations (name text PRIMARY KEY, "

@@ -294,6 +294,36 @@ def m010_run_viewer(db: Database) -> None:
     )
 
 
+@MIGRATIONS()
+def m011_compactions(db: Database) -> None:
+    """``transcript_compactions``: each time a run sent a smaller view of its history than the
+    history (DESIGN.md 21), numbered per session (``seq``): the run (``run_base``, the
+    session's turns before it) and its coming ``turn``, the ``strategy``, the estimated
+    tokens before and after, the messages removed or cleared, ``upto`` (how many of the
+    session's messages the view stood for), the summary it wrote, and on the latest one of a
+    run the ``view`` itself (JSON envelopes), which a continued run starts from instead of
+    compacting again."""
+    db.execute(
+        """
+        CREATE TABLE transcript_compactions (
+            session_id TEXT NOT NULL REFERENCES transcripts (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            run_base INTEGER NOT NULL,
+            turn INTEGER NOT NULL,
+            strategy TEXT NOT NULL,
+            tokens_before INTEGER NOT NULL,
+            tokens_after INTEGER NOT NULL,
+            messages_removed INTEGER NOT NULL,
+            upto INTEGER NOT NULL,
+            summary TEXT,
+            view TEXT,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        )
+        """
+    )
+
+
 def migrate(db: Database, *, label: str = "database", migrations: Migrations = MIGRATIONS) -> None:
     """Apply pending ``migrations`` atomically; any failure leaves the schema untouched.
 

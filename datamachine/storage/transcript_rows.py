@@ -122,6 +122,28 @@ def _insert(conn: Conn, sid: str, position: int, turn: int,
              for i, text in enumerate(encoded)])
 
 
+def _insert_compactions(conn: Conn, sid: str, records: Sequence[Any], run_base: int,
+                        now: float) -> None:
+    """The run's compactions (see ``transcript_compactions``), numbered after the session's
+    earlier ones; each a dict as ``datamachine.context`` records it."""
+    found = query_one(conn, "SELECT COALESCE(MAX(seq), 0) AS last FROM transcript_compactions "
+                            "WHERE session_id = ?", [sid])
+    last = int(found["last"]) if found is not None else 0
+    rows = []
+    for offset, record in enumerate(r for r in records if isinstance(r, Mapping)):
+        view = record.get("view")
+        rows.append((sid, last + offset + 1, run_base, int(record.get("turn", 0)),
+                     str(record.get("strategy", "")), int(record.get("tokens_before", 0)),
+                     int(record.get("tokens_after", 0)), int(record.get("messages_removed", 0)),
+                     int(record.get("upto", 0)), record.get("summary"),
+                     compact_json(view) if isinstance(view, list) else None, now))
+    write_many_later(
+        conn,
+        "INSERT INTO transcript_compactions (session_id, seq, run_base, turn, strategy, "
+        "tokens_before, tokens_after, messages_removed, upto, summary, view, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+
 def title_of(messages: Sequence[MessageLike]) -> str | None:
     """The text of the first user message, cut to ``TITLE_LENGTH`` characters: what the run
     viewer lists a transcript by (None when no user message has text)."""
@@ -208,6 +230,7 @@ def finish(conn: Conn, sid: str, messages: Sequence[MessageLike],
     # timeline has a column of its own, so listings never read it.
     summary.update(getattr(result, "metadata", None) or {})
     own = summary.pop("timeline", None)
+    compactions = summary.pop("compactions", None)
     summary["cumulative_turn_count"] = cumulative
     usage = dict(getattr(result, "usage", None) or {})
     timeline = own if isinstance(own, list) else []
@@ -218,6 +241,8 @@ def finish(conn: Conn, sid: str, messages: Sequence[MessageLike],
             summed = before.get("session_usage")
             summary["session_usage"] = _added(
                 summed if isinstance(summed, dict) else _json_object(found["usage"]), usage)
+    if isinstance(compactions, list) and compactions:
+        _insert_compactions(conn, sid, compactions, earlier, now)
     write_later(
         conn,
         "UPDATE transcripts SET status = ?, provider = COALESCE(?, provider), "

@@ -322,6 +322,41 @@ class TranscriptStore:
         return [entry for entry in self._recorded(session_id)
                 if entry.get("event") == "request"]
 
+    def compactions(self, session_id: str) -> builtins.list[dict[str, Any]]:
+        """Each time a run of the session sent a smaller view of its history (DESIGN.md 21),
+        in order: ``seq``, ``run_base``, ``turn``, ``strategy``, ``tokens_before``,
+        ``tokens_after``, ``messages_removed``, ``upto`` and ``summary`` (the view itself is
+        :meth:`latest_compaction`'s). TranscriptNotFound if unknown."""
+        check_session_id(session_id)
+        with snapshot(self._db, self._lock, self._label) as conn:
+            found = query(conn, "SELECT seq, run_base, turn, strategy, tokens_before, "
+                                "tokens_after, messages_removed, upto, summary "
+                                "FROM transcript_compactions WHERE session_id = ? ORDER BY seq",
+                          [session_id])
+            if not found and not self.exists(session_id):
+                raise self._not_found(session_id)
+        return [dict(row) for row in found]
+
+    def latest_compaction(self, session_id: str) -> dict[str, Any] | None:
+        """The latest compacted view of the session: ``upto`` (how many of its messages the
+        view stands for), ``view`` (its messages, JSON envelopes) and the record's other
+        fields; None when no run of it compacted, or its view cannot be read."""
+        check_session_id(session_id)
+        with snapshot(self._db, self._lock, self._label) as conn:
+            row = query_one(conn, "SELECT seq, turn, strategy, upto, summary, view "
+                                  "FROM transcript_compactions WHERE session_id = ? "
+                                  "AND view IS NOT NULL ORDER BY seq DESC LIMIT 1",
+                            [session_id])
+        if row is None:
+            return None
+        try:
+            view = json.loads(row["view"])
+        except ValueError:
+            return None
+        if not isinstance(view, builtins.list):
+            return None
+        return {**dict(row), "view": view}
+
     def _recorded(self, session_id: str) -> builtins.list[dict[str, Any]]:
         check_session_id(session_id)
         with self._lock:

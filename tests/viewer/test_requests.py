@@ -11,6 +11,7 @@ from freezegun import freeze_time
 
 import bootstrap
 from datamachine import hookimpl
+from datamachine import tool as datamachine_tool
 from datamachine.server.ui.request_rows import request_rows
 from datamachine.testing import FunctionModel
 from tests.viewer.site import ViewerSite, http_run, logged_in
@@ -108,3 +109,42 @@ def test_damaged_records_show_what_can_be_read() -> None:
     assert [(a.status, a.waited) for a in rows[0].attempts] == [("no answer", "-"),
                                                                  ("HTTP 500", "-")]
     assert (rows[1].run, rows[1].label, rows[1].latency) == (2, "Run 2 · Turn 1", "40 ms")
+
+
+def test_compactions_show_on_the_run_page(site: ViewerSite) -> None:
+    """DESIGN.md 21 and 25: each compaction is a line of the timeline, the summary call a row
+    of the requests table, and the run's ``context_tokens`` a budget bar."""
+    from tests.context.windowed_server import WindowedModel, page
+
+    @datamachine_tool
+    def read_page(n: int) -> str:
+        """Read page ``n``."""
+        return page(n)
+
+    from datamachine.providers.openai import OpenAIProvider
+    from tests.viewer.site import HTTP_PROVIDER
+
+    model = WindowedModel(calls=8, window=6000).start()
+    try:
+        host = site.host
+        # The site's stand-in model lets this provider's requests through to the server.
+        host.providers.register(OpenAIProvider(name=HTTP_PROVIDER, base_url=model.base_url,
+                                               api_key="sk-local"))
+        host.settings.set("context_windows", {"windowed": 6000})
+        result = host.run_conversation(
+            [{"role": "user", "content": "Read the pages."}], [read_page], HTTP_PROVIDER,
+            "windowed", payload={"transcript_session_id": "compacted-run",
+                                 "context_compaction": {"strategies": ["summarize",
+                                                                       "clear_tool_results"]}})
+    finally:
+        model.stop()
+    assert result.status == "completed", result.error
+    assert result.compactions > 0
+    page_html = logged_in(site).get("/ui/run", params={"id": "compacted-run"}).text
+    text = re.sub(r"\s+", " ", page_html)
+    assert "Context compacted by summarize: about " in text
+    assert "message(s) removed or cleared from what the model is sent" in text
+    assert 'data-budget="context_tokens"' in page_html
+    assert any(seen.kind == "compaction" for seen in model.seen)
+    labels = [row.split(" ", 1)[1] for row in _rows(page_html)]
+    assert any(label.startswith("Compaction summary before turn") for label in labels), labels

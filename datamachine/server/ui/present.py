@@ -292,7 +292,20 @@ def mark_text(mark: dict[str, Any]) -> str:
         return f"Completion nudge {mark.get('completion_nudge_count')}: the task was not done."
     if event == "blocker_reported":
         return f"Blocker reported: {mark.get('reason', '')}"
+    if event == "context_compacted":
+        return (f"Context compacted by {mark.get('strategy', '?')}: about "
+                f"{_count(mark.get('tokens_before'))} tokens down to "
+                f"{_count(mark.get('tokens_after'))} ({mark.get('messages_removed', 0)} "
+                "message(s) removed or cleared from what the model is sent).")
+    if event == "context_overflow":
+        return (f"The provider said the prompt was too long "
+                f"({_count(mark.get('sent_tokens'))} tokens): the context window is now "
+                f"{_count(mark.get('ceiling'))} tokens.")
     return str(event)
+
+
+def _count(value: object) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "?"
 
 
 def timeline(numbered: list[tuple[int | None, int, dict[str, Any]]],

@@ -91,7 +91,9 @@ def request_rows(records: list[dict[str, Any]]) -> list[RequestRow]:
         run = runs.setdefault(record.get("run_base"), len(runs) + 1)
         turn = record.get("turn")
         turn = turn if isinstance(turn, int) and not isinstance(turn, bool) else 0
-        label = "Final summary" if record.get("summary") is True else f"Turn {turn}"
+        label = ("Final summary" if record.get("summary") is True
+                 else f"Compaction summary before turn {turn}"
+                 if record.get("compaction") is True else f"Turn {turn}")
         if run > 1:
             label = f"Run {run} · {label}"
         attempts = record.get("attempts")

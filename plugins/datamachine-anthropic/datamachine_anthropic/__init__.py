@@ -34,6 +34,7 @@ notices, the tool-less final summary, bad arguments):
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -55,6 +56,10 @@ __all__ = ["ANTHROPIC_VERSION", "DEFAULT_BASE_URL", "DEFAULT_MAX_TOKENS", "Anthr
            "build_messages_body", "parse_message", "register_providers"]
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
+# Anthropic's words for a prompt longer than the model's window (see context_overflow).
+_TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens? > (\d+)")
+_OVER_LIMIT = re.compile(r"input length and `?max_tokens`? exceed context limit: (\d+) \+ "
+                         r"\d+ > (\d+)")
 ANTHROPIC_VERSION = "2023-06-01"
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 BASE_URL_ENV = "ANTHROPIC_BASE_URL"
@@ -100,6 +105,19 @@ class AnthropicProvider(WireProvider):
         return {401: f" Check {self.api_key_env}.",
                 404: f" Check the base URL ({BASE_URL_ENV}) and the model id.",
                 529: " Anthropic is overloaded; try again later."}
+
+    def context_overflow(self, status: int, body: Any, detail: str
+                         ) -> tuple[int | None, int | None] | None:
+        """Anthropic's "prompt is too long: 208437 tokens > 200000 maximum" (and "input length
+        and `max_tokens` exceed context limit: 188240 + 21333 > 200000"), a 400
+        ``invalid_request_error``: ``(window, prompt tokens)``."""
+        if status not in (400, 413):
+            return None
+        text = detail.lower()
+        found = _TOO_LONG.search(text) or _OVER_LIMIT.search(text)
+        if found is None:
+            return None
+        return int(found.group(2)), int(found.group(1))
 
     def outbound(self, request: ProviderRequest, *, stream: bool = False) -> Outbound:
         """The ``POST {base_url}/v1/messages`` for ``request`` (``stream``: as events)."""

@@ -223,3 +223,51 @@ def test_a_broken_event_stream_keeps_the_partial_text(llmock: LLMock, host: Host
     assert result.error_code == "provider_stream_error"
     partial = "".join(e.text or "" for e in events if e.type == "text_delta")
     assert partial in "The weather in Paris is sunny and warm today."
+
+
+# -- "prompt is too long" (DESIGN.md 21) -----------------------------------------------------
+def test_prompt_too_long_is_a_context_overflow_with_its_numbers(llmock: LLMock) -> None:
+    llmock.add(Fail(400, message="prompt is too long: 208437 tokens > 200000 maximum"))
+    provider = AnthropicProvider()
+    with pytest.raises(ProviderError) as caught:
+        provider.complete_sync(ProviderRequest(messages=USER, provider="anthropic",
+                                               model="claude-sonnet-4-6"))
+    provider.close()
+    assert caught.value.code == "context_overflow"
+    assert (caught.value.context_window, caught.value.prompt_tokens) == (200000, 208437)
+    assert provider.context_overflow(400, None, "input length and `max_tokens` exceed context "
+                                     "limit: 188240 + 21333 > 200000, decrease input length "
+                                     "or `max_tokens` and try again") == (200000, 188240)
+    assert provider.context_overflow(400, None, "messages: field required") is None
+
+
+def test_a_run_told_its_prompt_is_too_long_compacts_and_asks_again(llmock: LLMock,
+                                                                   host: Host) -> None:
+    from agents_api import Message
+
+    report = "sunny and 21C; " * 500  # about 7,500 bytes a result
+    history: list[Any] = [{"role": "user", "content": "Weather in three cities?"}]
+    for n, city in enumerate(["Paris", "Rome", "Oslo"]):
+        history += [Message.tool_call("get_weather", {"city": city}, n + 1, f"toolu_{n}"),
+                    Message.tool_result("get_weather", {"success": True, "result": report},
+                                        n + 1, f"toolu_{n}", report)]
+    history.append({"role": "user", "content": "And in Lisbon?"})
+    # The model says the prompt is 9,000 tokens of a 6,000-token window, once.
+    llmock.add(Fail(400, message="prompt is too long: 9000 tokens > 6000 maximum"))
+    llmock.add(Reply(text="Lisbon: 24C."))
+
+    events: list[tuple[str, dict[str, Any]]] = []
+    result = host.run_conversation(
+        history, [get_weather], "anthropic", "claude-sonnet-4-6", mode="chat",
+        payload={"model_options": {"max_tokens": 300},
+                 "event_sink": lambda name, data: events.append((name, data))})
+
+    assert result.status == "completed", result.error
+    assert result.final_content == "Lisbon: 24C."
+    assert result.budgets["context_tokens"]["ceiling"] == 6000
+    assert result.compactions >= 1
+    assert [data["sent_tokens"] for name, data in events if name == "context_overflow"] == [9000]
+    refused, answered = _bodies(llmock)
+    assert str(refused["messages"]).count("sunny and 21C") == 1500
+    assert "cleared" in str(answered["messages"])  # the old results went, their calls stayed
+    assert str(answered["messages"]).count("tool_use_id") == 3

@@ -1,0 +1,75 @@
+"""Compactions are stored with the transcript and a continued session starts from the latest
+one instead of compacting (and summarizing) its history again (DESIGN.md 21), on SQLite and
+PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import datamachine
+from datamachine.host import Host
+from tests.context.windowed_server import WindowedModel, page
+
+
+@pytest.fixture
+def model() -> Iterator[WindowedModel]:
+    server = WindowedModel(calls=8, window=6000).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@datamachine.tool
+def fetch_page(n: int) -> str:
+    """Fetch page ``n`` of the site."""
+    return page(n)
+
+
+def test_a_chat_session_goes_on_from_its_stored_compaction(backend_host: Host,
+                                                          model: WindowedModel) -> None:
+    host = backend_host
+    host.settings.set("openai_base_url", model.base_url)
+    host.settings.set("context_windows", {"windowed": model.window})
+    host.settings.set("context_compaction", {"strategies": ["summarize", "drop_oldest"],
+                                             "keep_turns": 1})
+    session = host.chat_sessions.create(max_turns="unlimited")
+
+    first = host.chat(session.id, "Read the pages.", [fetch_page], "openai", "windowed")
+    assert first.status == "completed", first.error
+    assert first.compactions > 0
+    stored = host.transcripts.compactions(session.id)
+    assert len(stored) == first.compactions
+    assert [r["seq"] for r in stored] == list(range(1, len(stored) + 1))
+    assert {r["strategy"] for r in stored} == {"summarize"}
+    assert stored[-1]["summary"].startswith("Notes:")
+    latest = host.transcripts.latest_compaction(session.id)
+    assert latest is not None
+    assert any("[Summary of the earlier conversation]" in str(m.get("content"))
+               for m in latest["view"])
+    summaries = sum(1 for seen in model.seen if seen.kind == "compaction")
+
+    model.issued, model.calls = 0, 0  # the next message is answered at once
+    second = host.chat(session.id, "How many pages was that?", [fetch_page], "openai",
+                       "windowed")
+    assert second.status == "completed", second.error
+    sent = [seen for seen in model.seen if seen.kind == "turn"][-1].messages
+    # It started from the stored view: the summary, not the pages it stands for, and no
+    # new summary call was needed.
+    assert any("[Summary of the earlier conversation]" in str(m.get("content")) for m in sent)
+    assert str(sent).count("lorem ipsum") < str(first.messages).count("lorem ipsum")
+    assert sent[-1]["content"] == "How many pages was that?"
+    assert sum(1 for seen in model.seen if seen.kind == "compaction") == summaries
+    assert second.compactions == 0
+    # The transcript keeps every message of both runs.
+    assert len(host.transcripts.get(session.id)) == len(second.messages)
+
+
+def test_a_session_without_compactions_has_none_stored(backend_host: Host) -> None:
+    host = backend_host
+    session = host.chat_sessions.create()
+    host.chat(session.id, "hi", payload={"script": [{"content": "hello"}]})
+    assert host.transcripts.compactions(session.id) == []
+    assert host.transcripts.latest_compaction(session.id) is None
