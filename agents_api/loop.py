@@ -186,6 +186,8 @@ class LoopRun:
         self._rails_seen, self._time_rail = -1, False  # see _has_time_rail
         self.transcript: TranscriptWriter | LegacyTranscript | None = None
         self.started = clock.monotonic()
+        # The coming turn's context, made for its estimate (see _request_fits).
+        self._next: TurnContext | None = None
 
     # -- the skeleton -----------------------------------------------------------------------
     def steps(self) -> Steps[RunStop]:
@@ -480,7 +482,7 @@ class LoopRun:
         would pass its ceiling is offered for extension once; refused, the run stops on it and
         the request is never sent."""
         asked: set[str] = set()
-        context = self.context.with_turn(self.turn_count + 1, None)
+        context = self._next = self.context.with_turn(self.turn_count + 1, None)
         while True:
             try:
                 needed: object = self.hooks.estimate_request(self.messages, context)
@@ -573,9 +575,12 @@ class LoopRun:
         number = self.turn_count
         # A provider whose call cannot be cut (a synchronous HTTP request) bounds it itself.
         base, timed = self.context, self._has_time_rail()
-        context = TurnContext(number, base.budgets, base.session_id,
-                              self._deadline_left() if timed else None,
-                              base.mode, base.payload, base.extra)
+        context = self._next  # the estimate's, when there was one and no deadline differs
+        if timed or context is None or context.turn != number:
+            context = TurnContext(number, base.budgets, base.session_id,
+                                  self._deadline_left() if timed else None,
+                                  base.mode, base.payload, base.extra)
+        self._next = None
         if self.emitter.listening:
             self.emitter.emit("turn_started", {
                 "turn": number, "max_turns": self.settings.turn_budget.ceiling(),

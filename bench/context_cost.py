@@ -37,6 +37,7 @@ from datamachine.context.compaction import (  # noqa: E402
     summary_request_text,
 )
 from datamachine.conversation.projection import ChatProjector  # noqa: E402
+from datamachine.conversation.provider_turn import ProviderTurn  # noqa: E402
 
 
 def history(turns: int, result_bytes: int) -> list[Message]:
@@ -65,13 +66,14 @@ def strategies(messages: list[Message]) -> dict[str, Callable[[], Any]]:
     def tokens(size: int) -> int:
         return size // 4
 
+    total = _projected_bytes(messages)
+
     def clear() -> int:
         view, _count = clear_tool_results(messages, 3, tokens)
         return _projected_bytes(view)
 
-    def drop() -> int:
-        view, _count = drop_oldest(messages, 3, len(str(messages)) // 2,
-                                   lambda m: len(str(m.content)) + 40)
+    def drop() -> int:  # half the history goes
+        view, _count = drop_oldest(messages, 3, total // 2, ProviderTurn.message_bytes)
         return _projected_bytes(view)
 
     def summarize() -> int:

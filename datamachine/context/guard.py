@@ -102,6 +102,9 @@ class ContextGuard:
         self._overflows = 0
         self._overflow_turn = 0
         self._upto = 0  # the transcript messages the view's own messages stand for
+        self._tokens = 0  # the latest request's estimate (see fits)
+        self._limit = 0
+        self._set_limit()
 
     # -- sizes --------------------------------------------------------------------------------
     def tokens(self, request_bytes: int) -> int:
@@ -110,8 +113,12 @@ class ContextGuard:
 
     def limit(self) -> int:
         """The prompt tokens above which a request is compacted first."""
+        return self._limit
+
+    def _set_limit(self) -> None:
+        """Work the limit out from the window (again when the window is lowered)."""
         fraction = self.config.compact_at if self.config is not None else 1.0
-        return int(self.budget.ceiling() * fraction) - self.reserve
+        self._limit = int(self.budget.ceiling() * fraction) - self.reserve
 
     def over(self, tokens: int) -> bool:
         """A request of ``tokens`` prompt tokens leaves no room for its answer."""
@@ -128,25 +135,38 @@ class ContextGuard:
             self.synced = len(transcript)
         return view
 
-    def observe(self, usage: Mapping[str, Any], sent_bytes: int) -> None:
+    def observe(self, usage: Mapping[str, Any]) -> None:
         """An answer came: its reported prompt tokens are the budget's count, and teach the
-        estimate its ratio."""
+        estimate its ratio (to the request's size as sent)."""
         prompt = usage.get("prompt_tokens")
-        if isinstance(prompt, int) and not isinstance(prompt, bool) and prompt > 0:
+        if type(prompt) is int and prompt > 0:
             self.budget.set_current(prompt)
-            if sent_bytes > 0:
-                self.ratio = prompt / sent_bytes
+            sent = self.turn.sent_bytes
+            if sent > 0:
+                self.ratio = prompt / sent
 
     # -- before a request ---------------------------------------------------------------------
+    def fits(self, transcript: list[Message], number: int) -> bool:
+        """Size turn ``number``'s request (the budget's count is its estimate): True when it
+        needs no compaction, the common case, which is all a turn pays."""
+        self.prepared_turn = number
+        view = self.view
+        if view is None:
+            view = transcript
+        elif len(transcript) > self.synced:
+            view.extend(transcript[self.synced:])
+            self.synced = len(transcript)
+        tokens = math.ceil(self.turn.request_bytes(view) * self.ratio)
+        self.budget.set_current(tokens)
+        self._tokens = tokens
+        return tokens <= self._limit
+
     def prepare(self, transcript: list[Message], number: int) -> Steps[None]:
         """Size turn ``number``'s request and compact it when it passes the limit; raise
         BudgetSpent when it cannot be made to fit."""
-        self.prepared_turn = number
-        view = self.messages(transcript)
-        tokens = self.tokens(self.turn.request_bytes(view))
-        self.budget.set_current(tokens)
-        if tokens <= self.limit():
+        if self.fits(transcript, number):
             return
+        view, tokens = self.messages(transcript), self._tokens
         if self.config is not None:
             tokens = yield from self._compact(transcript, view, number, tokens)
         if self.over(tokens):
@@ -353,6 +373,7 @@ class ContextGuard:
         ceiling = min(sent, window) if isinstance(window, int) and window > 0 else sent
         self.budget.lower(max(1, ceiling))
         self.budget.set_current(min(self.budget.current(), self.budget.ceiling()))
+        self._set_limit()
         self.emit("context_overflow", {"turn": number, "ceiling": self.budget.ceiling(),
                                        "sent_tokens": sent})
         return self.config is not None and self._overflows <= MAX_OVERFLOWS_PER_TURN

@@ -592,10 +592,17 @@ class ConversationRun:
         if self.stop_requested:
             # The stream's consumer left: no more provider calls; the run ends aborted.
             return TurnAnswer("", [], {}, provider_turn.metadata, True, [])
-        if self.context is not None:
-            return run_steps(self._guarded_turn(self.context, messages, context))
+        sent = messages  # what the request sends: the transcript, or its compacted view
+        guard = self.context
+        if guard is not None:
+            if guard.prepared_turn != context.turn and not guard.fits(messages, context.turn):
+                # A guard made after the loop's settings (an overflow taught the window):
+                # the request is compacted here.
+                return run_steps(self._compacted_turn(guard, messages, context))
+            if guard.view is not None:
+                sent = guard.view  # fits() brought it up to date
         extra, offered = self._pressure_notices(context)
-        request = provider_turn.request(messages, context.turn, extra=extra, tools=offered,
+        request = provider_turn.request(sent, context.turn, extra=extra, tools=offered,
                                         deadline=context.deadline)
         try:
             response = provider_turn.send(request)
@@ -603,8 +610,8 @@ class ConversationRun:
             self._charge_failed()
             if exc.code != CONTEXT_OVERFLOW:
                 raise
-            guard = self._overflow_guard(context.budgets)
-            return run_steps(self._recovered(guard, exc, messages, context, extra, offered))
+            return run_steps(self._recovered(self.context or self._overflow_guard(
+                context.budgets), exc, messages, context, extra, offered))
         except BaseException:
             self._charge_failed()
             raise
@@ -612,6 +619,15 @@ class ConversationRun:
             return self._answer_later(cast(Awaitable[ProviderResponse], response), messages,
                                       context, extra, offered)
         return self._answer(response, messages, context)
+
+    def _compacted_turn(self, guard: ContextGuard, messages: list[Message],
+                        context: TurnContext) -> Steps[TurnAnswer]:
+        """A turn whose request must be compacted first (the loop did not size it)."""
+        yield from guard.prepare(messages, context.turn)
+        answer = self._turn(messages, context)
+        if type(answer) is not TurnAnswer:
+            answer = cast(TurnAnswer, (yield cast(Awaitable[TurnAnswer], answer)))
+        return answer
 
     def _pressure_notices(self, context: TurnContext
                           ) -> tuple[list[dict[str, str]] | None, list[dict[str, Any]] | None]:
@@ -623,32 +639,6 @@ class ConversationRun:
         self._close_hidden(offered)
         return extra, offered
 
-    def _guarded_turn(self, guard: ContextGuard, messages: list[Message],
-                      context: TurnContext) -> Steps[TurnAnswer]:
-        """A turn of a run with a context window: its request sized (and compacted) first
-        when the loop did not already, the compacted view sent, and a "prompt too long"
-        answer recovered from."""
-        if guard.prepared_turn != context.turn:  # a guard made after the loop's settings
-            yield from guard.prepare(messages, context.turn)
-        extra, offered = self._pressure_notices(context)
-        request = self.provider_turn.request(guard.messages(messages), context.turn,
-                                             extra=extra, tools=offered,
-                                             deadline=context.deadline)
-        try:
-            sent = self.provider_turn.send(request)
-            response = sent if type(sent) is ProviderResponse else (
-                yield cast(Awaitable[ProviderResponse], sent))
-        except ProviderError as exc:
-            self._charge_failed()
-            if exc.code != CONTEXT_OVERFLOW:
-                raise
-            answer = yield from self._recovered(guard, exc, messages, context, extra, offered)
-            return answer
-        except BaseException:
-            self._charge_failed()
-            raise
-        return self._answer(cast(ProviderResponse, response), messages, context)
-
     def _recovered(self, guard: ContextGuard, error: ProviderError, messages: list[Message],
                    context: TurnContext, extra: list[dict[str, str]] | None,
                    offered: list[dict[str, Any]] | None) -> Steps[TurnAnswer]:
@@ -657,10 +647,7 @@ class ConversationRun:
         the run stops on the window."""
         number = context.turn
         while True:
-            metadata = self.provider_turn.metadata
-            sent_bytes = (int(metadata.get("messages_json_bytes", 0))
-                          + int(metadata.get("tools_json_bytes", 0)))
-            if not guard.overflowed(error, number, sent_bytes):
+            if not guard.overflowed(error, number, self.provider_turn.sent_bytes):
                 raise guard.spent(number)
             yield from guard.prepare(messages, number)
             request = self.provider_turn.request(guard.messages(messages), number,
@@ -692,9 +679,13 @@ class ConversationRun:
     def estimate_request(self, messages: list[Message], context: TurnContext
                          ) -> Mapping[str, int] | Awaitable[Mapping[str, int] | None] | None:
         """The coming request's tokens and cost, with its spend reserved (metered runs); with
-        a context window, the request sized and compacted first."""
-        if self.context is not None:
-            return run_steps(self._estimate(self.context, messages, context))
+        a context window, the request sized (and compacted when it must be) first."""
+        guard = self.context
+        if guard is not None:
+            if not guard.fits(messages, context.turn):
+                return run_steps(self._estimate(guard, messages, context))
+            if guard.view is not None:
+                messages = guard.view
         if self.meter is None:
             return None
         return self.meter.estimate(self.provider_turn.request_bytes(messages))
@@ -775,10 +766,7 @@ class ConversationRun:
         if self.meter is not None:
             self.meter.settle(response.usage, response.content, response.tool_calls)
         if self.context is not None:
-            metadata = self.provider_turn.metadata
-            self.context.observe(response.usage,
-                                 int(metadata.get("messages_json_bytes", 0))
-                                 + int(metadata.get("tools_json_bytes", 0)))
+            self.context.observe(response.usage)
         # An answer without calls that the output token limit cut off (see verdict.decide).
         self.answer_truncated = (response.finish_reason == "length"
                                  and not response.tool_calls)

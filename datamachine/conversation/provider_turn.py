@@ -181,6 +181,7 @@ class ProviderTurn:
         self.stopping = False
         self.timeline = timeline
         self._sent_at = 0.0  # when the request being answered was sent (its latency)
+        self.sent_bytes = 0  # the latest request's messages and tools, as sent
 
     # -- building -------------------------------------------------------------------------
     def request_bytes(self, messages: list[Message]) -> int:
@@ -299,6 +300,8 @@ class ProviderTurn:
         metadata["message_count"] = len(sent)
         metadata["messages_json_bytes"] = messages_bytes
         metadata["request_json_bytes"] = messages_bytes + self.tools_bytes + self._payload_bytes
+        # What the model reads of it, for what an answer's prompt tokens say per byte.
+        self.sent_bytes = messages_bytes + (self.tools_bytes if offered else 0)
         metadata["prompt_sha256"] = projector.prompt_sha256()
         entry = self._tools_entry
         metadata["tools"] = ({"count": entry["count"], "names": list(self.tool_names)}
