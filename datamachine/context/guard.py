@@ -311,6 +311,9 @@ class ContextGuard:
         if parts is None:
             return None
         head, summarized, tail = parts
+        worth = self.tokens(sum(self.turn.message_bytes(m) for m in summarized))
+        if worth < max(SUMMARY_MIN_ANSWER, self._limit // 8):
+            return None  # a call to the model to save a few tokens: drop_oldest is cheaper
         room = self.budget.ceiling() - SUMMARY_MAX_TOKENS - self.tokens(len(SUMMARY_PROMPT))
         answer_tokens = min(SUMMARY_MAX_TOKENS, max(64, self.budget.ceiling() // 8))
         limit_chars = max(1_000, int((room - answer_tokens) / self.ratio * 0.9))
@@ -366,7 +369,8 @@ class ContextGuard:
         self._overflows += 1
         sent = getattr(error, "prompt_tokens", None)
         if isinstance(sent, int) and sent > 0 and sent_bytes > 0:
-            self.ratio = max(self.ratio, sent / sent_bytes)
+            # The provider counted what was sent: the best ratio there is.
+            self.ratio = sent / sent_bytes
         else:
             sent = self.tokens(sent_bytes)
         window = getattr(error, "context_window", None)

@@ -811,7 +811,9 @@ class ConversationRun:
             meter.release()  # a request that never answered gives its reservation back
         summary = None
         if not self.provider_turn.partial_text:  # a stream cut mid-way keeps its own words
-            summary = yield from self.summary.steps(stop, context.deadline)
+            summary = yield from self.summary.steps(
+                stop, context.deadline,
+                on_overflow=lambda exc: self._summary_overflowed(exc, context))
         usage = dict(self.summary.usage)
         if self.context is not None:
             for key, value in self.context.usage.items():
@@ -832,6 +834,15 @@ class ConversationRun:
             compactions=self.context.stored_records() if self.context is not None else None)
         self.verdict = verdict  # applied by the loop: its end carries our warnings
         return verdict
+
+    def _summary_overflowed(self, error: BaseException, context: TurnContext) -> bool:
+        """The final summary's prompt was too long for the model: the window is learned (or
+        lowered) so the next try is made to fit it."""
+        if not isinstance(error, ProviderError):
+            return False
+        guard = self.context or self._overflow_guard(context.budgets)
+        guard.overflowed(error, context.turn, self.provider_turn.sent_bytes)
+        return True
 
     def _decide(self, stop: RunStop, **extra: Any) -> tuple[StopVerdict, dict[str, Any]]:
         return decide(stop, turn_ceiling=self.turn_budget.ceiling(), completion=self.completion,

@@ -132,8 +132,12 @@ class FinalSummary:
             return False
         return bool(stop.last_tool_calls) or not stop.final_content
 
-    def steps(self, stop: RunStop, deadline: float | None) -> Steps[Summary | None]:
-        """The summary (yielding the provider call to await when it is async), or None."""
+    def steps(self, stop: RunStop, deadline: float | None,
+              on_overflow: Callable[[BaseException], bool] | None = None
+              ) -> Steps[Summary | None]:
+        """The summary (yielding the provider call to await when it is async), or None.
+        ``on_overflow``: told when the provider says the summary's prompt is too long (True:
+        the window was lowered, try again to fit it; at most twice)."""
         if not self.wanted(stop):
             return None
         assert stop.budget is not None
@@ -143,7 +147,7 @@ class FinalSummary:
         prompt = summary_prompt(stop.budget, current, ceiling, calls)
         grace = (self.grace_seconds if deadline is None
                  else min(self.grace_seconds, max(deadline, 0) + 5))
-        attempts, error, text = 0, None, None
+        attempts, error, text, overflows = 0, None, None, 0
         while attempts < 2 and not text:
             attempts += 1
             try:
@@ -151,6 +155,11 @@ class FinalSummary:
                 if awaitable(answer):
                     answer = yield asyncio.wait_for(answer, timeout=grace)
             except Exception as exc:  # any failure of the summary call falls back
+                if (getattr(exc, "code", None) == "context_overflow" and on_overflow is not None
+                        and overflows < 2 and on_overflow(exc)):
+                    overflows += 1
+                    attempts -= 1  # made to fit the window it learned: not a failed attempt
+                    continue
                 error = str(exc) or type(exc).__name__
                 if isinstance(exc, SummaryWontFit):  # the budgets working, not a failure
                     logger.info("datamachine: no final summary: %s", error)

@@ -33,13 +33,14 @@ def fetch_page(n: int) -> str:
     return page(n)
 
 
-def _run(host: Host, model: WindowedModel, **payload: Any) -> datamachine.ConversationResult:
+def _run(host: Host, model: WindowedModel, max_turns: int = 200,
+         **payload: Any) -> datamachine.ConversationResult:
     host.settings.set("openai_base_url", model.base_url)
     host.settings.set("max_tool_calls", 1000)
     events: list[tuple[str, dict[str, Any]]] = []
     result = host.run_conversation(
         [{"role": "user", "content": "Read every page of the site, then say how many."}],
-        [fetch_page], "openai", "windowed", max_turns=200,
+        [fetch_page], "openai", "windowed", max_turns=max_turns,
         payload={"event_sink": lambda name, data: events.append((name, data)), **payload})
     result_events[id(result)] = events
     return result
@@ -117,3 +118,20 @@ def test_a_tool_call_and_its_result_stay_together_in_every_request(
     for seen in model.seen:
         assert seen.messages[0]["role"] == "user"  # the first user message is always kept
         assert seen.messages[0]["content"].startswith("Read every page")
+
+
+def test_a_final_summary_the_model_finds_too_long_is_made_to_fit(host: Host,
+                                                                 model: WindowedModel) -> None:
+    # No window is known and every turn fits; the summary request is refused as too long
+    # once (as llama-cpp-python's chat templates can make it): the run learns the window and
+    # sends a summary that fits instead of falling back.
+    model.calls, model.summary_window = 50, 2500
+    result = _run(host, model, max_turns=3, model_options={"max_tokens": 200})
+    assert result.status == "budget_exceeded"
+    refused = [seen for seen in model.seen if seen.kind == "final_summary" and seen.refused]
+    answered = [seen for seen in model.seen if seen.kind == "final_summary" and not seen.refused]
+    assert len(refused) == 1
+    assert len(answered) == 1
+    assert answered[0].prompt_tokens + (answered[0].max_tokens or 0) <= 2500
+    assert result.final_content.startswith("Stopped early")
+    assert result.budgets["context_tokens"]["ceiling"] <= 2500

@@ -55,6 +55,9 @@ class WindowedModel:
     seen: list[Seen] = field(default_factory=list)
     pairing_errors: list[str] = field(default_factory=list)
     gets: list[str] = field(default_factory=list)
+    # A smaller window for final summary requests only (a server whose template makes them
+    # longer than the turns were), None: the same window.
+    summary_window: int | None = None
     issued: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -123,7 +126,9 @@ class WindowedModel:
                 else "final_summary" if "[BUDGET EXHAUSTED]" in last else "turn")
         problem = self.pairing_problem(messages)
         counted = prompt + (max_tokens or 0) if self.flavour == "llama-cpp-python" else prompt
-        refused = problem is not None or counted > self.window
+        window = (self.summary_window if kind == "final_summary" and self.summary_window
+                  else self.window)
+        refused = problem is not None or counted > window
         with self._lock:
             self.seen.append(Seen(prompt, messages, refused, kind, max_tokens))
             if problem is not None:
@@ -132,7 +137,7 @@ class WindowedModel:
             return 400, {"error": {"message": problem, "type": "invalid_request_error",
                                    "param": "messages", "code": None}}
         if refused:
-            return 400, self._overflow_body(prompt, max_tokens or 0)
+            return 400, self._overflow_body(prompt, max_tokens or 0, window)
         if kind == "compaction":
             return 200, _completion("Notes: pages fetched so far were read; continue with "
                                     "the next page.", prompt)
@@ -150,8 +155,7 @@ class WindowedModel:
                 "function": {"name": name, "arguments": json.dumps({"n": number})}}
         return 200, _completion(None, prompt, [call])
 
-    def _overflow_body(self, prompt: int, max_tokens: int) -> dict[str, Any]:
-        window = self.window
+    def _overflow_body(self, prompt: int, max_tokens: int, window: int) -> dict[str, Any]:
         if self.flavour == "llama.cpp":
             return {"error": {"code": 400, "message": (
                 f"request ({prompt} tokens) exceeds the available context size ({window} "

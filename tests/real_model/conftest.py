@@ -49,6 +49,17 @@ def _gguf(python: str) -> Path:
 def smollm2_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Base URL (``.../v1``) of a llama-cpp-python server running SmolLM2-135M with the
     ``chatml-function-calling`` chat format, on a free loopback port, for the session."""
+    yield from _serve(tmp_path_factory, 4096)
+
+
+@pytest.fixture(scope="session")
+def smollm2_small_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The same with a context window of 1,024 tokens (``--n_ctx 1024``): long runs must
+    compact to fit it (DESIGN.md 21)."""
+    yield from _serve(tmp_path_factory, 1024)
+
+
+def _serve(tmp_path_factory: pytest.TempPathFactory, n_ctx: int) -> Iterator[str]:
     python = os.environ.get("DATAMACHINE_LLAMA_PYTHON", sys.executable)
     model = _gguf(python)
     with socket.socket() as sock:
@@ -59,8 +70,8 @@ def smollm2_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = log_path.open("w")
     server = subprocess.Popen(
         [python, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-         "--port", str(port), "--chat_format", "chatml-function-calling", "--n_ctx", "4096",
-         "--seed", "7"],
+         "--port", str(port), "--chat_format", "chatml-function-calling", "--n_ctx",
+         str(n_ctx), "--seed", "7"],
         stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + STARTUP_SECONDS
