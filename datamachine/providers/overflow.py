@@ -10,7 +10,9 @@ Servers say it in their own words, on an HTTP 400 (some 413 or 422):
   "n_ctx": 4096}}`` (older builds: "the request exceeds the available context size");
 - vLLM: "This model's maximum context length is 2048 tokens. However, you requested 2100
   tokens (2000 in the messages, 100 in the completion)...";
-- Ollama: "the input length exceeds the context length" (when it does not truncate).
+- Ollama: "input exceeds context length" (an HTTP 500, when it does not truncate the prompt
+  silently to its ``num_ctx``, which it does by default: give such a model its window in
+  ``context_windows`` so the run never sends more).
 
 A provider for another API knows its own words (``WireProvider.context_overflow``: the
 ``datamachine-anthropic`` plugin reads Anthropic's "prompt is too long: 208437 tokens > 200000
@@ -33,13 +35,13 @@ CONTEXT_OVERFLOW = "context_overflow"
 # (the window in tokens, the prompt's tokens): each None when the answer does not say.
 Overflow = tuple[int | None, int | None]
 
-_STATUSES = frozenset({400, 413, 422})
+_STATUSES = frozenset({400, 413, 422, 500})
 _CODES = frozenset({"context_length_exceeded", "exceed_context_size_error",
                     "string_above_max_length"})
 _PHRASES = ("maximum context length", "context length exceeded", "context_length_exceeded",
             "exceeds the available context size", "exceed context window",
             "exceeds the context window", "input length exceeds the context length",
-            "exceeds the maximum context")
+            "input exceeds context length", "exceeds the maximum context")
 _WINDOW = (re.compile(r"maximum context length is (\d+)"),
            re.compile(r"available context size \((\d+) tokens?\)"),
            re.compile(r"context window of (\d+)"))
@@ -60,7 +62,8 @@ def overflow_of(status: int, body: object, detail: str) -> Overflow | None:
     code = fields.get("code")
     kind = fields.get("type")
     text = detail.lower()
-    if not (code in _CODES or kind in _CODES or any(p in text for p in _PHRASES)):
+    coded = status != 500 and (code in _CODES or kind in _CODES)
+    if not (coded or any(p in text for p in _PHRASES)):
         return None
     window = _number(fields.get("n_ctx")) or _first(_WINDOW, text)
     prompt = _number(fields.get("n_prompt_tokens")) or _first(_PROMPT, text)
