@@ -88,3 +88,21 @@ def test_time_to_first_delta_bench_reads_both_streams() -> None:
     figures = ttfd.measure(runs=2, rounds=1)
     assert len(figures) == 2
     assert all(median > 0 for median, _, _ in figures.values())
+
+
+def test_context_cost_measures_each_strategy_on_a_small_history() -> None:
+    from bench.context_cost import measure
+
+    found = measure(turns=12, result_bytes=500, repeat=1)
+    assert set(found) == {"clear_tool_results", "summarize", "drop_oldest",
+                          "(projecting the whole history)"}
+    assert all(ms > 0 for ms in found.values())
+
+
+def test_compare_runs_a_window_the_runs_never_fill() -> None:
+    from bench.compare import _datamachine_runner
+
+    run = _datamachine_runner(context=True)
+    result: Any = run(3)
+    assert result.budgets["context_tokens"]["ceiling"] == 10**8
+    assert result.compactions == 0

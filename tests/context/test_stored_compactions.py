@@ -73,3 +73,32 @@ def test_a_session_without_compactions_has_none_stored(backend_host: Host) -> No
     host.chat(session.id, "hi", payload={"script": [{"content": "hello"}]})
     assert host.transcripts.compactions(session.id) == []
     assert host.transcripts.latest_compaction(session.id) is None
+
+
+def test_continue_conversation_starts_from_the_stored_view(host: Host,
+                                                          model: WindowedModel) -> None:
+    host.settings.set("openai_base_url", model.base_url)
+    host.settings.set("context_windows", {"windowed": model.window})
+    model.calls = 30
+    first = host.run_conversation(
+        [{"role": "user", "content": "Read the pages."}], [fetch_page], "openai", "windowed",
+        max_turns=6, payload={"final_summary": False})
+    assert first.status == "budget_exceeded"
+    assert first.compactions > 0
+    session = first.transcript_session_id
+    assert session is not None
+    latest = host.transcripts.latest_compaction(session)
+    assert latest is not None
+    sent_before = len(model.seen)
+
+    more = host.continue_conversation(session, 2, [fetch_page], "openai", "windowed")
+    assert more.status == "budget_exceeded", more.error
+    first_request = model.seen[sent_before].messages
+    # The stored view, not the whole history: the pages it cleared stay cleared.
+    assert "cleared" in str(first_request)
+    assert str(first_request).count("lorem ipsum") < str(first.messages).count("lorem ipsum")
+    # ...and it did not have to compact before its first request to get there.
+    stored = host.transcripts.compactions(session)
+    this_run = stored[len(stored) - more.compactions:]
+    assert all(record["turn"] > 1 for record in this_run)
+    assert model.pairing_errors == []
