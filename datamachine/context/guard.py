@@ -237,6 +237,7 @@ class ContextGuard:
         records = [dict(record) for record in self.records]
         records[-1]["view"] = [m.to_dict() for m in self.view[:self._prefix]]
         records[-1]["upto"] = self._upto
+        records[-1]["context_window"] = self.budget.ceiling()
         return records
 
     def _keep(self, view: list[Message], limit: int) -> int:
@@ -430,10 +431,8 @@ class ContextSlot:
     or mid-run when a provider first says a prompt was too long. The run's final summary reads
     it from here (holding the run itself would make a reference cycle)."""
 
-    __slots__ = ("guard",)
-
-    def __init__(self, guard: ContextGuard | None) -> None:
-        self.guard = guard
+    # No __init__: a run without a window makes its slot without entering this module.
+    guard: ContextGuard | None = None
 
     def hold(self, guard: ContextGuard) -> ContextGuard:
         """Keep ``guard``, made mid-run; return it."""

@@ -129,6 +129,7 @@ class ConversationRun:
         base = base_log_context(spec.mode, spec.payload)
         self.observers = self._observers(base)
         self.ceiling_overrides = _ceiling_overrides(services, runtime.budget_ceilings)
+        self._stored: dict[str, Any] | None = None  # see _stored_compaction
         # What a confirmed extension adds by default: each budget's ceiling at the start.
         self.ceilings: dict[str, int] = {}
         self.turn_budget = self._budget(
@@ -162,7 +163,9 @@ class ConversationRun:
         self.context: ContextGuard | None = (
             self._context_guard(self.context_budget) if self.context_budget is not None
             else None)
-        self.context_slot = ContextSlot(self.context)
+        self.context_slot = ContextSlot()
+        if self.context is not None:
+            self.context_slot.hold(self.context)
         self.summary = FinalSummary(self.provider_turn, self.events.emit, meter=self.meter,
                                     enabled=runtime.final_summary,
                                     fit=self.context_slot.fit_summary)
@@ -354,7 +357,20 @@ class ConversationRun:
                 reported = ask(model)
                 if isinstance(reported, int) and reported > 0:
                     return int(reported)
-        return None
+        stored = self._stored_compaction()
+        learned = stored.get("context_window") if stored is not None else None
+        # A stored session's window, as an earlier run learned it (from an overflow answer).
+        return learned if isinstance(learned, int) and learned > 0 else None
+
+    def _stored_compaction(self) -> dict[str, Any] | None:
+        """The session's latest compaction (a run on a stored session: chat, continue,
+        resume), read once; None for any other run."""
+        if self.writer is None:
+            return None
+        if self._stored is None:
+            self._stored = self.services.transcripts.latest_compaction(
+                self.writer.session_id) or {}
+        return self._stored or None
 
     def _compaction(self) -> CompactionConfig | None:
         """``context_compaction``: the payload's, else the setting's (None: off)."""
@@ -381,12 +397,11 @@ class ConversationRun:
                                    budget.ceiling()),
             turn=self.provider_turn, emit=self.events.emit, hook=hook, meter=self.meter,
             mode=self.spec.mode, session_id=self.session_id)
-        if self.writer is not None:
-            # A stored session (chat, continue, resume): start from its latest compacted view
-            # instead of compacting, and summarizing, its history again.
-            stored = self.services.transcripts.latest_compaction(self.writer.session_id)
-            if stored is not None:
-                guard.start_from(stored, self.spec.messages)
+        # A stored session (chat, continue, resume): start from its latest compacted view
+        # instead of compacting, and summarizing, its history again.
+        stored = self._stored_compaction()
+        if stored is not None:
+            guard.start_from(stored, self.spec.messages)
         return guard
 
     def _overflow_guard(self, budgets: Mapping[str, IterationBudget]) -> ContextGuard:

@@ -185,6 +185,7 @@ PG_MIGRATIONS: dict[str, tuple[str, ...]] = {
             tokens_after bigint NOT NULL,
             messages_removed bigint NOT NULL,
             upto bigint NOT NULL,
+            context_window bigint,
             summary text,
             view text,
             created_at double precision NOT NULL,

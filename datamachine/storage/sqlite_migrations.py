@@ -300,7 +300,9 @@ def m011_compactions(db: Database) -> None:
     history (DESIGN.md 21), numbered per session (``seq``): the run (``run_base``, the
     session's turns before it) and its coming ``turn``, the ``strategy``, the estimated
     tokens before and after, the messages removed or cleared, ``upto`` (how many of the
-    session's messages the view stood for), the summary it wrote, and on the latest one of a
+    session's messages the view stood for), the ``context_window`` it fit (a continued run with no
+    window of its own starts with it: one a provider's overflow answer taught), the summary it
+    wrote, and on the latest one of a
     run the ``view`` itself (JSON envelopes), which a continued run starts from instead of
     compacting again."""
     db.execute(
@@ -315,6 +317,7 @@ def m011_compactions(db: Database) -> None:
             tokens_after INTEGER NOT NULL,
             messages_removed INTEGER NOT NULL,
             upto INTEGER NOT NULL,
+            context_window INTEGER,
             summary TEXT,
             view TEXT,
             created_at REAL NOT NULL,

@@ -132,16 +132,18 @@ def _insert_compactions(conn: Conn, sid: str, records: Sequence[Any], run_base: 
     rows = []
     for offset, record in enumerate(r for r in records if isinstance(r, Mapping)):
         view = record.get("view")
+        window = record.get("context_window")
         rows.append((sid, last + offset + 1, run_base, int(record.get("turn", 0)),
                      str(record.get("strategy", "")), int(record.get("tokens_before", 0)),
                      int(record.get("tokens_after", 0)), int(record.get("messages_removed", 0)),
-                     int(record.get("upto", 0)), record.get("summary"),
+                     int(record.get("upto", 0)), window if isinstance(window, int) else None,
+                     record.get("summary"),
                      compact_json(view) if isinstance(view, list) else None, now))
     write_many_later(
         conn,
         "INSERT INTO transcript_compactions (session_id, seq, run_base, turn, strategy, "
-        "tokens_before, tokens_after, messages_removed, upto, summary, view, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        "tokens_before, tokens_after, messages_removed, upto, context_window, summary, view, "
+        "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
 
 def title_of(messages: Sequence[MessageLike]) -> str | None:

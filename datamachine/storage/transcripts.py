@@ -325,12 +325,13 @@ class TranscriptStore:
     def compactions(self, session_id: str) -> builtins.list[dict[str, Any]]:
         """Each time a run of the session sent a smaller view of its history (DESIGN.md 21),
         in order: ``seq``, ``run_base``, ``turn``, ``strategy``, ``tokens_before``,
-        ``tokens_after``, ``messages_removed``, ``upto`` and ``summary`` (the view itself is
+        ``tokens_after``, ``messages_removed``, ``upto``, ``context_window`` (the
+        window it fit, when known) and ``summary`` (the view itself is
         :meth:`latest_compaction`'s). TranscriptNotFound if unknown."""
         check_session_id(session_id)
         with snapshot(self._db, self._lock, self._label) as conn:
             found = query(conn, "SELECT seq, run_base, turn, strategy, tokens_before, "
-                                "tokens_after, messages_removed, upto, summary "
+                                "tokens_after, messages_removed, upto, context_window, summary "
                                 "FROM transcript_compactions WHERE session_id = ? ORDER BY seq",
                           [session_id])
             if not found and not self.exists(session_id):
@@ -343,7 +344,7 @@ class TranscriptStore:
         fields; None when no run of it compacted, or its view cannot be read."""
         check_session_id(session_id)
         with snapshot(self._db, self._lock, self._label) as conn:
-            row = query_one(conn, "SELECT seq, turn, strategy, upto, summary, view "
+            row = query_one(conn, "SELECT seq, turn, strategy, upto, context_window, summary, view "
                                   "FROM transcript_compactions WHERE session_id = ? "
                                   "AND view IS NOT NULL ORDER BY seq DESC LIMIT 1",
                             [session_id])

@@ -102,3 +102,21 @@ def test_continue_conversation_starts_from_the_stored_view(host: Host,
     this_run = stored[len(stored) - more.compactions:]
     assert all(record["turn"] > 1 for record in this_run)
     assert model.pairing_errors == []
+
+
+def test_a_long_chat_session_on_llama_cpp_never_sees_a_400(host: Host,
+                                                           model: WindowedModel) -> None:
+    model.flavour, model.window = "llama.cpp", 5000
+    host.settings.set("openai_base_url", model.base_url)  # no window known: learned
+    session = host.chat_sessions.create(max_turns="unlimited")
+    for message in range(15):
+        model.issued, model.calls = 0, 2  # each message: two pages, then an answer
+        result = host.chat(session.id, f"Question {message}: read two pages.", [fetch_page],
+                           "openai", "windowed")
+        assert result.status == "completed", (message, result.error)
+        assert result.final_content == "done after 2 pages"
+    refused = [seen for seen in model.seen if seen.refused]
+    assert len(refused) <= 2  # once to learn the window (maybe twice), never again
+    assert model.pairing_errors == []
+    assert len(host.transcripts.get(session.id)) == 15 * 6
+    assert host.transcripts.compactions(session.id)
