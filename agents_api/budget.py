@@ -75,12 +75,14 @@ class IterationBudget:
     """A named counter with a soft ceiling, an optional hard ceiling and an optional time rail.
 
     ``exceeded()`` is inclusive (``current >= ceiling``): a ceiling of 3 allows three units of work
-    and then reports exhaustion. A ceiling below 1 becomes 1 and a negative current becomes 0, as
-    in the source; a current already at the ceiling is kept, so a budget can start exhausted.
+    and then reports exhaustion. A ceiling below ``min_ceiling`` (1) becomes it and a negative
+    current becomes 0, as in the source; a current already at the ceiling is kept, so a budget
+    can start exhausted. ``min_ceiling=0`` is for a budget that counts repeats (retries,
+    nudges), where a ceiling of 0 means none.
     """
 
-    __slots__ = ("_ceiling", "_clock", "_current", "_hard_ceiling", "_max_seconds", "_name",
-                 "_started")
+    __slots__ = ("_ceiling", "_clock", "_current", "_floor", "_hard_ceiling", "_max_seconds",
+                 "_name", "_started")
 
     def __init__(
         self,
@@ -91,11 +93,16 @@ class IterationBudget:
         hard_ceiling: int | None = None,
         max_seconds: float | None = None,
         clock: Callable[[], float] | None = None,
+        min_ceiling: int = 1,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise InvalidBudget("IterationBudget name must be a non-empty string.")
+        if min_ceiling not in (0, 1):
+            raise InvalidBudget(f"IterationBudget min_ceiling must be 0 or 1, got "
+                                f"{brief_repr(min_ceiling)}.")
         self._name = name.strip()
-        self._ceiling = max(1, _as_int("ceiling", ceiling))
+        self._floor = min_ceiling
+        self._ceiling = max(min_ceiling, _as_int("ceiling", ceiling))
         self._current = max(0, _as_int("current", current))
         if hard_ceiling is not None:
             hard = max(1, _as_int("hard_ceiling", hard_ceiling))
@@ -132,6 +139,10 @@ class IterationBudget:
     def ceiling(self) -> int:
         """The soft ceiling: the limit ``exceeded()`` compares against."""
         return self._ceiling
+
+    def min_ceiling(self) -> int:
+        """The lowest ceiling this budget may have: 1, or 0 for one that counts repeats."""
+        return self._floor
 
     def remaining(self) -> int:
         """Units left before the soft ceiling; never negative."""
@@ -214,7 +225,7 @@ class IterationBudget:
         """Lower the ceiling (and a hard ceiling above it) to ``ceiling``, never below 1;
         return the new one. For a budget that learns it holds less than it was given (a
         context window the provider reports smaller): a higher value changes nothing."""
-        target = max(1, _as_int("lower(ceiling)", ceiling))
+        target = max(self._floor, _as_int("lower(ceiling)", ceiling))
         if target < self._ceiling:
             self._ceiling = target
         if self._hard_ceiling is not None and target < self._hard_ceiling:

@@ -28,7 +28,9 @@ __all__ = [
     "MAX_BUDGET_VALUE",
     "MAX_METERED_VALUE",
     "MICRODOLLARS_PER_USD",
+    "SCOPES",
     "UNITS",
+    "UNLIMITED",
     "UNREGISTERED_SPEC",
     "BudgetSpec",
     "IterationBudgetRegistry",
@@ -41,33 +43,47 @@ __all__ = [
 MAX_BUDGET_VALUE = 10_000
 # Tokens and microdollars run into the millions in one run: their ceilings may go to 10^12.
 MAX_METERED_VALUE = 10**12
-BudgetUnit = Literal["count", "tokens", "microdollars"]
-UNITS: tuple[BudgetUnit, ...] = ("count", "tokens", "microdollars")
+# Seconds of wall clock: a day is the longest a run may be given.
+MAX_SECONDS_VALUE = 86_400
+BudgetUnit = Literal["count", "tokens", "microdollars", "seconds"]
+UNITS: tuple[BudgetUnit, ...] = ("count", "tokens", "microdollars", "seconds")
+# What one count of a budget spans: a run (the default), one provider request (its retries), a
+# queued job (its attempts), a chat session (its turns), an agent-to-agent chain (its depth).
+BudgetScope = Literal["run", "request", "job", "session", "chain"]
+SCOPES: tuple[BudgetScope, ...] = ("run", "request", "job", "session", "chain")
+# The ceiling of a budget registered with ``unlimited=True`` that is given no limit at all.
+UNLIMITED = "unlimited"
 MICRODOLLARS_PER_USD = 1_000_000
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def unit_maximum(unit: str) -> int:
-    """The largest ceiling a budget of ``unit`` may have: 10,000 counts, 10^12 otherwise."""
-    return MAX_BUDGET_VALUE if unit == "count" else MAX_METERED_VALUE
+    """The largest ceiling a budget of ``unit`` may have: 10,000 counts, 86,400 seconds,
+    10^12 tokens or microdollars."""
+    if unit == "count":
+        return MAX_BUDGET_VALUE
+    return MAX_SECONDS_VALUE if unit == "seconds" else MAX_METERED_VALUE
 
 
-def validate_budget_value(knob: str, value: object, *, maximum: int = MAX_BUDGET_VALUE) -> int:
-    """Return ``value`` if it is a positive integer no larger than ``maximum`` (10,000, the
-    limit of every count; 10^12 for a token or microdollar budget).
+def validate_budget_value(knob: str, value: object, *, maximum: int = MAX_BUDGET_VALUE,
+                          minimum: int = 1) -> int:
+    """Return ``value`` if it is an integer from ``minimum`` (1; 0 for a budget that counts
+    repeats) to ``maximum`` (10,000, the limit of every count; 10^12 for a token or
+    microdollar budget).
 
     Used for every user-supplied ceiling (``max_turns``, ``--max-turns``, a budget setting);
     anything else raises :class:`InvalidBudgetValue` naming ``knob``. Nothing is coerced:
     ``"10"``, ``10.0`` and ``True`` are refused.
     """
+    kind = "a positive integer" if minimum >= 1 else "a whole number"
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidBudgetValue(
-            f"{knob} must be a positive integer between 1 and {maximum:,}, "
+            f"{knob} must be {kind} between {minimum} and {maximum:,}, "
             f"got {brief_repr(value)} ({type(value).__name__})."
         )
-    if not 1 <= value <= maximum:
+    if not minimum <= value <= maximum:
         raise InvalidBudgetValue(
-            f"{knob} must be a positive integer between 1 and {maximum:,}, got "
+            f"{knob} must be {kind} between {minimum} and {maximum:,}, got "
             f"{brief_repr(value)}."
         )
     return value
@@ -87,32 +103,65 @@ def usd_to_microdollars(knob: str, value: object) -> int:
     return max(1, math.ceil(round(value * MICRODOLLARS_PER_USD, 6)))
 
 
-def _setting_ceiling(spec: BudgetSpec, key: str, value: object) -> int:
-    """A budget setting's stored value as a ceiling in the budget's unit: a microdollar
-    budget's setting named ``*_usd`` holds dollars (``max_cost_usd: 0.5``)."""
-    if spec.unit == "microdollars" and key.endswith("_usd"):
-        return usd_to_microdollars(f"setting {key!r}", value)
-    return validate_budget_value(f"setting {key!r}", value, maximum=unit_maximum(spec.unit))
+def budget_value(spec: BudgetSpec, knob: str, value: object, *, dollars: bool = False
+                 ) -> int | None:
+    """A ceiling someone gave for ``spec`` (a setting, ``budget_ceilings``, a flag) as an
+    integer in its unit, or None for ``"unlimited"`` where the budget allows it. Checked only
+    against the unit's range (the clamp to ``[min, max]`` comes later, and is reported): a
+    count or token budget takes an integer (0 where the budget counts repeats), a seconds
+    budget a positive number (fractions round up), a microdollar budget's setting named
+    ``*_usd`` dollars (``max_cost_usd: 0.5``, ``dollars=True``). Anything else raises
+    :class:`InvalidBudgetValue` naming ``knob`` and what it takes."""
+    if value == UNLIMITED and spec.unlimited:
+        return None
+    if dollars and spec.unit == "microdollars":
+        return usd_to_microdollars(knob, value)
+    maximum = unit_maximum(spec.unit)
+    if spec.unit == "seconds":
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or not 0 < value <= maximum):
+            raise InvalidBudgetValue(f"{knob} must be a finite positive number of seconds, at most "
+                                     f"{maximum:,}, got {brief_repr(value)}.")
+        return max(1, math.ceil(value))
+    try:
+        return validate_budget_value(knob, value, maximum=maximum, minimum=min(spec.min, 1))
+    except InvalidBudgetValue as exc:
+        if not spec.unlimited:
+            raise
+        raise InvalidBudgetValue(f'{exc} Use "{UNLIMITED}" for no limit.') from None
+
+
+def _setting_ceiling(spec: BudgetSpec, key: str, value: object) -> int | None:
+    """A budget setting's stored value as a ceiling in the budget's unit (None: unlimited)."""
+    return budget_value(spec, f"setting {key!r}", value, dollars=key.endswith("_usd"))
 
 
 class BudgetSpec(BaseModel):
-    """A named budget's registration: default ceiling, clamp ``[min, max]``, setting key and
-    ``unit`` (``count``, ``tokens`` or ``microdollars``).
+    """A named budget's registration: default ceiling, clamp ``[min, max]``, setting key,
+    ``unit`` (``count``, ``tokens``, ``microdollars`` or ``seconds``) and ``scope`` (what one
+    count spans: ``run``, ``request``, ``job``, ``session`` or ``chain``).
 
-    Validated on construction: ``1 <= min <= default <= max <= 10_000`` for a count, up to
-    10^12 for tokens and microdollars; a violation raises :class:`InvalidBudgetSpec` naming the
-    field.
+    ``default=None`` is an *unset* budget: it counts only where a ceiling is given (a token,
+    cost or wall-clock budget). ``min=0`` is for a budget that counts repeats (retries,
+    nudges): a ceiling of 0 allows none. ``unlimited=True`` lets its setting and overrides
+    say ``"unlimited"`` (a chat session's turns).
+
+    Validated on construction: ``0 <= min <= default <= max``, ``1 <= max <= 10_000`` for a
+    count (86,400 seconds, 10^12 tokens or microdollars); a violation raises
+    :class:`InvalidBudgetSpec` naming the field.
     """
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", strict=True)
 
     name: str
-    default: int = 10
+    default: int | None = 10
     min: int = 1
     max: int = 100
     setting: str | None = None
     description: str = ""
     unit: BudgetUnit = "count"
+    scope: BudgetScope = "run"
+    unlimited: bool = False
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -131,14 +180,16 @@ class BudgetSpec(BaseModel):
                 "starting with a letter"
             )
         maximum = unit_maximum(self.unit)
-        for field in ("default", "min", "max"):
+        for field, lowest in (("default", 0), ("min", 0), ("max", 1)):
             value = getattr(self, field)
-            if not 1 <= value <= maximum:
-                raise ValueError(f"{field}={value} must be between 1 and {maximum:,} "
+            if value is not None and not lowest <= value <= maximum:
+                raise ValueError(f"{field}={value} must be between {lowest} and {maximum:,} "
                                  f"(unit {self.unit!r})")
-        if self.min > self.default:
+        if self.min > self.max:
+            raise ValueError(f"min={self.min} must not be above max={self.max}")
+        if self.default is not None and self.min > self.default:
             raise ValueError(f"min={self.min} must not be above default={self.default}")
-        if self.default > self.max:
+        if self.default is not None and self.default > self.max:
             raise ValueError(f"default={self.default} must not be above max={self.max}")
         if self.setting is not None and not _NAME_RE.fullmatch(self.setting):
             raise ValueError(f"setting {self.setting!r} must be a lowercase identifier")
@@ -161,10 +212,26 @@ class BudgetSpec(BaseModel):
 UNREGISTERED_SPEC = {"default": 10, "min": 1, "max": 100}
 
 
+_UNREGISTERED: list[BudgetSpec] = []
+
+
+def _unregistered() -> BudgetSpec:
+    """The numbers of a budget nobody registered (a tool's own, ``tool_calls_<tool>``), made
+    once."""
+    if not _UNREGISTERED:
+        _UNREGISTERED.append(BudgetSpec(name="unregistered", **UNREGISTERED_SPEC))
+    return _UNREGISTERED[0]
+
+
 # Never changed once made; slotted, not frozen (see agents_api.records).
 @dataclass(slots=True)
 class ResolvedCeiling:
-    """How a budget's ceiling was chosen: the value, where it came from and any clamp."""
+    """How a budget's ceiling was chosen: the value, where it came from and any clamp.
+
+    ``limit`` is what a person reads: the ceiling, ``"unlimited"`` (asked for, where the
+    budget allows it) or None (*unset*: nothing set for a budget without a default); the
+    ``ceiling`` of those two is the budget's ``max``.
+    """
 
     name: str
     ceiling: int
@@ -172,6 +239,9 @@ class ResolvedCeiling:
     source: Literal["override", "setting", "default"]
     clamped: bool
     registered: bool
+    limit: int | str | None = 0
+    low: int = 1
+    high: int = MAX_BUDGET_VALUE
 
     def warning(self) -> str | None:
         """The notice a run reports when the request was clamped, else None."""
@@ -179,7 +249,8 @@ class ResolvedCeiling:
             return None
         return (
             f"Budget {self.name!r}: requested ceiling {brief_repr(self.requested)} (from "
-            f"{self.source}) is outside the allowed range; using {self.ceiling}."
+            f"{self.source}) is outside its range [{self.low}, {self.high}]; using "
+            f"{self.ceiling}."
         )
 
 
@@ -238,7 +309,7 @@ class BudgetSpecs:
             return None
         return {"default": spec.default, "min": spec.min, "max": spec.max,
                 "setting": spec.setting or "", "description": spec.description,
-                "unit": spec.unit}
+                "unit": spec.unit, "scope": spec.scope, "unlimited": spec.unlimited}
 
     def registered_names(self) -> list[str]:
         """Registered names in registration order."""
@@ -259,6 +330,12 @@ class BudgetSpecs:
         name = self.setting_keys().get(key)
         if name is not None:
             _setting_ceiling(self._specs[name], key, value)
+
+    def check_ceiling(self, name: str, knob: str, value: object) -> int | None:
+        """``value`` as a ceiling of budget ``name`` (see :func:`budget_value`: an integer in
+        its unit's range, 0 where it counts repeats, ``"unlimited"`` where allowed: None),
+        else :class:`InvalidBudgetValue` naming ``knob``."""
+        return budget_value(self._specs.get(name) or _unregistered(), knob, value)
 
     def unit(self, name: str) -> BudgetUnit:
         """The unit of ``name`` (``count`` for an unregistered budget)."""
@@ -283,38 +360,52 @@ class IterationBudgetRegistry(BudgetSpecs):
         self.settings_lookup = settings_lookup
 
     # -- resolution -----------------------------------------------------------------------
-    def resolve(self, name: str, ceiling_override: int | None = None, *,
+    def resolve(self, name: str, ceiling_override: int | str | None = None, *,
                 settings: SettingsLookup | None = None) -> ResolvedCeiling:
-        """Choose the ceiling for ``name``: override, else setting, else default; then clamp.
-        ``settings``: where the setting is read (default: the registry's lookup)."""
+        """Choose the ceiling for ``name``: override, else setting, else default; then clamp
+        to ``[min, max]``. The one place a bounded loop's limit is decided. ``settings``:
+        where the setting is read (default: the registry's lookup). An override is checked
+        like a setting (an integer in the budget's unit, or ``"unlimited"`` where allowed)."""
         spec = self._specs.get(name)
-        default, low, high = (
-            (spec.default, spec.min, spec.max) if spec is not None
-            else (UNREGISTERED_SPEC["default"], UNREGISTERED_SPEC["min"], UNREGISTERED_SPEC["max"])
-        )
+        if spec is None:
+            spec, registered = _unregistered(), False
+        else:
+            registered = True
         source: Literal["override", "setting", "default"] = "default"
-        requested = default
+        requested: int | None = spec.default
+        unlimited = False
         if ceiling_override is not None:
-            if isinstance(ceiling_override, bool) or not isinstance(ceiling_override, int):
+            if ceiling_override == UNLIMITED and spec.unlimited:
+                requested, unlimited = None, True
+            elif isinstance(ceiling_override, bool) or not isinstance(ceiling_override, int):
+                extra = ' or "unlimited"' if spec.unlimited else ""
                 raise InvalidBudgetValue(
-                    f"ceiling_override for budget {name!r} must be an integer, "
+                    f"ceiling_override for budget {name!r} must be an integer{extra}, "
                     f"got {brief_repr(ceiling_override)}."
                 )
-            requested, source = ceiling_override, "override"
-        elif spec is not None and spec.setting and (lookup := settings or self.settings_lookup):
+            else:
+                requested = ceiling_override  # any integer: the clamp below says what holds
+            source = "override"
+        elif spec.setting and (lookup := settings or self.settings_lookup):
             stored = lookup(spec.setting)
             if stored is not None:
                 requested = _setting_ceiling(spec, spec.setting, stored)
-                source = "setting"
-        ceiling = max(low, min(high, requested))
+                source, unlimited = "setting", requested is None
+        if requested is None:  # unlimited, or unset: nothing holds it below its max
+            limit: int | str | None = UNLIMITED if unlimited else None
+            return ResolvedCeiling(name=name, ceiling=spec.max, requested=spec.max,
+                                   source=source, clamped=False, registered=registered,
+                                   limit=limit, low=spec.min, high=spec.max)
+        ceiling = max(spec.min, min(spec.max, requested))
         return ResolvedCeiling(name=name, ceiling=ceiling, requested=requested, source=source,
-                               clamped=ceiling != requested, registered=spec is not None)
+                               clamped=ceiling != requested, registered=registered,
+                               limit=ceiling, low=spec.min, high=spec.max)
 
     def create(
         self,
         name: str,
         current: int = 0,
-        ceiling_override: int | None = None,
+        ceiling_override: int | str | None = None,
         *,
         warnings: list[str] | None = None,
         max_seconds: float | None = None,
@@ -325,7 +416,8 @@ class IterationBudgetRegistry(BudgetSpecs):
         A clamped ceiling is appended to ``warnings`` when a list is given. ``current`` (what
         is used already) is a whole number, 0 or more: a negative one is refused, never
         quietly made 0. ``settings``: where its setting is read (a run's snapshot; default:
-        the registry's lookup).
+        the registry's lookup). A budget whose ``min`` is 0 (it counts repeats) may have a
+        ceiling of 0: no repeat at all.
         """
         if isinstance(current, bool) or not isinstance(current, int) or current < 0:
             raise UsageError(f"current must be what the budget has used so far, a whole number "
@@ -333,10 +425,17 @@ class IterationBudgetRegistry(BudgetSpecs):
         resolved = self.resolve(name, ceiling_override, settings=settings)
         if resolved.clamped and warnings is not None:
             warnings.append(str(resolved.warning()))
+        return IterationBudget(name, resolved.ceiling, current, hard_ceiling=resolved.high,
+                               max_seconds=max_seconds, min_ceiling=min(resolved.low, 1))
+
+    def raw_setting(self, name: str, settings: SettingsLookup | None = None) -> object:
+        """What the setting of budget ``name`` holds as stored (None: not set, or no
+        setting); for a seconds budget whose time rail keeps fractions."""
         spec = self._specs.get(name)
-        hard = spec.max if spec is not None else UNREGISTERED_SPEC["max"]
-        return IterationBudget(name, resolved.ceiling, current, hard_ceiling=hard,
-                               max_seconds=max_seconds)
+        lookup = settings or self.settings_lookup
+        if spec is None or not spec.setting or lookup is None:
+            return None
+        return lookup(spec.setting)
 
     def setting_ceiling(self, name: str, *, settings: SettingsLookup | None = None
                         ) -> int | None:
@@ -347,4 +446,7 @@ class IterationBudgetRegistry(BudgetSpecs):
         if spec is None or not spec.setting or lookup is None:
             return None
         stored = lookup(spec.setting)
-        return None if stored is None else _setting_ceiling(spec, spec.setting, stored)
+        if stored is None:
+            return None
+        found = _setting_ceiling(spec, spec.setting, stored)
+        return spec.max if found is None else found

@@ -15,7 +15,6 @@ from typing import Any
 from agents_api import clock
 from agents_api.errors import brief_repr
 from datamachine.errors import InvalidSetting, UsageError
-from datamachine.registry import validate_budget_value
 from datamachine.setting_spec import SettingSpec
 
 __all__ = ["CORE_SETTINGS", "SITE_ID_PATTERN", "SITE_ID_SETTING", "check_provider_setting",
@@ -93,11 +92,6 @@ def _origin(key: str, value: Any) -> None:
             f"(and port) only, like 'https://runs.example.com', got {brief_repr(value)}.")
 
 
-def _chat_turns(key: str, value: Any) -> None:
-    if value != "unlimited":
-        validate_budget_value(f"setting {key!r}", value)
-
-
 def _confirmation(key: str, value: Any) -> None:
     if value not in ("ask", "pause"):
         raise InvalidSetting(f"Setting {key!r} must be 'ask' (confirm_continuation answers "
@@ -159,12 +153,6 @@ def _context_reserve(key: str, value: Any) -> None:
                              f"{brief_repr(value)}.")
 
 
-def _max_retries(key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10:
-        raise InvalidSetting(f"Setting {key!r} must be an integer from 0 to 10 (retries after "
-                             f"the first request), got {brief_repr(value)}.")
-
-
 def _prices(key: str, value: Any) -> None:
     from datamachine.conversation.metering import check_prices
 
@@ -207,7 +195,6 @@ def _counted(unit: str, maximum: int) -> Callable[[str, Any], None]:
     return check
 
 
-_attempts = _counted("attempts", 100)
 _lock_ttl = _counted("seconds", 86_400)
 
 
@@ -234,9 +221,6 @@ CORE_SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec(name="chat_max_concurrent", type="integer", default=8, validator=_concurrency,
                 description="Runs one API token may have going at once on `/chat` (0 = no "
                             "limit); over it, 429 with Retry-After."),
-    SettingSpec(name="chat_max_turns", type=("integer", "string"), default=25,
-                validator=_chat_turns,
-                description="Turn limit of a new chat session: 1 to 10,000, or \"unlimited\"."),
     SettingSpec(name="chat_rate_limit", type="integer", default=120, validator=_rate_limit,
                 description="Requests per minute one API token may send to `/chat` (0 = no "
                             "limit); over it, 429 with Retry-After."),
@@ -276,19 +260,12 @@ CORE_SETTINGS: tuple[SettingSpec, ...] = (
                 description="Seconds a queued job's run holds its transcript lock past its "
                             "last write: after a worker dies, how long until another may go "
                             "on with the job. Longer than the slowest provider turn."),
-    SettingSpec(name="job_max_attempts", type="integer", default=5, validator=_attempts,
-                description="Attempts a queued job gets for provider outages and dead "
-                            "workers (1 to 100); the last one fails the job instead."),
     SettingSpec(name="job_retry_wait", type="number", default=2.0, validator=_positive_seconds,
                 description="Seconds before a queued job's second attempt; each later one "
                             "waits twice as long (at most 5 minutes)."),
     SettingSpec(name="max_request_bytes", type="integer", default=1_048_576, validator=_bytes,
                 description="Largest `/chat` request body in bytes (1 to 1 GiB); larger "
                             "bodies get 413."),
-    SettingSpec(name="max_run_seconds", type="number", default=None,
-                validator=_positive_seconds,
-                description="Wall-clock limit of one run in seconds (the budget "
-                            "wall_clock_seconds); unset: no limit."),
     SettingSpec(name="model_options", type="object", default=None, validator=_model_options,
                 description="Model options for every run (temperature, max_tokens, ...); the "
                             "payload's `model_options` win key by key."),
@@ -299,8 +276,6 @@ CORE_SETTINGS: tuple[SettingSpec, ...] = (
                 description="US dollars per million tokens by model: "
                             "{model: {\"input\": ..., \"output\": ...}}; the cost budget and "
                             "spend limits need it."),
-    SettingSpec(name="provider_max_retries", type="integer", default=3, validator=_max_retries,
-                description="Retries of a failed provider request after the first (0 to 10)."),
     SettingSpec(name="providers", type="object", default=None, validator=_endpoints,
                 secret_fields=("headers",),
                 description="Named endpoints, each a provider: {name: {\"type\", "

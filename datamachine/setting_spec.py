@@ -494,23 +494,26 @@ class SettingDeclarations:
         registry = self._budgets
         assert registry is not None
         dollars = budget.unit == "microdollars" and key.endswith("_usd")
-        if budget.unit == "count":
-            default: int | None = budget.default
-            meaning = (f"{budget.description} " if budget.description else "") + (
-                f"Ceiling of the budget {budget.name!r}, clamped to "
-                f"[{budget.min}, {budget.max}].")
-        else:
-            default = None
+        described = f"{budget.description} " if budget.description else ""
+        default: int | None = budget.default
+        if default is None:
             unit = "US dollars" if dollars else budget.unit
-            meaning = (f"{budget.description} " if budget.description else "") + (
-                f"Ceiling of the budget {budget.name!r} in {unit}; unset, the budget does "
-                "not count.")
+            meaning = described + (f"Ceiling of the budget {budget.name!r} in {unit}, "
+                                   f"clamped to [{budget.min:,}, {budget.max:,}]; unset, the "
+                                   "budget does not count.")
+        else:
+            unlimited = ' or "unlimited"' if budget.unlimited else ""
+            meaning = described + (f"Ceiling of the budget {budget.name!r}, clamped to "
+                                   f"[{budget.min:,}, {budget.max:,}]{unlimited}.")
+        kind: Any = "number" if dollars or budget.unit == "seconds" else "integer"
+        if budget.unlimited:
+            kind = (kind, "string")
 
         def validator(name: str, value: Any) -> None:
             registry.validate_setting(name, value)
 
-        spec = SettingSpec(name=key, type="number" if dollars else "integer", default=default,
-                           description=meaning, validator=validator)
+        spec = SettingSpec(name=key, type=kind, default=default, description=meaning,
+                           validator=validator)
         self._derived[key] = (budget, spec)
         return spec
 

@@ -52,8 +52,8 @@ def test_clamp_warning_reports_requested_and_applied_ceiling() -> None:
     registry.register("x", {"default": 8, "min": 1, "max": 20})
     warnings: list[str] = []
     registry.create("x", ceiling_override=500, warnings=warnings)
-    assert warnings == ["Budget 'x': requested ceiling 500 (from override) is outside the "
-                        "allowed range; using 20."]
+    assert warnings == ["Budget 'x': requested ceiling 500 (from override) is outside "
+                        "its range [1, 20]; using 20."]
 
 
 def test_create_seeds_current() -> None:
@@ -104,7 +104,10 @@ def test_builtin_budgets_match_the_design(host: Host) -> None:
 @pytest.mark.parametrize(
     ("config", "field"),
     [
-        ({"default": 5, "min": 0, "max": 10}, "min"),
+        ({"default": 5, "min": -1, "max": 10}, "min"),
+        ({"default": 5, "min": 0, "max": 0}, "max"),
+        ({"default": 5, "min": 1, "max": 10, "scope": "galaxy"}, "scope"),
+        ({"default": 5, "min": 1, "max": 10, "unit": "minutes"}, "unit"),
         ({"default": 50, "min": 1, "max": 10}, "default=50 must not be above max=10"),
         ({"default": 1, "min": 2, "max": 10}, "min=2 must not be above default=1"),
         ({"default": 5, "min": 1, "max": 10_001}, "max"),
@@ -162,7 +165,7 @@ def test_a_token_or_microdollar_budget_may_reach_ten_to_the_twelfth() -> None:
     config = registry.get_config("prompt_tokens")
     assert config is not None
     assert config["unit"] == "tokens"
-    with pytest.raises(InvalidBudgetSpec, match="between 1 and 10,000 \\(unit 'count'\\)"):
+    with pytest.raises(InvalidBudgetSpec, match="between 0 and 10,000 \\(unit 'count'\\)"):
         BudgetSpec(name="turns", default=20_000, max=20_000)
     with pytest.raises(InvalidBudgetSpec, match="between 1 and 1,000,000,000,000"):
         BudgetSpec(name="spend", unit="microdollars", max=10**13)

@@ -70,7 +70,7 @@ def setting_keys_read(sources: list[Path] = SOURCES, root: Path = ROOT) -> dict[
 def test_every_setting_the_code_reads_is_declared() -> None:
     read = setting_keys_read()
     # The scan itself must see reads of every kind, or it would pass by seeing nothing.
-    assert {"max_run_seconds", "default_provider", "confirmation", "chat_max_turns",
+    assert {"default_provider", "confirmation", "chat_max_turns",
             "provider_max_retries", "openai_base_url", "providers", "remote_sites",
             "fetch_allow_private", "mcp_servers", "mcp_call_timeout", "site_id",
             "chat_rate_limit", "spend_limits"} <= set(read)
@@ -202,7 +202,7 @@ def test_a_runtime_declaration_of_another_owner_s_setting_is_refused_naming_both
 
 
 @pytest.mark.parametrize(("key", "value"), [
-    ("request_timeout", float("nan")), ("max_run_seconds", float("inf")),
+    ("request_timeout", float("nan")),
     ("default_model", 3), ("budget_pressure", "yes"), ("site_id", "my site"),
     ("site_id", 1234), ("remote_sites", {"b": {"url": "ftp://x", "token": "t"}}),
     ("allow_model_requests", 0),

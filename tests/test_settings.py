@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import bootstrap
-from datamachine import InvalidSetting
+from datamachine import InvalidBudgetValue, InvalidSetting
 from datamachine.host import Host
 
 
@@ -127,7 +127,7 @@ def _store_raw(host: Host, key: str, text: str) -> None:
 
 
 def test_a_stored_value_that_is_not_json_is_the_sites_fault(db_target: str) -> None:
-    from datamachine.errors import SiteMisconfigured
+    from datamachine.errors import InvalidBudgetValue, SiteMisconfigured
 
     with bootstrap.boot(db_path=db_target, load_entrypoints=False) as host:
         _store_raw(host, "default_model", "{oops")
@@ -158,12 +158,24 @@ def test_problems_names_every_value_a_run_would_fail_on(
 
 
 @pytest.mark.parametrize(("key", "value"), [
-    ("max_run_seconds", float("inf")), ("request_timeout", float("nan")),
+    ("request_timeout", float("nan")),
     ("chat_tools", "fetch_url"), ("chat_tools", ["a", "a"]), ("chat_rate_limit", True),
     ("chat_max_concurrent", 1.5),
 ])
 def test_new_setting_rules_refuse_bad_values(host: Host, key: str, value: object) -> None:
     with pytest.raises(InvalidSetting, match=key):
+        host.settings.set(key, value)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("max_run_seconds", float("inf")), ("max_run_seconds", 0), ("provider_max_retries", -1),
+    ("provider_max_retries", 1.5), ("job_max_attempts", "5"), ("chat_max_turns", "forever"),
+])
+def test_settings_of_bounded_loops_are_budget_settings(host: Host, key: str,
+                                                        value: object) -> None:
+    """Retries, attempts, a chat session's turns and the wall clock are budgets now: their
+    settings are checked by their budget, in its unit (DESIGN 22)."""
+    with pytest.raises(InvalidBudgetValue, match=key):
         host.settings.set(key, value)
 
 

@@ -26,23 +26,35 @@ def budgets() -> None:
 @click.pass_obj
 @handle_errors
 def budgets_list(state: State, as_json: bool) -> None:
-    """Name, default, clamp, setting, resolved ceiling and its source, owner."""
+    """Every registered budget: unit, scope, default, clamp, setting, the ceiling a run gets
+    now and where it comes from, owner. "unset": counts only where a ceiling is given;
+    "unlimited": set to no limit (JSON: null for both)."""
     host = state.host
     rows = []
     for name in host.budgets.registered_names():
         spec = host.budgets.get_spec(name)
+        assert spec is not None
         resolved = host.budgets.resolve(name)
-        rows.append({"name": name, "default": spec.default, "min": spec.min, "max": spec.max,
-                     "setting": spec.setting, "ceiling": resolved.ceiling,
+        limit = resolved.limit
+        rows.append({"name": name, "unit": spec.unit, "scope": spec.scope,
+                     "default": spec.default, "min": spec.min, "max": spec.max,
+                     "setting": spec.setting,
+                     "ceiling": limit if isinstance(limit, int) else None,
                      "source": resolved.source + (" (clamped)" if resolved.clamped else ""),
-                     "owner": host.budgets.owner(name)})
+                     "owner": host.budgets.owner(name),
+                     "_shown": "unset" if limit is None else limit})
     if as_json:
-        emit_json(rows)
+        emit_json([{k: v for k, v in row.items() if k != "_shown"} for row in rows])
         return
-    table(["name", "default", "clamp", "setting", "ceiling", "from", "owner"],
-           [[r["name"], r["default"], f"[{r['min']}, {r['max']}]", r["setting"] or "-",
-             r["ceiling"], r["source"], r["owner"]] for r in rows],
+    table(["name", "unit", "scope", "default", "clamp", "setting", "ceiling", "from", "owner"],
+          [[r["name"], r["unit"], r["scope"], "unset" if r["default"] is None else r["default"],
+            f"[{r['min']:,}, {r['max']:,}]", r["setting"] or "-", _shown(r["_shown"]),
+            r["source"], r["owner"]] for r in rows],
           whole=("name", "setting"))
+
+
+def _shown(limit: object) -> str:
+    return f"{limit:,}" if isinstance(limit, int) else str(limit)
 
 
 def _when(timestamp: float) -> str:

@@ -29,12 +29,10 @@ from agents_api import (
     TranscriptWriter,
     TurnAnswer,
     TurnContext,
-    clock,
 )
 from agents_api.api import hooked_steps
 from agents_api.budget import per_tool_budget
 from agents_api.drive import Steps, drive_async, drive_sync, run_steps
-from agents_api.errors import brief_repr
 from agents_api.records import ToolCall, ToolOutcome
 from agents_api.results import Decision, unchecked
 from datamachine.budgets_builtin import (
@@ -80,7 +78,6 @@ from datamachine.providers.options import (
     validate_model_options,
 )
 from datamachine.providers.overflow import CONTEXT_OVERFLOW
-from datamachine.registry import unit_maximum, validate_budget_value
 from datamachine.settings import SettingsSnapshot
 from datamachine.tools.executor import ToolExecutor
 from datamachine.tools.results import is_rejected
@@ -293,24 +290,27 @@ class ConversationRun:
                 if name not in present and name != WALL_CLOCK]
 
     def _wall_clock(self) -> IterationBudget | None:
-        """The run's time rail: payload ``max_seconds``, else the setting."""
-        max_seconds = self.spec.runtime.max_seconds
-        if max_seconds is None:
-            setting = self.settings.get("max_run_seconds")
-            if setting is not None:
-                if clock.duration(setting) is None:
-                    raise UsageError(
-                        "setting 'max_run_seconds' must be a finite positive number of seconds, "
-                        f"got {brief_repr(setting)}: fix it with `datamachine settings set "
-                        "max_run_seconds SECONDS` (or delete it).")
-                max_seconds = setting
-        if max_seconds is None:
+        """The run's time rail, the budget ``wall_clock_seconds``: payload ``max_seconds``
+        (fractions kept), else ``budget_ceilings``, else its setting; unset, none."""
+        registry = self.services.budgets
+        seconds: float | None = self.spec.runtime.max_seconds
+        if seconds is None:
+            given = self.ceiling_overrides.get(WALL_CLOCK)
+            seconds = float(given) if given is not None else None
+        resolved = registry.resolve(
+            WALL_CLOCK, None if seconds is None else max(1, math.ceil(seconds)),
+            settings=self.settings.get)
+        if resolved.limit is None:
             return None
+        if resolved.clamped:
+            self.warnings.append(str(resolved.warning()))
+        if seconds is None:  # from the setting: checked by resolve, fractions kept
+            seconds = float(cast(float, registry.raw_setting(WALL_CLOCK, self.settings.get)))
+        rail = float(resolved.ceiling) if resolved.clamped else seconds
         # The wall clock is a hard rail: its hard ceiling equals its ceiling, so it is never
         # offered for extension, and its time rail keeps fractions of a second.
-        seconds = max(1, math.ceil(max_seconds))
-        return self._resumed(IterationBudget(WALL_CLOCK, seconds, hard_ceiling=seconds,
-                                             max_seconds=float(max_seconds)))
+        return self._resumed(IterationBudget(WALL_CLOCK, resolved.ceiling,
+                                             hard_ceiling=resolved.ceiling, max_seconds=rail))
 
     # -- the context window (DESIGN 21; datamachine.context) ---------------------------------
     def _context_budget(self) -> IterationBudget | None:
@@ -964,16 +964,13 @@ def _job_fields(result: ConversationResult) -> dict[str, Any]:
 
 
 def _ceiling_overrides(services: Services, given: Mapping[str, int]) -> dict[str, int]:
-    """payload ``budget_ceilings``, each checked against its budget's unit."""
+    """payload ``budget_ceilings``, each checked against its budget's unit (0 only for a
+    budget that counts repeats)."""
     if not given:
         return {}
-    if WALL_CLOCK in given:
-        raise UsageError(f"payload['budget_ceilings'] cannot set {WALL_CLOCK!r}: give the run "
-                         "its time with payload['max_seconds'] (seconds, fractions allowed).")
     registry = services.budgets
     for name, ceiling in given.items():
-        validate_budget_value(f"payload['budget_ceilings'][{name!r}]", ceiling,
-                              maximum=unit_maximum(registry.unit(name)))
+        registry.check_ceiling(name, f"payload['budget_ceilings'][{name!r}]", ceiling)
     return dict(given)
 
 
@@ -987,7 +984,8 @@ def _restored(budget: IterationBudget, snapshot: Mapping[str, Any] | None) -> It
         return budget
     hard = budget.hard_ceiling()
     return IterationBudget(budget.name(), min(ceiling, hard) if hard is not None else ceiling,
-                           current, hard_ceiling=hard, max_seconds=budget.max_seconds())
+                           current, hard_ceiling=hard, max_seconds=budget.max_seconds(),
+                           min_ceiling=budget.min_ceiling())
 
 
 def _result_diagnostics(diagnostics: Mapping[str, Any]) -> dict[str, Any]:

@@ -134,8 +134,10 @@ def _budget_ceilings(value: Any) -> Any:
         if not isinstance(name, str) or not name:
             raise UsageError(f"payload['budget_ceilings'] keys must be budget names, "
                              f"got {brief_repr(name)}.")
+        # The unit's own range is checked where the budget is known (0 only for a budget
+        # that counts repeats).
         validate_budget_value(f"payload['budget_ceilings'][{brief_repr(name)}]", ceiling,
-                              maximum=MAX_METERED_VALUE)
+                              maximum=MAX_METERED_VALUE, minimum=0)
     return dict(value)
 
 

@@ -83,8 +83,9 @@ def test_a_token_budget_takes_a_ceiling_in_its_own_range(host: Host) -> None:
 
 @pytest.mark.parametrize(("ceilings", "match"), [
     ([1], "must be a dict"), ({"tool_calls": 0}, "\\['tool_calls'\\]"),
-    ({"tool_calls": "3"}, "positive integer"), ({"": 3}, "budget names"),
-    ({"wall_clock_seconds": 5}, "max_seconds")])
+    ({"tool_calls": "3"}, "whole number"), ({"": 3}, "budget names"),
+    ({"provider_retries": -1}, "provider_retries"),
+    ({"wall_clock_seconds": 0}, "positive number of seconds")])
 def test_bad_ceilings_are_refused_before_the_run(host: Host, ceilings: Any, match: str) -> None:
     with pytest.raises(UsageError, match=match):
         run(host, ceilings, [{"content": "never"}])

@@ -297,7 +297,6 @@ def test_timeout_filters_cannot_pass_the_clamps() -> None:
 
 @pytest.mark.parametrize(("key", "value"), [("request_timeout", "abc"),
                                             ("connect_timeout", -1),
-                                            ("max_run_seconds", 0),
                                             ("budget_pressure", "yes"),
                                             ("max_request_bytes", 0)])
 def test_known_settings_are_validated_when_written(host: Host, key: str, value: Any) -> None:
