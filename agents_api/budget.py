@@ -15,7 +15,7 @@ from agents_api import clock as _clock
 from agents_api.errors import InvalidBudget, brief_repr
 
 __all__ = ["TOOL_CALLS", "WALL_CLOCK", "BudgetRail", "BudgetSnapshot", "BudgetSpent",
-           "IterationBudget", "per_tool_budget"]
+           "IterationBudget", "per_tool_budget", "spent_payload"]
 
 BudgetRail = Literal["ceiling", "hard_ceiling", "time"]
 
@@ -257,3 +257,19 @@ class IterationBudget:
             f"IterationBudget({self._name!r}, ceiling={self._ceiling}, current={self._current}, "
             f"hard_ceiling={self._hard_ceiling}, max_seconds={self._max_seconds})"
         )
+
+
+def spent_payload(budget: IterationBudget) -> dict[str, object]:
+    """The payload of the ``budget_exceeded`` event for ``budget``: its name, dimension,
+    count, ceiling, rail and the flag the run's result carries. Every emitter of that event
+    (the loop, a product stopping on a budget it counts itself) uses this one."""
+    name = budget.name()
+    if name == WALL_CLOCK:
+        dimension = "wall_clock"
+    elif name.startswith(TOOL_CALLS):
+        dimension = TOOL_CALLS
+    else:
+        dimension = name
+    return {"budget": name, "dimension": dimension, "current": budget.current(),
+            "ceiling": budget.ceiling(), "rail": budget.exhausted_rail(),
+            "flag": budget.to_response_flag()}

@@ -21,7 +21,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, cast
 
 from agents_api import clock
-from agents_api.budget import TOOL_CALLS, WALL_CLOCK, BudgetSpent, IterationBudget, per_tool_budget
+from agents_api.budget import (
+    TOOL_CALLS,
+    WALL_CLOCK,
+    BudgetSpent,
+    IterationBudget,
+    per_tool_budget,
+    spent_payload,
+)
 from agents_api.drive import DeadlineReached, Steps, ThreadCall, awaitable, bounded
 from agents_api.errors import LockLost, brief_repr
 from agents_api.hooks import EventListener, EventSink, LoopSettings, TurnContext
@@ -771,7 +778,7 @@ class LoopRun:
         outcome = self.outcome
         assert outcome is not None
         if outcome.status == "budget_exceeded" and outcome.budget is not None:
-            payload = _exceeded_payload(outcome.budget)
+            payload = spent_payload(outcome.budget)
             if self.needed is not None:
                 payload["needed"] = self.needed  # the refused request's estimate
             self.emitter.emit("budget_exceeded", payload)
@@ -852,15 +859,3 @@ def _can_hold(budget: IterationBudget, needed: int) -> bool:
     hard = budget.hard_ceiling()
     return (budget.exhausted_rail() in (None, "ceiling")
             and (hard is None or budget.current() + needed <= hard))
-
-
-def _exceeded_payload(budget: IterationBudget) -> dict[str, object]:
-    name = budget.name()
-    if name == WALL_CLOCK:
-        dimension = "wall_clock"
-    elif name.startswith(TOOL_CALLS):
-        dimension = TOOL_CALLS
-    else:
-        dimension = name
-    return {"budget": name, "dimension": dimension, "current": budget.current(),
-            "ceiling": budget.ceiling(), "rail": budget.exhausted_rail()}

@@ -219,7 +219,9 @@ class RunStop:
             error_code=verdict.error_code if "error_code" in given else self.error_code,
             pending=((verdict.pending if "pending" in given else self.pending)
                      if status == "awaiting_confirmation" else None),
-            final_content=final, messages=messages, usage=usage, budgets=budgets,
+            final_content=final, messages=messages, usage=usage,
+            budgets=({**budgets, **cast("dict[str, BudgetSnapshot]", verdict.budgets)}
+                     if verdict.budgets else budgets),
             warnings=warnings, metadata={**self.metadata, **verdict.metadata})
 
 
@@ -231,7 +233,8 @@ class StopVerdict(BaseModel):
     loop's.
     ``messages`` are appended to the transcript (a final summary), ``usage`` is added to the
     run's usage (a call made after the last turn), ``warnings`` are appended and ``metadata``
-    (product diagnostics that persisters store) is merged.
+    (product diagnostics that persisters store) is merged. ``budgets``: snapshots of budgets
+    the product counted itself (retries, nudges), added to the run's.
     """
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
@@ -248,6 +251,7 @@ class StopVerdict(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     metadata: dict[str, object] = Field(default_factory=dict)
     pending: dict[str, object] | None = None
+    budgets: dict[str, dict[str, object]] = Field(default_factory=dict)
 
 
 class LoopResult(BaseModel):

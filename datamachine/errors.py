@@ -173,7 +173,8 @@ class ProviderError(DataMachineError, RuntimeError):
     errors, else None; ``provider`` is the provider name; ``attempts`` is how many requests were
     sent; ``failed_attempts`` the ones before the last that failed and were retried
     (``datamachine.providers.base.FailedAttempt``); ``partial_content`` is the text a stream
-    delivered before it broke.
+    delivered before it broke. ``retries_spent``: the request failed in a way worth retrying
+    but its ``provider_retries`` budget had none left (the run then stops on that budget).
     """
 
     def __init__(
@@ -188,8 +189,10 @@ class ProviderError(DataMachineError, RuntimeError):
         failed_attempts: tuple[Any, ...] = (),
         context_window: int | None = None,
         prompt_tokens: int | None = None,
+        retries_spent: bool = False,
     ) -> None:
         super().__init__(message)
+        self.retries_spent = retries_spent
         self.code = code
         self.provider = provider
         self.status = status

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from agents_api import Decision, Message
+from agents_api import Decision, IterationBudget, Message
 from agents_api.records import LoopStatus, ToolCall
 from agents_api.results import empty_usage
 from datamachine.budgets_builtin import CONVERSATION_TURNS
@@ -86,6 +86,7 @@ class CompletionRun:
         emit: Emit,
         engine_data: dict[str, Any],
         single_turn: bool = False,
+        nudges: IterationBudget,
         job: PipelineJob | None = None,
     ) -> None:
         self.assertions = assertions
@@ -106,6 +107,10 @@ class CompletionRun:
         self.engine_data = engine_data
         self.single_turn = single_turn
         self.nudge_count = 0
+        # The budget completion_nudges: a nudge is given only while it has room; the one that
+        # would pass its ceiling is not, and the run ends incomplete on it (``nudges_spent``).
+        self.nudges = nudges
+        self.nudges_spent = False
         self.last_nudge: str | None = None
         self.blocker: str | None = None
         # True while the policy's latest word on a final answer was "not yet".
@@ -126,8 +131,10 @@ class CompletionRun:
     @classmethod
     def prepare(cls, services: Services, modes: list[str], payload: dict[str, Any],
                 runtime: RuntimeOptions, tools: dict[str, Tool], *, emit: Emit,
-                engine_data: dict[str, Any], single_turn: bool = False) -> CompletionRun:
-        """Parse the run's completion config; raise a UsageError before anything runs."""
+                engine_data: dict[str, Any], nudges: IterationBudget,
+                single_turn: bool = False) -> CompletionRun:
+        """Parse the run's completion config; raise a UsageError before anything runs.
+        ``nudges``: the run's ``completion_nudges`` budget."""
         assertions, warnings = parse_assertions(runtime.completion_assertions)
         custom = runtime.completion_policy
         if custom is not None:
@@ -149,7 +156,7 @@ class CompletionRun:
         return cls(assertions=assertions, policy=policy, tools=run_tools,
                    offered_tool_names=sorted(tools), modes=modes, payload=payload,
                    warnings=warnings, emit=emit, engine_data=engine_data,
-                   single_turn=single_turn, job=job)
+                   single_turn=single_turn, job=job, nudges=nudges)
 
     # -- before the loop ---------------------------------------------------------------------
     def unavailable_tools(self) -> list[str]:
@@ -268,9 +275,11 @@ class CompletionRun:
         if decision.complete:
             self.pending = False
             return []
+        self.pending = True
+        if not self._nudge_allowed():
+            return []
         # "Not done" with nothing to say still needs words for the model: the generic nudge.
         text = decision.message.strip() or build_nudge(messages)
-        self.pending = True
         self.nudge_count += 1
         self.last_nudge = text
         self._report_nudge(text, decision, turn, len(transcript) + 1)
@@ -281,7 +290,7 @@ class CompletionRun:
         """An answer with no text after the run's tool calls (DESIGN 25): nudged once to
         answer; a second empty answer ends the run, which is then ``incomplete`` (flag
         ``empty_answer``), never completed with an earlier turn's words."""
-        if self.empty_nudged or self.single_turn:
+        if self.empty_nudged or self.single_turn or not self._nudge_allowed():
             self.empty_answer = True
             return []
         self.empty_nudged = True
@@ -292,6 +301,16 @@ class CompletionRun:
                            turn, len(messages) + 1)
         return [Message.text("user", text, {"type": NUDGE_METADATA_TYPE,
                                             "completion_nudge_count": self.nudge_count})]
+
+    def _nudge_allowed(self) -> bool:
+        """Count one more nudge when ``completion_nudges`` has room for it; else mark the
+        budget spent (the run ends incomplete on it)."""
+        nudges = self.nudges
+        if nudges.current() >= nudges.ceiling():
+            self.nudges_spent = True
+            return False
+        nudges.increment()
+        return True
 
     def _report_nudge(self, text: str, decision: Decision, turn: int,
                       message_count: int) -> None:

@@ -31,15 +31,18 @@ from agents_api import (
     TurnContext,
 )
 from agents_api.api import hooked_steps
-from agents_api.budget import per_tool_budget
+from agents_api.budget import per_tool_budget, spent_payload
 from agents_api.drive import Steps, drive_async, drive_sync, run_steps
 from agents_api.records import ToolCall, ToolOutcome
 from agents_api.results import Decision, unchecked
 from datamachine.budgets_builtin import (
+    COMPLETION_NUDGES,
     CONTEXT_TOKENS,
     CONVERSATION_TURNS,
     COST,
     METERED_BUDGETS,
+    OUTPUT_RETRIES,
+    PROVIDER_RETRIES,
     TOOL_CALLS,
     TOTAL_TOKENS,
     WALL_CLOCK,
@@ -78,6 +81,7 @@ from datamachine.providers.options import (
     validate_model_options,
 )
 from datamachine.providers.overflow import CONTEXT_OVERFLOW
+from datamachine.providers.wire_provider import WireProvider
 from datamachine.settings import SettingsSnapshot
 from datamachine.tools.executor import ToolExecutor
 from datamachine.tools.results import is_rejected
@@ -139,9 +143,14 @@ class ConversationRun:
         self.engine_data: dict[str, Any] = found if isinstance(found, dict) else {}
         self.completion = CompletionRun.prepare(
             services, spec.modes, spec.payload, runtime, spec.tools, emit=self.events.emit,
-            engine_data=self.engine_data, single_turn=spec.single_turn)
+            engine_data=self.engine_data, nudges=self._repeats(COMPLETION_NUDGES),
+            single_turn=spec.single_turn)
+        # provider_retries: the ceiling every request of the run retries up to (None: a
+        # provider that does not retry); spent_retries: the request that failed with none left.
+        self.retries: IterationBudget | None = None
+        self.spent_retries = False
         self.provider = self._provider()
-        self.output = (OutputContract(runtime.output_type)
+        self.output = (OutputContract(runtime.output_type, self._repeats(OUTPUT_RETRIES))
                        if runtime.output_type is not None else None)
         self.budgets = self._other_budgets()
         # The model's context window (None: unknown, and no context budget until a provider
@@ -225,9 +234,20 @@ class ConversationRun:
     def _provider(self) -> Any:
         spec = self.spec
         provider: Any = self.services.providers.get(spec.provider, settings=self.settings.get)
-        for_run = getattr(provider, "for_run", None)
-        if callable(for_run):  # reads host settings: the run's snapshot, never the database
-            provider = for_run(self.settings.get)
+        if isinstance(provider, WireProvider):
+            # Its requests read host settings through the run's snapshot, never the database,
+            # and retry as often as the run's provider_retries budget says: a retry count the
+            # provider was built with stands unless the run overrides it.
+            own = provider.retry.max_retries
+            self.retries = self.services.budgets.create(
+                PROVIDER_RETRIES, ceiling_override=self.ceiling_overrides.get(PROVIDER_RETRIES,
+                                                                              own),
+                warnings=self.warnings, settings=self.settings.get)
+            provider = provider.for_run(self.settings.get, max_retries=self.retries.ceiling())
+        else:
+            for_run = getattr(provider, "for_run", None)
+            if callable(for_run):
+                provider = for_run(self.settings.get)
         start_run = getattr(provider, "start_run", None)
         script = spec.runtime.script
         if callable(start_run):
@@ -245,6 +265,14 @@ class ConversationRun:
                                               warnings=self.warnings, settings=self.settings.get)
         self.ceilings[name] = budget.ceiling()
         return self._resumed(budget)
+
+    def _repeats(self, name: str) -> IterationBudget:
+        """A budget that counts repeats in this run (nudges, output re-asks): held by the
+        product, never checked by the loop (a ceiling N allows N; the run stops when an
+        (N+1)th is needed), and carried on by a run that resumes this one."""
+        return self._resumed(self.services.budgets.create(
+            name, ceiling_override=self.ceiling_overrides.get(name), warnings=self.warnings,
+            settings=self.settings.get))
 
     def _resumed(self, budget: IterationBudget) -> IterationBudget:
         """``budget`` with the count and ceiling its paused run stored (never past its hard
@@ -287,7 +315,7 @@ class ConversationRun:
             self.settings.get("spend_limits"))}
         return [self._resumed(self.services.budgets.create(name, settings=self.settings.get))
                 for name in self.resumption.budgets
-                if name not in present and name != WALL_CLOCK]
+                if name not in present and name not in _PRODUCT_HELD]
 
     def _wall_clock(self) -> IterationBudget | None:
         """The run's time rail, the budget ``wall_clock_seconds``: payload ``max_seconds``
@@ -622,13 +650,13 @@ class ConversationRun:
         try:
             response = provider_turn.send(request)
         except ProviderError as exc:
-            self._charge_failed()
+            self._failed(exc)
             if exc.code != CONTEXT_OVERFLOW:
                 raise
             return run_steps(self._recovered(self.context or self._overflow_guard(
                 context.budgets), exc, messages, context, extra, offered))
-        except BaseException:
-            self._charge_failed()
+        except BaseException as exc:
+            self._failed(exc)
             raise
         if type(response) is not ProviderResponse:
             return self._answer_later(cast(Awaitable[ProviderResponse], response), messages,
@@ -673,13 +701,13 @@ class ConversationRun:
                 response = sent if type(sent) is ProviderResponse else (
                     yield cast(Awaitable[ProviderResponse], sent))
             except ProviderError as exc:
-                self._charge_failed()
+                self._failed(exc)
                 if exc.code != CONTEXT_OVERFLOW:
                     raise
                 error = exc
                 continue
-            except BaseException:
-                self._charge_failed()
+            except BaseException as exc:
+                self._failed(exc)
                 raise
             return self._answer(cast(ProviderResponse, response), messages, context)
 
@@ -749,11 +777,21 @@ class ConversationRun:
             kept = {tool["name"] for tool in offered}
             closed.update(t["name"] for t in every if t["name"] not in kept)
 
-    def _charge_failed(self) -> None:
+    def _failed(self, error: BaseException) -> None:
         # A request that failed may have reached the provider (a timeout, a cut stream):
-        # it is charged its estimate.
+        # it is charged its estimate; its retries are counted.
         if self.meter is not None:
             self.meter.charge_failed()
+        if isinstance(error, ProviderError) and self.retries is not None:
+            self._count_retries(len(error.failed_attempts))
+            if error.retries_spent:
+                self.spent_retries = True
+
+    def _count_retries(self, retried: int) -> None:
+        """``provider_retries`` shows the most retries one request of the run took."""
+        retries = self.retries
+        if retries is not None and retried > retries.current():
+            retries.set_current(retried)
 
     async def _answer_later(self, pending: Awaitable[ProviderResponse], messages: list[Message],
                             context: TurnContext, extra: list[dict[str, str]] | None,
@@ -761,15 +799,15 @@ class ConversationRun:
         try:
             response = await pending
         except ProviderError as exc:
-            self._charge_failed()
+            self._failed(exc)
             if exc.code != CONTEXT_OVERFLOW:
                 raise
             guard = self._overflow_guard(context.budgets)
             answer = run_steps(self._recovered(guard, exc, messages, context, extra, offered))
             return answer if type(answer) is TurnAnswer else await cast(
                 Awaitable[TurnAnswer], answer)
-        except BaseException:
-            self._charge_failed()
+        except BaseException as exc:
+            self._failed(exc)
             raise
         return self._answer(response, messages, context)
 
@@ -780,6 +818,8 @@ class ConversationRun:
             logger.warning(describe_ignored_usage(self.spec.provider, response.ignored_usage))
         if self.meter is not None:
             self.meter.settle(response.usage, response.content, response.tool_calls)
+        if response.failed_attempts:
+            self._count_retries(len(response.failed_attempts))
         if self.context is not None:
             self.context.observe(response.usage)
         # An answer without calls that the output token limit cut off (see verdict.decide).
@@ -821,6 +861,9 @@ class ConversationRun:
 
     # -- stopping ---------------------------------------------------------------------------
     def _stop_steps(self, stop: RunStop, context: TurnContext) -> Steps[StopVerdict]:
+        spent = self._spent_repeat(stop)
+        if spent is not None:
+            self.events.emit("budget_exceeded", spent_payload(spent))
         meter = self.meter
         if meter is not None:
             meter.release()  # a request that never answered gives its reservation back
@@ -859,11 +902,37 @@ class ConversationRun:
         guard.overflowed(error, context.turn, self.provider_turn.sent_bytes)
         return True
 
+    def _repeat_snapshots(self, spent: IterationBudget | None
+                          ) -> dict[str, dict[str, object]]:
+        """The run's repeat counters that counted something or stopped the run (a result
+        shows a budget that did not stop the run only when it counted)."""
+        return {budget.name(): dict(budget.snapshot())
+                for budget in (self.retries, self.completion.nudges,
+                               self.output.retries if self.output is not None else None)
+                if budget is not None and (budget.current() or budget is spent)}
+
+    def _spent_repeat(self, stop: RunStop) -> IterationBudget | None:
+        """The repeat counter that ended the run, if one did: a request with no retry left
+        (the run ends ``error``), a nudge or an output re-ask the budget had no room for (the
+        run ends ``incomplete``)."""
+        if stop.status == "error":
+            return self.retries if self.spent_retries else None
+        if stop.status != "completed":
+            return None
+        if self.completion.nudges_spent:
+            return self.completion.nudges
+        output = self.output
+        if output is not None and output.retries_spent and output.value is None:
+            return output.retries
+        return None
+
     def _decide(self, stop: RunStop, **extra: Any) -> tuple[StopVerdict, dict[str, Any]]:
+        spent = self._spent_repeat(stop)
         return decide(stop, turn_ceiling=self.turn_budget.ceiling(), completion=self.completion,
                       chat_abort=self._abort(), truncated=self.answer_truncated,
                       output=self.output, partial=self.provider_turn.partial_text,
-                      metered_warning=self._metered_warning(stop), **extra)
+                      metered_warning=self._metered_warning(stop),
+                      spent=spent, budgets=self._repeat_snapshots(spent), **extra)
 
     def _metered_warning(self, stop: RunStop) -> str | None:
         """The warning of a stop on a token or cost budget, in tokens or dollars."""
@@ -942,6 +1011,10 @@ class ConversationRun:
                 pass
         return self.cumulative_base + end.turn_count
 
+
+# Budgets the product holds and counts itself (repeats; the loop never checks them): a run that
+# resumes makes them anew from the stored snapshot, never as loop budgets.
+_PRODUCT_HELD = frozenset({WALL_CLOCK, PROVIDER_RETRIES, COMPLETION_NUDGES, OUTPUT_RETRIES})
 
 _DIAGNOSTIC_DEFAULTS: dict[str, Any] = {
     "completion_nudge_count": 0, "completion_nudge": None, "blocker": None,

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agents_api import Message, RunStop, StopVerdict
+from agents_api import IterationBudget, Message, RunStop, StopVerdict
 from agents_api.drive import Steps, awaitable
 from agents_api.jsontext import compact_bytes
 from agents_api.records import LoopStatus
@@ -285,7 +285,9 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
            metered_warning: str | None = None, pending_extra: Mapping[str, Any] | None = None,
            warnings: list[str] | None = None,
            timeline: list[dict[str, Any]] | None = None,
-           compactions: list[dict[str, Any]] | None = None
+           compactions: list[dict[str, Any]] | None = None,
+           spent: IterationBudget | None = None,
+           budgets: Mapping[str, dict[str, object]] | None = None
            ) -> tuple[StopVerdict, dict[str, Any]]:
     """The verdict on ``stop`` (see the module docstring), and the run's completion
     diagnostics. Pure: reads, never writes.
@@ -298,7 +300,10 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
     ``metered_warning``: the warning of a stop on a token or cost budget, in its own words.
     ``pending_extra``: what a paused run's ``pending`` carries beyond the loop's word (its
     tools, the pause's id). ``warnings``, ``timeline`` and ``compactions`` (its context
-    compactions, the latest with its view): the run's, stored with its end.
+    compactions, the latest with its view): the run's, stored with its end. ``spent``: a
+    budget the product counts itself that ended the run (provider retries: an ``error``;
+    completion nudges, output re-asks: ``incomplete``), named with its flag like any budget.
+    ``budgets``: snapshots of the budgets the product counted itself, for the result.
     """
     diagnostics = completion.diagnostics()
     status, budget, flags, warning = stop.status, stop.budget, list(stop.flags), stop.warning
@@ -311,7 +316,7 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
     else:
         status, budget, flags, warning, final_content = _judged(
             stop, turn_ceiling, completion, chat_abort, truncated, output, metered_warning,
-            final_content if summary is None else summary.text)
+            final_content if summary is None else summary.text, spent)
         if summary is not None:
             messages = [Message.text("assistant", summary.text, {"type": "final_summary"})]
     max_turns_reached = status == "budget_exceeded" and budget == CONVERSATION_TURNS
@@ -327,13 +332,14 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
     verdict = unchecked(StopVerdict, status=status, budget=budget, flags=flags,
                         warning=warning, final_content=final_content, messages=messages,
                         usage=dict(summary_usage or {}), warnings=list(warnings or []),
-                        metadata=stored, pending=pending)
+                        metadata=stored, pending=pending, budgets=dict(budgets or {}))
     return verdict, diagnostics
 
 
 def _judged(stop: RunStop, turn_ceiling: int, completion: CompletionRun,
             chat_abort: str | None, truncated: bool, output: OutputContract | None,
-            metered_warning: str | None, final_content: str
+            metered_warning: str | None, final_content: str,
+            spent: IterationBudget | None = None
             ) -> tuple[LoopStatus, str | None, list[str], str | None, str]:
     """(status, budget, flags, warning, final content) of a run that is not paused."""
     status, budget, flags, warning = stop.status, stop.budget, list(stop.flags), stop.warning
@@ -360,6 +366,13 @@ def _judged(stop: RunStop, turn_ceiling: int, completion: CompletionRun,
         final_content = ""
         if status == "completed":
             status, warning = "incomplete", EMPTY_ANSWER_WARNING
+    if spent is not None and status in ("error", "completed", "incomplete"):
+        # One way to say "ran out": the budget's name, its flag, and a warning naming it.
+        if status == "completed":
+            status = "incomplete"
+        budget = spent.name()
+        flags.append(spent.to_response_flag())
+        warning = spent.to_warning() + (f" {warning}" if warning else "")
     if chat_abort is not None and status in ("completed", "budget_exceeded", "incomplete"):
         status, warning, budget, flags = "aborted", chat_abort, None, []
         final_content = final_content or chat_abort

@@ -2,11 +2,12 @@
 
 ``output_type=`` (a pydantic model class, or a JSON schema dict) asks for the final answer as
 JSON of that shape. An answer that does not parse or validate is not accepted: the model is told
-exactly what was wrong and asked again, and each retry is a turn, so the turn budget bounds the
-retries like everything else. The accepted value is ``result.output`` (a model instance, or the
-decoded JSON for a schema). When the last allowed turn still gives no valid answer, the run is
-``incomplete`` and says why. Where the endpoint supports it, the schema also goes to the
-provider as ``response_format`` (the model option; one the caller set wins).
+exactly what was wrong and asked again, each retry a turn, as often as the budget
+``output_retries`` allows (default 3; 0: never asked again). The accepted value is
+``result.output`` (a model instance, or the decoded JSON for a schema). When no valid answer
+comes, the run is ``incomplete`` and says why (with the flag ``max_output_retries_reached`` when
+the re-asks ran out). Where the endpoint supports it, the schema also goes to the provider as
+``response_format`` (the model option; one the caller set wins).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from agents_api import Message
+from agents_api import IterationBudget, Message
 from agents_api.errors import brief_repr
 from agents_api.jsontext import compact_json, unreadable
 from datamachine.errors import UsageError
@@ -51,10 +52,16 @@ def check_output_type(value: Any) -> Any:
 
 
 class OutputContract:
-    """One run's output type: checks each final answer, keeps the accepted value."""
+    """One run's output type: checks each final answer, keeps the accepted value.
+    ``retries``: the run's ``output_retries`` budget (None: re-ask without a limit of its
+    own)."""
 
-    def __init__(self, output_type: type[BaseModel] | dict[str, Any]) -> None:
+    def __init__(self, output_type: type[BaseModel] | dict[str, Any],
+                 retries: IterationBudget | None = None) -> None:
         self.output_type = output_type
+        self.retries = retries
+        # The answer did not fit and output_retries had no re-ask left.
+        self.retries_spent = False
         if isinstance(output_type, dict):
             from jsonschema import Draft202012Validator
 
@@ -83,6 +90,12 @@ class OutputContract:
         if problem is None:
             return []
         self.value = None
+        retries = self.retries
+        if retries is not None:
+            if retries.current() >= retries.ceiling():
+                self.retries_spent = True
+                return []
+            retries.increment()
         text = (f"Your final answer must be only a JSON value matching this schema:\n"
                 f"{compact_json(self.schema)[:_SHOWN]}\nIt was not accepted: {problem}. "
                 "Answer again with only the corrected JSON.")

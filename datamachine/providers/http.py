@@ -243,9 +243,14 @@ class ProviderHTTP:
         self._url: tuple[str, httpx.URL] | None = None
 
     # -- configuration -----------------------------------------------------------------------
-    def max_retries(self, settings: Callable[[str], Any] | None = None) -> int:
-        """The retries allowed after a turn's first request: the policy's, else the setting
-        read through ``settings`` (a run's snapshot), else through this pool's own lookup."""
+    def max_retries(self, settings: Callable[[str], Any] | None = None,
+                    retries: int | None = None) -> int:
+        """The retries allowed after a turn's first request: ``retries`` (a run's
+        ``provider_retries`` ceiling, resolved by the host's budget registry), else the
+        policy's, else the setting read through ``settings`` (a run's snapshot), else through
+        this pool's own lookup."""
+        if retries is not None:
+            return retries
         if self.retry.max_retries is not None:
             return self.retry.max_retries
         lookup = settings or self.settings_lookup
@@ -322,16 +327,16 @@ class ProviderHTTP:
             await own.aclose()
 
     # -- one exchange ------------------------------------------------------------------------
-    def post(self, outbound: Outbound, *, settings: SettingsLookup | None = None
-             ) -> Delivered | Awaitable[Delivered]:
+    def post(self, outbound: Outbound, *, settings: SettingsLookup | None = None,
+             retries: int | None = None) -> Delivered | Awaitable[Delivered]:
         """POST with retries: the final 2xx response and the attempts that failed before it,
         or an awaitable of them inside a running event loop. Every failure is a ProviderError
         naming what to fix (with the failed attempts before it)."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return self._post_sync(outbound, settings)
-        return self._post_async(outbound, settings)
+            return self._post_sync(outbound, settings, retries)
+        return self._post_async(outbound, settings, retries)
 
     def _parsed(self, url: str) -> httpx.URL:
         cached = self._url
@@ -343,12 +348,12 @@ class ProviderHTTP:
         self._url = (url, parsed)
         return parsed
 
-    def _post_sync(self, outbound: Outbound, settings: SettingsLookup | None = None
-                   ) -> Delivered:
+    def _post_sync(self, outbound: Outbound, settings: SettingsLookup | None = None,
+                   retries: int | None = None) -> Delivered:
         client = self.sync_client()
         url = self._parsed(outbound.url)
         failed: list[FailedAttempt] = []
-        steps = self._exchange(outbound, failed, settings)
+        steps = self._exchange(outbound, failed, settings, retries)
         ask: _Send | _Wait = next(steps)
         try:
             while True:
@@ -367,12 +372,12 @@ class ProviderHTTP:
         except StopIteration as done:
             return Delivered(done.value, tuple(failed))
 
-    async def _post_async(self, outbound: Outbound, settings: SettingsLookup | None = None
-                          ) -> Delivered:
+    async def _post_async(self, outbound: Outbound, settings: SettingsLookup | None = None,
+                          retries: int | None = None) -> Delivered:
         client = self.async_client()
         url = self._parsed(outbound.url)
         failed: list[FailedAttempt] = []
-        steps = self._exchange(outbound, failed, settings)
+        steps = self._exchange(outbound, failed, settings, retries)
         ask: _Send | _Wait = next(steps)
         deadline = outbound.request_timeout if outbound.request_timeout > 0 else None
         try:
@@ -395,8 +400,8 @@ class ProviderHTTP:
             return Delivered(done.value, tuple(failed))
 
     @contextlib.asynccontextmanager
-    async def open_events(self, outbound: Outbound, *, settings: SettingsLookup | None = None
-                          ) -> AsyncIterator[Opened]:
+    async def open_events(self, outbound: Outbound, *, settings: SettingsLookup | None = None,
+                          retries: int | None = None) -> AsyncIterator[Opened]:
         """POST for a streamed answer: its Server-Sent Events, once the first one has arrived.
         Until then everything is retried as for :meth:`post`: an error status (whose answer is
         read whole, for its message), a connection that drops, a body that ends or breaks
@@ -406,7 +411,7 @@ class ProviderHTTP:
         client = self.async_client()
         url = self._parsed(outbound.url)
         failed: list[FailedAttempt] = []
-        steps = self._exchange(outbound, failed, settings)
+        steps = self._exchange(outbound, failed, settings, retries)
         ask: _Send | _Wait = next(steps)
         while True:
             if isinstance(ask, _Wait):
@@ -478,12 +483,12 @@ class ProviderHTTP:
 
     def _exchange(
         self, outbound: Outbound, failed: list[FailedAttempt],
-        settings: SettingsLookup | None = None,
+        settings: SettingsLookup | None = None, allowed: int | None = None,
     ) -> Generator[_Send | _Wait, httpx.Response | None, httpx.Response]:
         """The retry decisions: yields a send or a wait, receives the response (or has the
         transport's exception thrown in), returns the final 2xx response; each attempt that
         failed and is retried is added to ``failed``."""
-        retries = self.max_retries(settings)
+        retries = self.max_retries(settings, allowed)
         attempt = 0
         while True:
             attempt += 1
@@ -547,11 +552,13 @@ class ProviderHTTP:
                 code=CONTEXT_OVERFLOW, provider=self.name, status=status, attempts=attempt,
                 failed_attempts=tuple(failed), context_window=overflow[0],
                 prompt_tokens=overflow[1])
+        told = response.headers.get("x-should-retry", "").strip().lower()
+        worth_retrying = told == "true" or (told != "false" and _retryable(status))
         return ProviderError(
             f"The {self.name} provider answered HTTP {status} from {url} {attempts}: "
             f"{detail}.{self.hints.get(status, '')}",
             code="provider_http_error", provider=self.name, status=status, attempts=attempt,
-            failed_attempts=tuple(failed))
+            failed_attempts=tuple(failed), retries_spent=worth_retrying and attempt > retries)
 
     def _broke_before_answering(self, exc: Exception, url: str, attempt: int,
                                 retries: int, before: tuple[FailedAttempt, ...]
@@ -562,12 +569,12 @@ class ProviderHTTP:
                 f"The {self.name} provider's streamed answer from {url} ended before its first "
                 f"event {attempts}: HTTP 200 with an empty body. Check the server's log.",
                 code="provider_stream_error", provider=self.name, attempts=attempt,
-                failed_attempts=before)
+                failed_attempts=before, retries_spent=attempt > retries)
         return ProviderError(
             f"The {self.name} provider's server at {url} closed the connection before "
             f"answering {attempts} ({type(exc).__name__}: {exc or 'no detail'}). Check the "
             "server's log.", code="provider_connection_error", provider=self.name,
-            attempts=attempt, failed_attempts=before)
+            attempts=attempt, failed_attempts=before, retries_spent=attempt > retries)
 
     def _transport_error(self, exc: Exception, outbound: Outbound, attempt: int,
                          retries: int, failed: list[FailedAttempt]) -> ProviderError:
@@ -609,7 +616,7 @@ def _attempts(attempt: int, retries: int, retryable: bool) -> str:
     if attempt > 1:
         return f"after {attempt} attempts"
     if retryable and retries == 0:
-        return f"({MAX_RETRIES_SETTING}=0, so not retried)"
+        return "(the provider_retries budget is 0, so not retried)"
     return "(not retried)"
 
 

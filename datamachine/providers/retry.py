@@ -7,18 +7,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from datamachine.errors import UsageError
+from datamachine.registry import BudgetSpec, validate_budget_value
 
-__all__ = ["DEFAULT_MAX_RETRIES", "RetryPolicy", "check_max_retries"]
+__all__ = ["DEFAULT_MAX_RETRIES", "RetryPolicy", "check_max_retries", "retries_spec"]
 
-DEFAULT_MAX_RETRIES = 3
+
+def retries_spec() -> BudgetSpec:
+    """The built-in ``provider_retries`` budget's registration: the one home of its default
+    and range (a provider used outside a run has no host registry to ask)."""
+    from datamachine.budgets_builtin import BUILTIN_BUDGETS, PROVIDER_RETRIES
+
+    return next(spec for spec in BUILTIN_BUDGETS if spec.name == PROVIDER_RETRIES)
+
+
+DEFAULT_MAX_RETRIES: int = retries_spec().default or 0
 
 
 def check_max_retries(where: str, value: Any) -> int:
-    """``value`` as a retry count (an integer from 0 to 10), else a UsageError naming ``where``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10:
-        raise UsageError(f"{where} must be an integer from 0 to 10 (retries after the first "
-                         f"request), got {value!r}.")
-    return value
+    """``value`` as a retry count within the ``provider_retries`` budget's range, else an
+    InvalidBudgetValue (a UsageError) naming ``where``."""
+    spec = retries_spec()
+    return validate_budget_value(where, value, minimum=spec.min, maximum=spec.max)
 
 
 @dataclass(slots=True)

@@ -136,14 +136,17 @@ class WireProvider:
             max_retry_wait=self.retry.max_retry_wait, sleep=self.sleep, jitter=self.jitter,
             environ=self._environ, settings_lookup=self._settings_lookup)
 
-    def for_run(self: P, settings: Callable[[str], Any]) -> P:
-        """This provider as one run sees it: host settings (the base URL, the retries) read
-        through ``settings``, the run's snapshot, so no request of the run reads the database;
-        the connection pools stay this provider's, shared by every run."""
+    def for_run(self: P, settings: Callable[[str], Any], *, max_retries: int | None = None
+                ) -> P:
+        """This provider as one run sees it: host settings (the base URL) read through
+        ``settings``, the run's snapshot, so no request of the run reads the database;
+        ``max_retries``: the run's ``provider_retries`` ceiling (None: this provider's own).
+        The connection pools stay this provider's, shared by every run."""
         return type(self)(
             self.base_url, self.api_key, name=self.name, api_key_env=self.api_key_env,
             model_options=self.model_options, headers=self.headers,
-            max_retries=self.retry.max_retries, backoff_base=self.retry.backoff_base,
+            max_retries=self.retry.max_retries if max_retries is None else max_retries,
+            backoff_base=self.retry.backoff_base,
             backoff_max=self.retry.backoff_max, max_retry_wait=self.retry.max_retry_wait,
             sleep=self.sleep, jitter=self.jitter, environ=self._environ,
             settings_lookup=settings, http=self.http())
@@ -211,7 +214,8 @@ class WireProvider:
     ) -> ProviderResponse | Awaitable[ProviderResponse]:
         """Send one request (retrying what is worth retrying) and return the parsed answer:
         at once in a synchronous run, as an awaitable inside a running event loop."""
-        delivered = self.http().post(self.outbound(request), settings=self._settings_lookup)
+        delivered = self.http().post(self.outbound(request), settings=self._settings_lookup,
+                                     retries=self.retry.max_retries)
         if isinstance(delivered, Awaitable):
             return self._parse_later(delivered, request.turn)
         return self._parsed(delivered, request.turn)
@@ -271,7 +275,8 @@ class WireProvider:
         failed: tuple[FailedAttempt, ...] = ()
         try:
             async with self.http().open_events(self.outbound(request, stream=True),
-                                               settings=self._settings_lookup) as opened:
+                                               settings=self._settings_lookup,
+                                               retries=self.retry.max_retries) as opened:
                 failed = opened.failed
                 async for event in opened.events:
                     if not event.data.strip():

@@ -513,7 +513,7 @@ def test_the_provider_max_retries_setting_is_read_per_request(
 
     error = _fail(provider)
     assert (error.status, error.attempts) == (500, 1)
-    assert "provider_max_retries=0, so not retried" in str(error)
+    assert "provider_retries budget is 0, so not retried" in str(error)
 
     settings["provider_max_retries"] = 1
     assert _complete(provider).content == "ok"
