@@ -71,7 +71,7 @@ def test_every_setting_the_code_reads_is_declared() -> None:
     read = setting_keys_read()
     # The scan itself must see reads of every kind, or it would pass by seeing nothing.
     assert {"default_provider", "confirmation", "chat_max_turns",
-            "provider_max_retries", "openai_base_url", "providers", "remote_sites",
+            "openai_base_url", "providers", "remote_sites",
             "fetch_allow_private", "mcp_servers", "mcp_call_timeout", "site_id",
             "chat_rate_limit", "spend_limits"} <= set(read)
     with bootstrap.boot(":memory:") as host:  # the installed plugins too

@@ -43,7 +43,7 @@ from agents_api import clock
 from datamachine.errors import ProviderError, UsageError
 from datamachine.providers.base import FailedAttempt
 from datamachine.providers.overflow import CONTEXT_OVERFLOW, Overflow
-from datamachine.providers.retry import DEFAULT_MAX_RETRIES, RetryPolicy, check_max_retries
+from datamachine.providers.retry import DEFAULT_MAX_RETRIES, RetryPolicy, outside_run_retries
 
 if TYPE_CHECKING:
     import httpx
@@ -247,18 +247,13 @@ class ProviderHTTP:
                     retries: int | None = None) -> int:
         """The retries allowed after a turn's first request: ``retries`` (a run's
         ``provider_retries`` ceiling, resolved by the host's budget registry), else the
-        policy's, else the setting read through ``settings`` (a run's snapshot), else through
-        this pool's own lookup."""
+        policy's, else the ``provider_retries`` budget's setting read through ``settings`` (a
+        run's snapshot) or this pool's own lookup, resolved like a run's."""
         if retries is not None:
             return retries
         if self.retry.max_retries is not None:
             return self.retry.max_retries
-        lookup = settings or self.settings_lookup
-        if lookup is not None:
-            value = lookup(MAX_RETRIES_SETTING)
-            if value is not None:
-                return check_max_retries(f"Setting {MAX_RETRIES_SETTING!r}", value)
-        return DEFAULT_MAX_RETRIES
+        return outside_run_retries(settings or self.settings_lookup)
 
     # -- clients ---------------------------------------------------------------------------
     def sync_client(self) -> httpx.Client:

@@ -3,13 +3,15 @@ transport on first use)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from datamachine.errors import UsageError
-from datamachine.registry import BudgetSpec, validate_budget_value
+from datamachine.registry import BudgetSpec, IterationBudgetRegistry, validate_budget_value
 
-__all__ = ["DEFAULT_MAX_RETRIES", "RetryPolicy", "check_max_retries", "retries_spec"]
+__all__ = ["DEFAULT_MAX_RETRIES", "RetryPolicy", "check_max_retries", "outside_run_retries",
+           "retries_spec"]
 
 
 def retries_spec() -> BudgetSpec:
@@ -24,10 +26,25 @@ DEFAULT_MAX_RETRIES: int = retries_spec().default or 0
 
 
 def check_max_retries(where: str, value: Any) -> int:
-    """``value`` as a retry count within the ``provider_retries`` budget's range, else an
-    InvalidBudgetValue (a UsageError) naming ``where``."""
-    spec = retries_spec()
-    return validate_budget_value(where, value, minimum=spec.min, maximum=spec.max)
+    """``value`` as a retry count: a whole number (0 or more, at most a count budget's
+    10,000), else an InvalidBudgetValue (a UsageError) naming ``where``. Not clamped here: a
+    run clamps it to the ``provider_retries`` budget's range (and says so); a provider used
+    outside a run retries what it was built with."""
+    return validate_budget_value(where, value, minimum=0)
+
+
+_BUILTIN: list[IterationBudgetRegistry] = []
+
+
+def outside_run_retries(settings: Callable[[str], Any] | None) -> int:
+    """The retries of a request made outside a run (a provider called directly): the
+    ``provider_retries`` setting read through ``settings``, else its default, clamped to the
+    built-in registration's range by the registry, as a run would."""
+    if not _BUILTIN:
+        registry = IterationBudgetRegistry()
+        registry.register(retries_spec())
+        _BUILTIN.append(registry)
+    return _BUILTIN[0].resolve(retries_spec().name, settings=settings).ceiling
 
 
 @dataclass(slots=True)

@@ -130,7 +130,7 @@ def test_the_setting_moves_the_ceiling_within_the_clamp(make_host: Any) -> None:
     warnings: list[str] = []
     assert host.budgets.create("notes_written", warnings=warnings).ceiling() == 50
     assert warnings == ["Budget 'notes_written': requested ceiling 80 (from setting) is outside "
-                        "the allowed range; using 50."]
+                        "its range [1, 50]; using 50."]
 
 
 def test_an_empty_note_is_refused_without_spending_budget(make_host: Any) -> None:
