@@ -7,7 +7,7 @@ returning the wrong shape gets a clear error instead of a ``KeyError`` three tur
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
@@ -337,6 +337,8 @@ class EndedRun(Protocol):
     @property
     def budget(self) -> str | None: ...
     @property
+    def flags(self) -> Sequence[str]: ...
+    @property
     def budgets(self) -> Mapping[str, Mapping[str, object]]: ...
     @property
     def error(self) -> str | None: ...
@@ -352,6 +354,7 @@ def terminal_payload(result: EndedRun) -> dict[str, object]:
         "status": result.status, "turn": result.turn_count, "turn_count": result.turn_count,
         "message_count": len(result.messages),
         "tool_results": len(result.tool_execution_results), "budget": result.budget,
+        "flags": list(result.flags),
         "budgets": result.budgets, "error": result.error, "error_code": result.error_code,
         "pending": getattr(result, "pending", None),
     }

@@ -25,6 +25,7 @@ from datamachine.errors import (
 )
 
 __all__ = [
+    "CLAMPED",
     "MAX_BUDGET_VALUE",
     "MAX_METERED_VALUE",
     "MICRODOLLARS_PER_USD",
@@ -51,6 +52,8 @@ UNITS: tuple[BudgetUnit, ...] = ("count", "tokens", "microdollars", "seconds")
 # queued job (its attempts), a chat session (its turns), an agent-to-agent chain (its depth).
 BudgetScope = Literal["run", "request", "job", "session", "chain"]
 SCOPES: tuple[BudgetScope, ...] = ("run", "request", "job", "session", "chain")
+# What every clamp notice says (``ResolvedCeiling.warning``): how a report picks them out.
+CLAMPED = "is outside its range"
 # The ceiling of a budget registered with ``unlimited=True`` that is given no limit at all.
 UNLIMITED = "unlimited"
 MICRODOLLARS_PER_USD = 1_000_000
@@ -249,7 +252,7 @@ class ResolvedCeiling:
             return None
         return (
             f"Budget {self.name!r}: requested ceiling {brief_repr(self.requested)} (from "
-            f"{self.source}) is outside its range [{self.low}, {self.high}]; using "
+            f"{self.source}) {CLAMPED} [{self.low}, {self.high}]; using "
             f"{self.ceiling}."
         )
 

@@ -27,8 +27,11 @@ EXIT_CODES = {
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def exit_code_for(status: str) -> int:
-    """The process exit code for a run's status."""
+def exit_code_for(status: str, budget: str | None = None) -> int:
+    """The process exit code for a run's status; 3 for any stop on a budget (``budget``: the
+    result's), also an ``error`` once a budget such as ``provider_retries`` ran out."""
+    if budget is not None and status in ("error", "incomplete", "budget_exceeded"):
+        return 3
     return EXIT_CODES.get(status, 1)
 
 

@@ -37,4 +37,4 @@ def continue_(state: State, session: str, extend_by: int | None, as_json: bool) 
         click.echo(pretty_json(result.model_dump(mode="json")))
     else:
         print_run_summary("Continued", result, host)
-    raise SystemExit(exit_code_for(result.status))
+    raise SystemExit(exit_code_for(result.status, result.budget))

@@ -12,6 +12,7 @@ from agents_api.usage import USAGE_COUNTS
 from datamachine.budgets_builtin import CONVERSATION_TURNS
 from datamachine.cli.tables import table
 from datamachine.conversation.result import ConversationResult
+from datamachine.registry import CLAMPED
 from datamachine.tools.results import is_rejected
 
 __all__ = ["emit_json", "explain_stop", "print_answer", "print_run_summary", "table",
@@ -41,16 +42,21 @@ def explain_stop(result: ConversationResult) -> str:
     """One sentence: why the run stopped."""
     if result.status == "completed":
         return "the model gave its final answer."
+    ran_out = ""
+    if result.budget is not None:  # every stop on a budget names it the same way
+        budget = result.budgets.get(result.budget, {})
+        ran_out = (f"budget {result.budget!r} ran out ({budget.get('current')}/"
+                   f"{budget.get('ceiling')})")
     if result.status == "budget_exceeded":
-        budget = result.budgets.get(result.budget or "", {})
-        return (f"budget {result.budget!r} ran out ({budget.get('current')}/"
-                f"{budget.get('ceiling')}). {result.warning or ''}").strip()
+        return f"{ran_out}. {result.warning or ''}".strip()
     if result.status == "error":
-        return f"error: {result.error} [{result.error_code}]"
+        said = f"error: {result.error} [{result.error_code}]"
+        return f"{ran_out}; {said}" if ran_out else said
     if result.status == "transcript_lock_contention":
         return "another run holds this transcript's lock; nothing ran."
     if result.status == "incomplete":
-        return f"incomplete: {result.blocker or result.warning or 'assertions not satisfied'}"
+        said = f"incomplete: {result.blocker or result.warning or 'assertions not satisfied'}"
+        return f"{ran_out}; {said}" if ran_out else said
     if result.status == "awaiting_confirmation":
         session = result.transcript_session_id or "SESSION"
         return (f"{result.warning or 'paused.'} From here: `datamachine resume {session} "
@@ -125,7 +131,11 @@ def print_answer(result: ConversationResult, host: Any = None, *, verbose: bool 
         click.echo(result.final_content)
     if verbose:
         print_run_summary("Run", result, host, err=True)
-    elif result.status != "completed":
+        return
+    for notice in result.warnings:
+        if CLAMPED in notice:  # a ceiling asked for is not the one used: always said
+            click.echo(f"notice: {notice}", err=True)
+    if result.status != "completed":
         why = explain_stop(result)
         session = result.transcript_session_id
         where = f" (transcript {session})" if session and session not in why else ""

@@ -40,4 +40,4 @@ def resume(state: State, session: str, approve: bool, extend_by: int | None,
         click.echo(pretty_json(result.model_dump(mode="json")))
     else:
         print_run_summary("Resumed", result, host)
-    raise SystemExit(exit_code_for(result.status))
+    raise SystemExit(exit_code_for(result.status, result.budget))

@@ -158,7 +158,7 @@ def run(state: State, prompt: str | None, system: str | None, mode: str | None,
         print_run_summary("Run", result, host)  # a person reads it: the whole report
     else:
         print_answer(result, host, verbose=verbose)
-    raise SystemExit(exit_code_for(result.status))
+    raise SystemExit(exit_code_for(result.status, result.budget))
 
 
 @dataclass

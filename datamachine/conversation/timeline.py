@@ -27,7 +27,7 @@ __all__ = ["MAX_ENTRIES", "MAX_REQUESTS", "TIMELINE_EVENTS", "RunTimeline"]
 TIMELINE_EVENTS: dict[str, tuple[str, ...]] = {
     "budget_pressure": ("budget", "tier", "current", "ceiling"),
     "budget_extended": ("budget", "current", "ceiling"),
-    "budget_exceeded": ("budget", "current", "ceiling", "rail", "needed"),
+    "budget_exceeded": ("budget", "current", "ceiling", "rail", "needed", "flag"),
     "turn_interrupted": ("budget", "reason"),
     "final_summary": ("budget", "source", "attempts", "error"),
     "completion_nudge_added": ("completion_nudge_count", "completion_nudge", "reason"),

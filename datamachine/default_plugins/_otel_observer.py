@@ -210,7 +210,7 @@ class SpanObserver:
             value = payload.get(key)
             if isinstance(value, _SCALARS):
                 attributes[f"datamachine.budget.{key}"] = value
-        for key in ("tier", "rail", "dimension"):
+        for key in ("tier", "rail", "dimension", "flag"):
             value = payload.get(key)
             if isinstance(value, str):
                 attributes[f"datamachine.budget.{key}"] = value
@@ -252,6 +252,9 @@ class SpanObserver:
         span.set_attribute("datamachine.status", str(payload.get("status")))
         if payload.get("budget"):
             span.set_attribute("datamachine.stop_budget", str(payload["budget"]))
+        flags = payload.get("flags")
+        if isinstance(flags, list) and flags:
+            span.set_attribute("datamachine.flags", [str(flag) for flag in flags])
         for key in ("turn_count", "tool_results"):
             value = payload.get(key)
             if isinstance(value, int):

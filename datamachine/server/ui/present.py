@@ -140,17 +140,23 @@ def stop_reason(summary: TranscriptSummary) -> str:
         kind = str(view.get("kind") or "an answer").replace("_", " ")
         what = view.get("budget") or (view.get("tool_call") or {}).get("name")
         return _short(f"Waiting for a person: {kind}{f' ({what})' if what else ''}.")
-    if status == "budget_exceeded" and isinstance(budget, str):
+    spent = ""
+    if isinstance(budget, str):  # every stop on a budget says which, the same way
         snapshot = summary.budgets.get(budget, {})
         used = (f" at {snapshot.get('current')}/{snapshot.get('ceiling')}"
                 if isinstance(snapshot, dict) and "current" in snapshot else "")
         rail = snapshot.get("rail") if isinstance(snapshot, dict) else None
         rail_text = {"hard_ceiling": " (hard ceiling)", "time": " (time ran out)"}.get(
             str(rail), "")
-        return _short(f"Budget {budget} spent{used}{rail_text}.")
+        spent = f"Budget {budget} spent{used}{rail_text}"
+    if status == "budget_exceeded" and spent:
+        return _short(f"{spent}.")
     if status == "error":
         code, error = result.get("error_code"), result.get("error")
-        return _short(f"Error{f' {code}' if code else ''}: {error or 'no message'}")
+        said = f"Error{f' {code}' if code else ''}: {error or 'no message'}"
+        return _short(f"{spent}; {said}" if spent else said)
+    if status == "incomplete" and spent:
+        return _short(f"Incomplete: {spent[0].lower()}{spent[1:]}.")
     if status == "completed":
         nudges = result.get("completion_nudge_count") or 0
         return "Answered." if not nudges else f"Answered after {nudges} completion nudge(s)."
