@@ -76,6 +76,7 @@ def test_the_terminal_event_and_the_viewer_name_the_budget(
     assert (failed["budget"], failed["flags"]) == ("provider_retries",
                                                    ["max_provider_retries_reached"])
     assert events.names.index("budget_exceeded") < events.names.index("failed")
+    assert result.transcript_session_id is not None
     stored = host.transcripts.summary(result.transcript_session_id)
     reason = stop_reason(stored)
     assert reason.startswith("Budget provider_retries spent at 2/2; Error provider_http_error")

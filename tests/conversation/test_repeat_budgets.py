@@ -40,8 +40,8 @@ def _overloaded(server: FakeOpenAIServer, times: int = 30) -> None:
 def _ask(host: Host, events: Events | None = None, **payload: Any) -> Any:
     if events is not None:
         payload["event_sink"] = events
-    return host.run_conversation([{"role": "user", "content": "hello"}], None, "loopback", "gpt-test", mode="chat",
-                                 payload=payload)
+    return host.run_conversation([{"role": "user", "content": "hello"}], None, "loopback",
+                                 "gpt-test", mode="chat", payload=payload)
 
 
 def _widened(name: str, **changes: Any) -> object:
@@ -68,7 +68,8 @@ def test_a_request_is_retried_three_times_by_default_then_the_run_names_the_budg
     assert len(server.requests) == 4  # the first request and three retries
     assert (result.status, result.budget) == ("error", "provider_retries")
     assert result.flags == ["max_provider_retries_reached"]
-    assert result.error_code == "provider_http_error" and "overloaded" in result.error
+    assert result.error_code == "provider_http_error"
+    assert "overloaded" in result.error
     assert result.warning.startswith("Maximum provider retries (3) reached.")
     snapshot = result.budgets["provider_retries"]
     assert (snapshot["current"], snapshot["ceiling"], snapshot["exceeded"]) == (3, 3, True)
@@ -170,7 +171,7 @@ def _nudges_read(result: Any) -> int:
 def test_five_nudges_by_default_then_the_run_is_incomplete_on_the_budget(host: Host) -> None:
     events = Events()
     result = _never_done(host, 10, events)
-    assert _nudges_read(result) == 5 and result.completion_nudge_count == 5
+    assert (_nudges_read(result), result.completion_nudge_count) == (5, 5)
     assert result.turn_count == 6  # the first answer and one answer per nudge
     assert (result.status, result.budget) == ("incomplete", "completion_nudges")
     assert result.flags == ["max_completion_nudges_reached"]
@@ -253,7 +254,7 @@ def _reasks(result: Any) -> int:
 
 def test_three_reasks_by_default_then_the_run_is_incomplete_on_the_budget(host: Host) -> None:
     result = _wrong_answers(host, 10)
-    assert _reasks(result) == 3 and result.turn_count == 4
+    assert (_reasks(result), result.turn_count) == (3, 4)
     assert (result.status, result.budget) == ("incomplete", "output_retries")
     assert result.flags == ["max_output_retries_reached"]
     assert "did not match output_type Answer" in result.warning
@@ -273,7 +274,7 @@ def test_the_reasks_follow_the_setting_or_the_run_and_the_clamp(
         payload["budget_ceilings"] = {"output_retries": ceiling}
     result = _wrong_answers(host, 30, **payload)
     if reasks + 1 <= 25:
-        assert _reasks(result) == reasks and result.turn_count == reasks + 1
+        assert (_reasks(result), result.turn_count) == (reasks, reasks + 1)
         assert result.flags == ["max_output_retries_reached"]
     else:
         assert result.budgets["output_retries"]["ceiling"] == 20
