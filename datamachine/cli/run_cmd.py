@@ -46,6 +46,20 @@ def parse_max_turns(ctx: click.Context, param: click.Parameter, value: int | Non
         raise click.BadParameter(str(exc)) from None
 
 
+def parse_budgets(ctx: click.Context, param: click.Parameter,
+                  value: tuple[tuple[str, str], ...]) -> dict[str, int]:
+    """``--budget NAME CEILING`` pairs as payload ``budget_ceilings`` (each checked against
+    its budget when the run starts); a ceiling that is not a whole number is exit code 2."""
+    ceilings: dict[str, int] = {}
+    for name, text in value:
+        try:
+            ceilings[name] = int(text)
+        except ValueError:
+            raise click.BadParameter(f"--budget {name} needs a whole number as its ceiling, "
+                                     f"got {text!r}.") from None
+    return ceilings
+
+
 def _streamed(host: Any, progress: Progress, *args: Any) -> Any:
     """The run, its text printed as it arrives. The progress line (fed by the run's event
     sink as events happen) gives way while text is written and comes back at the next turn;
@@ -82,6 +96,10 @@ def _streamed(host: Any, progress: Progress, *args: Any) -> Any:
 @click.option("-m", "--model", default=None, help="Model id (default: setting default_model).")
 @click.option("--max-turns", type=int, default=None, callback=parse_max_turns,
               help="Turn ceiling (1 to 10,000; clamped to the conversation_turns budget).")
+@click.option("-b", "--budget", "budgets", type=(str, str), multiple=True,
+              callback=parse_budgets, metavar="NAME CEILING",
+              help="The ceiling of a budget for this run, e.g. -b provider_retries 0 or "
+                   "-b tool_calls 20 (repeatable; `datamachine budgets list` names them).")
 @click.option("--single-turn", is_flag=True, help="Stop after exactly one provider turn.")
 @click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="JSON or YAML script for the scripted provider.")
@@ -107,7 +125,8 @@ def _streamed(host: Any, progress: Progress, *args: Any) -> Any:
 @click.pass_obj
 @handle_errors
 def run(state: State, prompt: str | None, system: str | None, mode: str | None,
-        provider: str | None, model: str | None, max_turns: int | None, single_turn: bool,
+        provider: str | None, model: str | None, max_turns: int | None,
+        budgets: dict[str, int], single_turn: bool,
         script: Path | None, tool_names: str | None, model_options: dict[str, Any],
         option_passthrough: bool, confirmation: str | None, continue_: bool, cid: str | None,
         as_json: bool, no_stream: bool, verbose: bool) -> None:
@@ -129,6 +148,8 @@ def run(state: State, prompt: str | None, system: str | None, mode: str | None,
     payload: dict[str, Any] = {}
     if model_options:
         payload["model_options"] = model_options
+    if budgets:
+        payload["budget_ceilings"] = budgets
     if script is not None:
         payload["script"] = read_script(script)
     if confirmation is not None:

@@ -29,7 +29,9 @@ TIMEOUT = 30.0
 @pytest.fixture
 def server() -> Iterator[FakeOpenAIServer]:
     with FakeOpenAIServer() as fake:
-        fake.enqueue(*[Reply(503, {"error": {"message": "overloaded"}})] * 20)
+        # The server asks for a 1 ms wait: a command-line run retries without a long backoff.
+        fake.enqueue(*[Reply(503, {"error": {"message": "overloaded"}},
+                             headers={"retry-after-ms": "1"})] * 20)
         yield fake
 
 
@@ -100,12 +102,13 @@ def test_the_command_line_exits_3_and_says_which_budget_ran_out(
     assert piped.stdout == ""
     assert "budget 'provider_retries' ran out (0/0)" in piped.stderr
     as_json = _cli(tmp_path / "dm.db", "run", "--provider", "openai", "--model", "gpt-test",
-                   "--json", "hi", **env)
+                   "--json", "-b", "provider_retries", "2", "hi", **env)
     assert as_json.returncode == 3
     result = json.loads(as_json.stdout)
     assert (result["status"], result["budget"], result["flags"]) == (
         "error", "provider_retries", ["max_provider_retries_reached"])
-    assert len(server.requests) == 2  # one request per run: no retry at 0
+    assert result["budgets"]["provider_retries"]["ceiling"] == 2  # --budget beats the setting
+    assert len(server.requests) == 1 + 3  # no retry at 0, then two
 
 
 def test_a_clamped_ceiling_is_said_even_when_only_the_answer_is_printed(tmp_path: Path) -> None:
