@@ -44,8 +44,9 @@ __all__ = [
 MAX_BUDGET_VALUE = 10_000
 # Tokens and microdollars run into the millions in one run: their ceilings may go to 10^12.
 MAX_METERED_VALUE = 10**12
-# Seconds of wall clock: a day is the longest a run may be given.
-MAX_SECONDS_VALUE = 86_400
+# Seconds of wall clock a seconds budget may be given at all (about 115 days): the built-in
+# wall clock's own clamp is a day, which a plugin may widen.
+MAX_SECONDS_VALUE = 10_000_000
 BudgetUnit = Literal["count", "tokens", "microdollars", "seconds"]
 UNITS: tuple[BudgetUnit, ...] = ("count", "tokens", "microdollars", "seconds")
 # What one count of a budget spans: a run (the default), one provider request (its retries), a
@@ -61,7 +62,7 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def unit_maximum(unit: str) -> int:
-    """The largest ceiling a budget of ``unit`` may have: 10,000 counts, 86,400 seconds,
+    """The largest ceiling a budget of ``unit`` may have: 10,000 counts, 10^7 seconds,
     10^12 tokens or microdollars."""
     if unit == "count":
         return MAX_BUDGET_VALUE
@@ -150,7 +151,7 @@ class BudgetSpec(BaseModel):
     say ``"unlimited"`` (a chat session's turns).
 
     Validated on construction: ``0 <= min <= default <= max``, ``1 <= max <= 10_000`` for a
-    count (86,400 seconds, 10^12 tokens or microdollars); a violation raises
+    count (10^7 seconds, 10^12 tokens or microdollars); a violation raises
     :class:`InvalidBudgetSpec` naming the field.
     """
 

@@ -238,3 +238,76 @@ def test_summary_counts_only_the_calls_that_ran() -> None:
     assert "1 tool call(s) ran" in prompt
     assert [p["tool_calls"] for e, p in events if e == "final_summary"] == [1]
     assert result.budgets["tool_calls"]["current"] == 5
+
+
+# -- wall_clock_seconds is a registered budget (DESIGN 22) ------------------------------------
+class _TwoSecondTurns(Model):
+    """Every provider call takes two seconds of frozen time."""
+
+    def __init__(self, frozen: Any) -> None:
+        super().__init__([{"content": "done"}])
+        self.frozen = frozen
+
+    @hookimpl
+    def text_result(self, request: ProviderRequest) -> Any:
+        self.frozen.tick(2)
+        return super().text_result(request)
+
+
+@pytest.mark.parametrize(("source", "value", "ceiling", "turns", "clamped"), [
+    ("setting", 5, 5, 3, False),        # 2 s, 4 s, 6 s: the third turn passes 5 s
+    ("budget_ceilings", 3, 3, 2, False),
+    ("max_seconds", 3.5, 4, 2, False),  # fractions kept by the rail, rounded up in the ceiling
+    ("setting", 100_000, 86_400, 50, True),
+])
+def test_the_wall_clock_budget_resolves_like_every_budget(
+    source: str, value: float, ceiling: int, turns: int, clamped: bool
+) -> None:
+    from freezegun import freeze_time
+
+    with freeze_time("2026-01-01") as frozen, boot(_TwoSecondTurns(frozen)) as host:
+        payload: dict[str, Any] = {}
+        if source == "setting":
+            host.settings.set("max_run_seconds", value)
+        elif source == "budget_ceilings":
+            payload["budget_ceilings"] = {"wall_clock_seconds": value}
+        else:
+            payload["max_seconds"] = value
+        result, events = run(host, 50, **payload)
+    snapshot = result.budgets["wall_clock_seconds"]
+    assert snapshot["ceiling"] == ceiling
+    assert result.turn_count == turns
+    if turns < 50:
+        assert (result.status, result.budget) == ("budget_exceeded", "wall_clock_seconds")
+        assert result.flags == ["max_wall_clock_seconds_reached"]
+        spent = [p for e, p in events if e == "budget_exceeded"]
+        assert spent[0]["flag"] == "max_wall_clock_seconds_reached"
+    else:
+        assert result.budget == "conversation_turns"
+    clamp = [w for w in result.warnings if "wall_clock_seconds" in w]
+    assert clamp == ([f"Budget 'wall_clock_seconds': requested ceiling {value} (from setting) "
+                      "is outside its range [1, 86400]; using 86400."] if clamped else [])
+
+
+def test_an_unset_wall_clock_is_no_budget_at_all() -> None:
+    with boot(Model(answer_on=2)) as host:
+        result, _ = run(host, 5)
+        assert host.budgets.resolve("wall_clock_seconds").limit is None
+    assert "wall_clock_seconds" not in result.budgets
+
+
+def test_a_plugin_changes_the_clamp_of_the_wall_clock() -> None:
+    from freezegun import freeze_time
+
+    class Longer:
+        @hookimpl
+        def host_started(self, host: Host) -> None:
+            spec = host.budgets.get_spec("wall_clock_seconds")
+            assert spec is not None
+            host.budgets.register(spec.model_copy(update={"max": 172_800}), owner="longer")
+
+    with freeze_time("2026-01-01") as frozen, boot(_TwoSecondTurns(frozen), Longer()) as host:
+        host.settings.set("max_run_seconds", 100_000)
+        result, _ = run(host, 3)
+    assert result.budgets["wall_clock_seconds"]["ceiling"] == 100_000
+    assert result.warnings == []
