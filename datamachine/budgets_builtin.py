@@ -98,4 +98,9 @@ BUILTIN_BUDGETS: tuple[BudgetSpec, ...] = (
         description="Seconds one run may take (only when set; fractions round up in the "
                     "ceiling, the time rail keeps them).",
     ),
+    BudgetSpec(
+        name=STUCK_TURNS, default=3, min=1, max=20, setting="max_stuck_turns",
+        description="Turns in a row the loop guard saw the model repeat itself; progress "
+                    "resets it.",
+    ),
 )

@@ -13,6 +13,7 @@ import pluggy
 
 from agents_api import IterationBudget, Message
 from datamachine.context.compaction import CompactedView
+from datamachine.loop_guard.signals import GuardTurn
 from datamachine.observe import RunInfo, RunObserver
 from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.registry import BudgetSpec
@@ -81,6 +82,15 @@ def compact_context(messages: list[Message], context: dict[str, Any]) -> Compact
     would be sent) to send instead, or None to leave it to the built-in strategies. Asked
     before them; ``context`` has ``turn``, ``mode``, ``session_id``, ``ceiling`` (the window),
     ``limit`` (the prompt tokens to get under) and ``reserve``."""
+
+
+@hookspec
+def detect_stuck(turns: list[GuardTurn], context: dict[str, Any]) -> str | None:
+    """After each turn the built-in signals found nothing in: return a name for what makes
+    the run look stuck (a signal, counted on ``stuck_turns`` like the built-in ones), or None.
+    Every plugin is asked (the first name wins). ``turns``: the run's completed turns (text,
+    calls and how each ended); ``context`` has ``turn``, ``mode``, ``session_id`` and
+    ``hidden_tools``."""
 
 
 @hookspec(firstresult=True)

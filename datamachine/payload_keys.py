@@ -50,6 +50,8 @@ class RuntimeOptions:
     job_retry_codes: list[str] = field(default_factory=list)
     # "auto", "off" or {"compact_at", "keep_turns", "strategies"}, checked (None: the setting).
     context_compaction: Any = None
+    # The loop guard's steps, or "off" (None: the setting, else the default ladder).
+    loop_guard: Any = None
 
 
 RUNTIME_KEYS = frozenset(option.name for option in fields(RuntimeOptions))

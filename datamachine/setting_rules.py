@@ -92,6 +92,15 @@ def _origin(key: str, value: Any) -> None:
             f"(and port) only, like 'https://runs.example.com', got {brief_repr(value)}.")
 
 
+def _loop_guard(key: str, value: Any) -> None:
+    from datamachine.loop_guard.ladder import parse_ladder
+
+    try:
+        parse_ladder(value, f"Setting {key!r}")
+    except UsageError as exc:
+        raise InvalidSetting(str(exc)) from None
+
+
 def _confirmation(key: str, value: Any) -> None:
     if value not in ("ask", "pause"):
         raise InvalidSetting(f"Setting {key!r} must be 'ask' (confirm_continuation answers "
@@ -266,6 +275,13 @@ CORE_SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec(name="max_request_bytes", type="integer", default=1_048_576, validator=_bytes,
                 description="Largest `/chat` request body in bytes (1 to 1 GiB); larger "
                             "bodies get 413."),
+    SettingSpec(name="loop_guard", type=("array", "string"), default=None,
+                validator=_loop_guard,
+                description="What the loop guard does at each turn a model repeats itself: "
+                            "a list of steps from \"nudge\", \"hide_tool\", \"stop\" "
+                            "(the last repeats), or \"off\"; unset: [\"nudge\", "
+                            "\"hide_tool\", \"stop\"]. The payload key `loop_guard` wins "
+                            "(docs/loop-guard.md)."),
     SettingSpec(name="model_options", type="object", default=None, validator=_model_options,
                 description="Model options for every run (temperature, max_tokens, ...); the "
                             "payload's `model_options` win key by key."),

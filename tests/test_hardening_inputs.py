@@ -39,8 +39,10 @@ def test_payload_max_seconds_that_no_clock_can_count_is_a_usage_error(
 @pytest.mark.parametrize("seconds", [float("nan"), float("inf"),
                                      pytest.param(HUGE, id="400-digit int")])
 def test_duration_settings_refuse_nan_infinity_and_overflow(host: Host, seconds: Any) -> None:
+    # max_run_seconds is the wall clock budget's setting: its budget refuses it
+    # (InvalidBudgetValue); the timeouts are plain settings (InvalidSetting).
     for key in ("max_run_seconds", "request_timeout", "connect_timeout"):
-        with pytest.raises(InvalidSetting, match=key):
+        with pytest.raises(UsageError, match=key):
             host.settings.set(key, seconds)
         assert host.settings.get(key) is None
 

@@ -145,7 +145,7 @@ def test_a_budget_s_setting_is_declared_by_the_budget() -> None:
     assert declarations.get("max_uploads") is None
     budgets.register(BudgetSpec(name="uploads", default=4, max=9, setting="max_uploads"),
                      owner="uploader")
-    budgets.register(BudgetSpec(name="cost", default=10**12, max=10**12,
+    budgets.register(BudgetSpec(name="cost", default=None, max=10**12,
                                 setting="max_cost_usd", unit="microdollars"))
     spec = declarations.get("max_uploads")
     assert spec is not None

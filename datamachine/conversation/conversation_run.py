@@ -43,6 +43,7 @@ from datamachine.budgets_builtin import (
     METERED_BUDGETS,
     OUTPUT_RETRIES,
     PROVIDER_RETRIES,
+    STUCK_TURNS,
     TOOL_CALLS,
     TOTAL_TOKENS,
     WALL_CLOCK,
@@ -72,6 +73,9 @@ from datamachine.conversation.spec import RunSpec
 from datamachine.conversation.spending import SpendWindows, parse_spend_limits, scopes_of
 from datamachine.conversation.timeline import RunTimeline
 from datamachine.errors import DataMachineError, ModelRequestsDisabled, ProviderError, UsageError
+from datamachine.loop_guard.guard import Detect, LoopGuard
+from datamachine.loop_guard.ladder import parse_ladder
+from datamachine.loop_guard.signals import GuardTurn
 from datamachine.model_requests import refusal_message
 from datamachine.observe import RunInfo, RunObserver, close_observers, wants_content
 from datamachine.providers.base import ProviderResponse
@@ -153,6 +157,14 @@ class ConversationRun:
         self.output = (OutputContract(runtime.output_type, self._repeats(OUTPUT_RETRIES))
                        if runtime.output_type is not None else None)
         self.budgets = self._other_budgets()
+        # The tools the loop guard took away for the rest of the run (the executor refuses
+        # them), and the guard (None: loop_guard "off").
+        self.hidden_tools: set[str] = set()
+        self.guard = self._loop_guard()
+        if self.guard is not None and (self.guard.budget.current() or (
+                self.resumption is not None
+                and self.resumption.declined_budget == STUCK_TURNS)):
+            self.budgets.append(self.guard.budget)  # else it joins when it first counts
         # The model's context window (None: unknown, and no context budget until a provider
         # says a prompt was too long).
         self.context_budget = self._context_budget()
@@ -282,7 +294,10 @@ class ConversationRun:
             return budget
         budget = _restored(budget, resumption.budgets.get(budget.name()))
         if resumption.extend is not None and resumption.extend[0] == budget.name():
-            budget.extend(resumption.extend[1])
+            if budget.name() == STUCK_TURNS:
+                budget.set_current(0)  # a person let a stuck run go on: it counts anew
+            else:
+                budget.extend(resumption.extend[1])
         return budget
 
     def _other_budgets(self) -> list[IterationBudget]:
@@ -339,6 +354,48 @@ class ConversationRun:
         # offered for extension, and its time rail keeps fractions of a second.
         return self._resumed(IterationBudget(WALL_CLOCK, resolved.ceiling,
                                              hard_ceiling=resolved.ceiling, max_seconds=rail))
+
+    # -- the loop guard (DESIGN 23; datamachine.loop_guard) ---------------------------------
+    def _loop_guard(self) -> LoopGuard | None:
+        """The run's loop guard: payload ``loop_guard``, else the setting, else the default
+        ladder; None when it is ``"off"``."""
+        raw = self.spec.runtime.loop_guard
+        where = "payload['loop_guard']"
+        if raw is None:
+            raw, where = self.settings.get("loop_guard"), "setting 'loop_guard'"
+        ladder = parse_ladder(raw, where)
+        if ladder is None:
+            return None
+        budget = self._budget(STUCK_TURNS, self.ceiling_overrides.get(STUCK_TURNS))
+        hook = self.services.pm.hook.detect_stuck
+        detect = self._detector(hook) if hook.get_hookimpls() else None
+        return LoopGuard(budget, ladder, emit=self.events.emit, hidden=self.hidden_tools,
+                         detect=detect, context={"mode": self.spec.mode,
+                                                 "session_id": self.session_id})
+
+    @staticmethod
+    def _detector(hook: Any) -> Detect:
+        def detect(turns: list[GuardTurn], context: dict[str, Any]) -> list[str | None]:
+            try:
+                return cast("list[str | None]", hook(turns=turns, context=context))
+            except Exception:  # a broken detector must not end the run it watches
+                logger.warning("datamachine: a detect_stuck hook failed", exc_info=True)
+                return []
+        return detect
+
+    def _guarded(self, guard: LoopGuard, extra: list[dict[str, str]] | None,
+                 offered: list[dict[str, Any]] | None
+                 ) -> tuple[list[dict[str, str]] | None, list[dict[str, Any]] | None]:
+        """The coming request as the loop guard leaves it: its nudge (this request only,
+        never stored) after any pressure notice, without the tools it took away."""
+        nudge = guard.take_nudge()
+        if nudge is not None:
+            extra = [*(extra or []), {"role": "user", "content": nudge}]
+        hidden = self.hidden_tools
+        if hidden:
+            every = offered if offered is not None else self.provider_turn.tools
+            offered = [tool for tool in every if tool["name"] not in hidden]
+        return extra, offered
 
     # -- the context window (DESIGN 21; datamachine.context) ---------------------------------
     def _context_budget(self) -> IterationBudget | None:
@@ -484,13 +541,15 @@ class ConversationRun:
         if rules is False:
             return None
         units = dict(self.meter.units) if self.meter is not None else {}
-        skip: frozenset[str] = frozenset()
+        # The loop guard's count is no resource to economize: the guard tells the model
+        # itself.
+        skip: frozenset[str] = frozenset({STUCK_TURNS})
         if self.context_budget is not None:
             # The window takes part in pressure only when nothing compacts the context.
             if self._compaction() is None:
                 units[CONTEXT_TOKENS] = "tokens"
             else:
-                skip = frozenset({CONTEXT_TOKENS})
+                skip = frozenset({CONTEXT_TOKENS, STUCK_TURNS})
         return PressureTracker(rules, self.events.emit, units, skip=skip)
 
     def _provider_turn(self, on_text: Callable[[str], None] | None) -> ProviderTurn:
@@ -540,7 +599,7 @@ class ConversationRun:
             self.completion.tools, mode=spec.mode, payload=spec.payload,
             engine_data=self.engine_data, registry=self.services.budgets,
             runtime_rules=spec.runtime.tool_runtime_rules, warnings=self.warnings,
-            host=self.services, closed_tools=self.closed_tools,
+            host=self.services, closed_tools=self.closed_tools, hidden_tools=self.hidden_tools,
             pauses=self.confirmation.pauses, ceiling_overrides=self.ceiling_overrides,
             approved_call=resumption.approved_call if resumption is not None else None,
             declined_call=resumption.declined_call if resumption is not None else None)
@@ -645,6 +704,9 @@ class ConversationRun:
             if guard.view is not None:
                 sent = guard.view  # fits() brought it up to date
         extra, offered = self._pressure_notices(context)
+        loop_guard = self.guard
+        if loop_guard is not None and (loop_guard.nudge is not None or self.hidden_tools):
+            extra, offered = self._guarded(loop_guard, extra, offered)
         request = provider_turn.request(sent, context.turn, extra=extra, tools=offered,
                                         deadline=context.deadline)
         try:
@@ -716,7 +778,12 @@ class ConversationRun:
         return self.executor.execute(call.name, call.id, call.parameters, messages, context)
 
     def after_tool(self, outcome: ToolOutcome, context: TurnContext) -> Decision | None:
-        """The completion rules' word on a call that ran."""
+        """The loop guard sees how the call ended; the completion rules have their word."""
+        if self.guard is not None:
+            call = outcome.call
+            parameters = call.parameters
+            self.guard.ran(call.name, parameters if isinstance(parameters, Mapping) else {},
+                           outcome.result)
         return self.completion.on_tool_result(outcome.call, outcome.result, context.turn)
 
     def estimate_request(self, messages: list[Message], context: TurnContext
@@ -750,17 +817,24 @@ class ConversationRun:
               or self.ceilings.get(budget.name(), budget.ceiling()))
         if self.resumption is not None and self.resumption.declined_budget == budget.name():
             return False  # a person already said no
+        # The loop guard's budget is not extended: a person who lets the run go on resets it.
+        stuck = self.guard is not None and budget is self.guard.budget
         if self.confirmation.pauses():
-            return Pause({"kind": "budget", "budget": budget.name(), "tool_call": None,
-                          "extend_by": by})
+            return Pause({"kind": "stuck" if stuck else "budget", "budget": budget.name(),
+                          "tool_call": None, "extend_by": by})
         answer = self.services.first("confirm_continuation", budget=budget, context={
-            "turn": context.turn, "budget": budget.name(), "kind": "budget_exhausted",
+            "turn": context.turn, "budget": budget.name(),
+            "kind": "stuck" if stuck else "budget_exhausted",
             "mode": spec.mode, "session_id": self.session_id, "provider": spec.provider,
             "model": spec.model,
         })
         if answer is not True:
             return False
-        budget.extend(by)
+        if stuck:
+            assert self.guard is not None
+            self.guard.approved()
+        else:
+            budget.extend(by)
         return True
 
     def stop(self, stop: RunStop, context: TurnContext) -> StopVerdict | Awaitable[StopVerdict]:
@@ -836,6 +910,8 @@ class ConversationRun:
             calls, complete = [], True  # the consumer left: this turn's calls do not run
         elif not calls:
             continuation = self._natural_completion(messages, response.content, context)
+        if self.guard is not None and not complete:
+            self.guard.answered(context.turn, response.content, len(calls), context.budgets)
         pause = None
         if gate is not None and gate.pending is not None and (calls or continuation) \
                 and not complete:

@@ -26,13 +26,14 @@ __all__ = ["CONFIRMATION_SETTING", "Confirmation", "PausedRun", "PausedRuns", "P
            "stored_pending"]
 
 CONFIRMATION_SETTING = "confirmation"
-PendingKind = Literal["budget", "chat_turn_limit", "tool_approval"]
+PendingKind = Literal["budget", "chat_turn_limit", "tool_approval", "stuck"]
 
 # The runtime options a resumed run keeps from its paused run (in this process): how it is
 # judged and bounded. Sinks, stores and scripts belong to whoever resumes it.
 _KEPT_OPTIONS = ("completion_assertions", "completion_policy", "tool_runtime_rules",
                  "budget_pressure", "final_summary", "max_seconds", "extend_by", "model_options",
-                 "output_type", "confirmation", "transcript_lock_ttl", "budget_ceilings")
+                 "output_type", "confirmation", "transcript_lock_ttl", "budget_ceilings",
+                 "context_compaction", "loop_guard")
 # Payload keys a resumed run must not inherit: its pipeline job was settled when it paused.
 _JOB_KEYS = frozenset({"job_id", "flow_step_id"})
 
@@ -98,6 +99,8 @@ def pending_warning(pending: Mapping[str, Any]) -> str:
         what = f"tool {call.get('name')!r} needs approval before it runs"
     elif kind == "chat_turn_limit":
         what = "the chat session reached its turn limit"
+    elif kind == "stuck":
+        what = "the model kept repeating itself (the loop guard's stuck_turns budget is spent)"
     else:
         what = f"its {str(pending.get('budget')).replace('_', ' ')} budget is spent"
     return (f"The run is paused: {what}. Answer with resume(session_id, approve=True) to go "

@@ -125,6 +125,13 @@ def _context_compaction(value: Any) -> Any:
     return value
 
 
+def _loop_guard(value: Any) -> Any:
+    from datamachine.loop_guard.ladder import parse_ladder
+
+    parse_ladder(value, "payload['loop_guard']")
+    return value
+
+
 def _budget_ceilings(value: Any) -> Any:
     if value is None:
         return {}
@@ -263,6 +270,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "script": _script,
     "completion_policy": _completion_policy,
     "context_compaction": _context_compaction,
+    "loop_guard": _loop_guard,
 }
 
 

@@ -60,7 +60,9 @@ class ToolExecutor:
     run starts.
     ``warnings``: where clamped budget ceilings are reported (the run's ``warnings``).
     ``closed_tools``: the tools budget pressure's wrap-up took out of the latest request (the
-    run keeps the set up to date; a call to one anyway is refused, not run). ``pauses``:
+    run keeps the set up to date; a call to one anyway is refused, not run). ``hidden_tools``:
+    the tools the loop guard took away for the rest of the run (refused the same way).
+    ``pauses``:
     whether a ``requires_approval`` tool pauses the run (``confirmation="pause"``) instead of
     asking ``confirm_continuation``. ``ceiling_overrides``: payload ``budget_ceilings``, for
     budgets tools create. ``approved_call`` / ``declined_call``: the call id a person answered
@@ -82,6 +84,7 @@ class ToolExecutor:
         warnings: list[str] | None = None,
         host: Any = None,
         closed_tools: set[str] | None = None,
+        hidden_tools: set[str] | None = None,
         pauses: Callable[[], bool] | None = None,
         ceiling_overrides: Mapping[str, int] | None = None,
         approved_call: str | None = None,
@@ -115,6 +118,7 @@ class ToolExecutor:
         # Budgets created by tools when the caller's context has no budgets mapping.
         self._own_budgets: dict[str, IterationBudget] = {}
         self.closed_tools: set[str] = closed_tools if closed_tools is not None else set()
+        self.hidden_tools: set[str] = hidden_tools if hidden_tools is not None else set()
         self.pauses: Callable[[], bool] = pauses if pauses is not None else _never
         self.approved_call = approved_call
         self.declined_call = declined_call
@@ -208,6 +212,8 @@ class ToolExecutor:
             return _declined(tool.name, params, "was declined")
         if name in self.closed_tools:
             return _closed(name, params)
+        if name in self.hidden_tools:
+            return _hidden(name, params)
         rejection = check_duplicate(tool, key, params, self.index, self.mode)
         if rejection is None and self.rules:
             rejection = self.rules.check(name, params)
@@ -304,6 +310,7 @@ def _never() -> bool:
 
 
 TOOLS_CLOSED = "tools_closed"
+TOOL_HIDDEN = "tool_hidden"
 APPROVAL_DECLINED = "approval_declined"
 
 
@@ -311,6 +318,13 @@ def _declined(name: str, params: dict[str, Any], why: str) -> ToolResult:
     return rejected_result(name, params, f"Tool '{name}' was not run: it {why}. Continue "
                            "without it, or explain to the user what you wanted to do.",
                            APPROVAL_DECLINED)
+
+
+def _hidden(name: str, params: dict[str, Any]) -> ToolResult:
+    return rejected_result(name, params, f"Tool '{name}' was not run: it was taken away for "
+                           "the rest of this run because it kept being called the same way "
+                           "without progress. Use another approach, or give your final "
+                           "answer with what you have.", TOOL_HIDDEN)
 
 
 def _closed(name: str, params: dict[str, Any]) -> ToolResult:

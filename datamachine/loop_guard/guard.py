@@ -1,0 +1,191 @@
+"""One run's loop guard: watches each turn (its text, its calls and how they ended), counts a
+signalled turn on ``stuck_turns`` and resets it on progress, and takes the ladder's step.
+
+The run tells it a turn's answer (:meth:`LoopGuard.answered`) and each call's outcome
+(:meth:`LoopGuard.ran`); the turn is judged once its last call has ended (at once for a turn
+without calls), so the budget is up to date before the loop checks its budgets after that
+call. A stop is the budget spent: the loop then stops on ``stuck_turns`` (or offers it to a
+person, as any spent budget), the run's final summary follows. The state the built-in signals
+need is kept as the turns go (a few sets and the last four calls), so a turn costs a couple of
+dict lookups beyond the canonical spelling of its calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+from agents_api import IterationBudget
+from agents_api.jsontext import canonical_json, compact_json
+from datamachine.loop_guard.ladder import Step
+from datamachine.loop_guard.signals import (
+    ALTERNATING_CALLS,
+    HIDDEN_TOOL_CALLED,
+    REPEATED_FAILURE,
+    REPEATED_TEXT,
+    GuardCall,
+    GuardTurn,
+    nudge_text,
+)
+from datamachine.tools.results import is_rejected
+
+__all__ = ["Detect", "LoopGuard"]
+
+# The plugins' detect_stuck hook: the run's completed turns and a context -> signal names.
+Detect = Callable[[list[GuardTurn], dict[str, Any]], list[str | None]]
+Emit = Callable[[str, dict[str, Any]], None]
+
+
+def _key(name: str, arguments: Mapping[str, Any]) -> str:
+    try:
+        return f"{name}:{canonical_json(arguments)}"
+    except TypeError:  # keys that cannot be sorted: their order is the spelling
+        return f"{name}:{compact_json(arguments)}"
+
+
+class LoopGuard:
+    """The loop guard of one run. ``budget``: its ``stuck_turns``; ``ladder``: the steps;
+    ``hidden``: the tools taken away (shared with the tool executor, which refuses them);
+    ``detect``: the plugins' ``detect_stuck`` (None: none registered); ``context``: what the
+    hook is told besides the turns."""
+
+    def __init__(self, budget: IterationBudget, ladder: tuple[Step, ...], *, emit: Emit,
+                 hidden: set[str], detect: Detect | None = None,
+                 context: Mapping[str, Any] | None = None) -> None:
+        self.budget = budget
+        self.ladder = ladder
+        self.emit = emit
+        self.hidden = hidden
+        self.detect = detect
+        self.context = dict(context or {})
+        # Only a plugin reads whole turns: kept only when one is registered.
+        self.turns: list[GuardTurn] = []
+        self.failed: set[str] = set()  # keys of calls that failed or were refused
+        self.results: set[tuple[str, str]] = set()  # (key, result) of successful calls
+        self.recent: list[tuple[str, str, bool]] = []  # the last four calls: key, name, new
+        self.texts: set[str] = set()
+        self.previous_text: str | None = None
+        self.nudge: str | None = None  # for the next request only
+        # The turn being watched.
+        self._turn, self._text, self._expected = 0, "", 0
+        self._calls: list[GuardCall] = []
+        self._budgets: Mapping[str, IterationBudget] = {}
+
+    # -- what the run tells it --------------------------------------------------------------
+    def answered(self, turn: int, text: str, calls: int,
+                 budgets: Mapping[str, IterationBudget]) -> None:
+        """Turn ``turn`` answered ``text`` with ``calls`` tool calls: judged now when it has
+        none, else once the last call has ended. ``budgets``: the run's live budgets, which
+        ``stuck_turns`` joins once it counts."""
+        self._turn, self._text, self._expected = turn, text, calls
+        self._budgets = budgets
+        self._calls = []
+        if not calls:
+            self._judge()
+
+    def ran(self, name: str, arguments: Mapping[str, Any], result: Mapping[str, Any]) -> None:
+        """A call of the watched turn ended with ``result`` (refused ones too)."""
+        key = _key(name, arguments)
+        success: bool | None = result.get("success") is True
+        if not success and is_rejected(result):
+            success = None
+        new = False
+        if success:
+            found = (key, compact_json(result.get("data", result)))
+            if found not in self.results:
+                self.results.add(found)
+                new = True
+        error = result.get("error_type") if not success else None
+        self._calls.append(GuardCall(name, dict(arguments), key, success,
+                                     str(error) if error is not None else None, new))
+        if len(self._calls) >= self._expected:
+            self._judge()
+
+    def take_nudge(self) -> str | None:
+        """The message for the coming request (then gone: it is never stored)."""
+        nudge, self.nudge = self.nudge, None
+        return nudge
+
+    def approved(self) -> None:
+        """A person let a stuck run go on: the count starts again."""
+        self.budget.set_current(0)
+
+    # -- judging a turn ---------------------------------------------------------------------
+    def _judge(self) -> None:
+        calls, text = self._calls, self._text.strip()
+        self._expected = -1  # judged: outcomes of calls that wait for a person come later
+        signal, tool = self._builtin(calls, text)
+        progress = any(call.new_result for call in calls) or (
+            not calls and bool(text) and text not in self.texts)
+        self._remember(calls, text)
+        if signal is None and self.detect is not None:
+            signal = self._asked()
+        if progress:
+            if self.budget.current():
+                self.budget.set_current(0)
+            return
+        if signal is not None:
+            self._step(signal, tool)
+
+    def _builtin(self, calls: list[GuardCall], text: str) -> tuple[str | None, str | None]:
+        for call in calls:
+            if call.name in self.hidden:
+                return HIDDEN_TOOL_CALLED, call.name
+        for call in calls:
+            if call.key in self.failed:
+                return REPEATED_FAILURE, call.name
+        if calls:
+            recent = (self.recent + [(c.key, c.name, c.new_result) for c in calls])[-4:]
+            # A, B, A, B where the second A and B brought nothing new (the first ones may
+            # have: they are what is being repeated).
+            if (len(recent) == 4 and recent[0][0] == recent[2][0] != recent[1][0]
+                    and recent[1][0] == recent[3][0] and not recent[2][2]
+                    and not recent[3][2]):
+                return ALTERNATING_CALLS, recent[3][1]
+        elif text and text == self.previous_text:
+            return REPEATED_TEXT, None
+        return None, None
+
+    def _remember(self, calls: list[GuardCall], text: str) -> None:
+        for call in calls:
+            if call.failed:
+                self.failed.add(call.key)
+        if calls:
+            self.recent = (self.recent + [(c.key, c.name, c.new_result) for c in calls])[-4:]
+            self.previous_text = None
+        elif text:
+            self.texts.add(text)
+            self.previous_text = text
+        if self.detect is not None:
+            self.turns.append(GuardTurn(self._turn, self._text, tuple(calls)))
+
+    def _asked(self) -> str | None:
+        assert self.detect is not None
+        context = {**self.context, "turn": self._turn, "hidden_tools": sorted(self.hidden)}
+        for found in self.detect(list(self.turns), context):
+            if isinstance(found, str) and found.strip():
+                return found.strip()
+        return None
+
+    def _step(self, signal: str, tool: str | None) -> None:
+        budget = self.budget
+        count = budget.increment()
+        # The budget joins the run's when it first counts: the loop checks it from then on,
+        # and a result shows it (a budget that never counted stays out of it).
+        cast(dict[str, IterationBudget], self._budgets).setdefault(budget.name(), budget)
+        ladder = self.ladder
+        step: Step = ladder[min(count, len(ladder)) - 1]
+        if count >= budget.ceiling():
+            step = "stop"  # the budget is spent, whatever the ladder says
+        if step == "hide_tool":
+            if tool is None or tool in self.hidden:
+                step = "nudge"  # nothing (more) to take away: say it instead
+            else:
+                self.hidden.add(tool)
+        if step == "nudge":
+            self.nudge = nudge_text(signal, tool, count)
+        elif step == "stop" and count < budget.ceiling():
+            budget.set_current(budget.ceiling())  # the ladder says stop: the budget is spent
+        self.emit("loop_guard", {"signal": signal, "tool": tool, "step": step,
+                                 "turn": self._turn, "count": count,
+                                 "ceiling": budget.ceiling()})
