@@ -416,3 +416,32 @@ def test_each_compaction_is_a_span_event(telemetry: Telemetry) -> None:
     assert isinstance(after, int)
     assert isinstance(before, int)
     assert after < before
+
+
+def test_each_loop_guard_step_is_a_span_event_and_a_stop_names_its_flag(
+        telemetry: Telemetry) -> None:
+    """DESIGN.md 22 and 23: the guard's steps are marks on the run's span; the stop on
+    stuck_turns carries its flag on the budget event and on the run's span."""
+
+    @datamachine.tool
+    def lookup(city: str) -> str:
+        """Look a city up."""
+        raise ValueError(f"no city named {city}")
+
+    script = [{"tool_calls": [{"name": "lookup", "parameters": {"city": "Atlantis"}}]}] * 6
+    with boot() as host:
+        result = host.run_conversation([{"role": "user", "content": "Where is Atlantis?"}],
+                                       [lookup], "scripted", "demo",
+                                       payload={"script": script, "final_summary": False})
+    assert result.budget == "stuck_turns"
+    (run,) = telemetry.named("invoke_agent")
+    marks = [dict(e.attributes or {}) for e in run.events
+             if e.name == "datamachine.loop_guard"]
+    assert [(m["signal"], m["step"], m["turn"]) for m in marks] == [
+        ("repeated_failure", "nudge", 2), ("repeated_failure", "hide_tool", 3),
+        ("hidden_tool_called", "stop", 4)]
+    (spent,) = [dict(e.attributes or {}) for e in run.events
+                if e.name == "datamachine.budget_exceeded"]
+    assert spent["datamachine.budget.flag"] == "max_stuck_turns_reached"
+    assert run.attributes is not None
+    assert tuple(run.attributes["datamachine.flags"]) == ("max_stuck_turns_reached",)

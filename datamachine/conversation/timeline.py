@@ -34,6 +34,7 @@ TIMELINE_EVENTS: dict[str, tuple[str, ...]] = {
     "blocker_reported": ("reason",),
     "context_compacted": ("strategy", "tokens_before", "tokens_after", "messages_removed"),
     "context_overflow": ("ceiling", "sent_tokens"),
+    "loop_guard": ("signal", "tool", "step", "count", "ceiling"),
 }
 # A run that fires more than this (a pathological pressure set-up) keeps its first ones, and
 # always its stop; a session keeps the last ones of all its runs.

@@ -23,14 +23,15 @@ TERMINAL_EVENTS = frozenset({"completed", "failed"})
 # Other run events worth a mark on the run's span (their scalar payload values as attributes).
 MARKED_EVENTS = frozenset({"blocker_reported", "completion_nudge_added", "turn_interrupted",
                            "transcript_lock_contention", "completion_assertions_unavailable",
-                           "context_compacted", "context_overflow"})
+                           "context_compacted", "context_overflow", "loop_guard"})
 # What of their payloads a span event may carry without otel_capture_content: counts and ids,
 # never text a person or a model wrote (a nudge quotes the user's request, a blocker's reason
 # is the model's words).
 MARKED_KEYS = frozenset({"turn", "tool_call_id", "completion_nudge_count",
                          "completion_nudge_turn", "message_count", "reason", "budget",
                          "session_id", "strategy", "tokens_before", "tokens_after",
-                         "messages_removed", "ceiling", "sent_tokens"})
+                         "messages_removed", "ceiling", "sent_tokens", "signal", "tool",
+                         "step", "count"})
 _TEXT_KEYS = frozenset({"reason"})  # carried only with capture on
 _SCALARS = (str, bool, int, float)
 # The GenAI conventions' advice for gen_ai.client.token.usage: powers of 4 up to 4**13.

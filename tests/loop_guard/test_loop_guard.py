@@ -318,3 +318,48 @@ def test_a_plugin_that_raises_does_not_end_the_run() -> None:
         result, events = run(host, [lookup])
     assert result.status == "completed"
     assert guard_events(events) == []
+
+
+# -- what is kept, and a real wire format ---------------------------------------------------
+def test_the_guard_s_steps_are_on_the_stored_timeline_the_viewer_reads() -> None:
+    from datamachine.server.ui.present import mark_text
+
+    model = Model([call("lookup", city="Atlantis")])
+    with boot(model) as host:
+        result, _ = run(host, [lookup])
+        marks = [m for m in host.transcripts.timeline(result.transcript_session_id)
+                 if m["event"] == "loop_guard"]
+    assert [(m["turn"], m["signal"], m["step"]) for m in marks] == [
+        (2, "repeated_failure", "nudge"), (3, "repeated_failure", "hide_tool"),
+        (4, "hidden_tool_called", "stop")]
+    assert mark_text(marks[1]) == ("Loop guard: repeated failure (lookup), 2/3 turns stuck: "
+                                   "tool lookup was taken away.")
+
+
+def test_against_the_openai_wire_format_on_a_loopback_server() -> None:
+    import json
+
+    from datamachine.providers.openai import OpenAIProvider
+    from tests.providers.fake_openai import FakeOpenAIServer, RecordingSleep, Reply, completion
+
+    looked_up = {"id": "c1", "type": "function",
+                 "function": {"name": "lookup", "arguments": json.dumps({"city": "Atlantis"})}}
+    with FakeOpenAIServer() as server:
+        server.enqueue(*[Reply(body=completion(None, tool_calls=[looked_up]))] * 4,
+                       Reply(body=completion("Atlantis is a myth.")))
+        with boot() as host:
+            host.providers.register(OpenAIProvider(
+                name="loopback", base_url=server.url + "/v1", api_key="sk-test",
+                sleep=RecordingSleep(), jitter=lambda: 0.0))
+            result = host.run_conversation(USER, [lookup, weather], "loopback", "gpt-test",
+                                           mode="chat", max_turns=10)
+        bodies = [request.json for request in server.requests]
+    assert (result.status, result.budget) == ("budget_exceeded", "stuck_turns")
+    assert result.final_content == "Atlantis is a myth."  # the summary request's answer
+    tools = [[t["function"]["name"] for t in body.get("tools", [])] for body in bodies]
+    assert tools[:4] == [["lookup", "weather"]] * 3 + [["weather"]]
+    assert "tools" not in bodies[4]  # the final summary offers none
+    guard_notes = [[m["content"] for m in body["messages"]
+                    if m["role"] == "user" and "[LOOP GUARD" in str(m["content"])]
+                   for body in bodies]
+    assert [len(notes) for notes in guard_notes] == [0, 0, 1, 0, 0]

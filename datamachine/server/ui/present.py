@@ -307,6 +307,13 @@ def mark_text(mark: dict[str, Any]) -> str:
         return (f"The provider said the prompt was too long "
                 f"({_count(mark.get('sent_tokens'))} tokens): the context window is now "
                 f"{_count(mark.get('ceiling'))} tokens.")
+    if event == "loop_guard":
+        what = {"nudge": "the model was told to stop repeating itself",
+                "hide_tool": f"tool {mark.get('tool')} was taken away",
+                "stop": "the run stops"}.get(str(mark.get("step")), str(mark.get("step")))
+        tool = f" ({mark['tool']})" if mark.get("tool") else ""
+        return (f"Loop guard: {str(mark.get('signal', '?')).replace('_', ' ')}{tool}, "
+                f"{mark.get('count')}/{mark.get('ceiling')} turns stuck: {what}.")
     return str(event)
 
 
