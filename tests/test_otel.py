@@ -444,4 +444,4 @@ def test_each_loop_guard_step_is_a_span_event_and_a_stop_names_its_flag(
                 if e.name == "datamachine.budget_exceeded"]
     assert spent["datamachine.budget.flag"] == "max_stuck_turns_reached"
     assert run.attributes is not None
-    assert tuple(run.attributes["datamachine.flags"]) == ("max_stuck_turns_reached",)
+    assert run.attributes["datamachine.flags"] == ("max_stuck_turns_reached",)

@@ -12,6 +12,8 @@ dict lookups beyond the canonical spelling of its calls.
 
 from __future__ import annotations
 
+import json
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -36,11 +38,23 @@ Detect = Callable[[list[GuardTurn], dict[str, Any]], list[str | None]]
 Emit = Callable[[str, dict[str, Any]], None]
 
 
+# The C encoder, keys sorted: one spelling per value, fast enough for every call of a turn.
+_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                              default=repr).encode
+
+
 def _key(name: str, arguments: Mapping[str, Any]) -> str:
+    return f"{name}:{_spelled(arguments)}"
+
+
+def _spelled(value: object) -> str:
     try:
-        return f"{name}:{canonical_json(arguments)}"
-    except TypeError:  # keys that cannot be sorted: their order is the spelling
-        return f"{name}:{compact_json(arguments)}"
+        return _canonical(value)
+    except (TypeError, ValueError):  # keys that cannot be sorted, a circular value
+        try:
+            return canonical_json(value)
+        except TypeError:
+            return compact_json(value)
 
 
 class LoopGuard:
@@ -62,13 +76,15 @@ class LoopGuard:
         self.turns: list[GuardTurn] = []
         self.failed: set[str] = set()  # keys of calls that failed or were refused
         self.results: set[tuple[str, str]] = set()  # (key, result) of successful calls
-        self.recent: list[tuple[str, str, bool]] = []  # the last four calls: key, name, new
+        # The last four calls: key, name, whether the result was new.
+        self.recent: deque[tuple[str, str, bool]] = deque(maxlen=4)
         self.texts: set[str] = set()
         self.previous_text: str | None = None
         self.nudge: str | None = None  # for the next request only
-        # The turn being watched.
+        # The turn being watched; its calls as (key, name, success, error type, new result).
         self._turn, self._text, self._expected = 0, "", 0
-        self._calls: list[GuardCall] = []
+        self._calls: list[tuple[str, str, bool | None, str | None, bool]] = []
+        self._arguments: list[Mapping[str, Any]] = []  # kept only for a plugin
         self._budgets: Mapping[str, IterationBudget] = {}
 
     # -- what the run tells it --------------------------------------------------------------
@@ -80,25 +96,31 @@ class LoopGuard:
         self._turn, self._text, self._expected = turn, text, calls
         self._budgets = budgets
         self._calls = []
+        if self.detect is not None:
+            self._arguments = []
         if not calls:
             self._judge()
 
     def ran(self, name: str, arguments: Mapping[str, Any], result: Mapping[str, Any]) -> None:
         """A call of the watched turn ended with ``result`` (refused ones too)."""
         key = _key(name, arguments)
-        success: bool | None = result.get("success") is True
-        if not success and is_rejected(result):
-            success = None
         new = False
-        if success:
-            found = (key, compact_json(result.get("data", result)))
+        success: bool | None
+        if result.get("success") is True:
+            success, error = True, None
+            found = (key, _spelled(result.get("data", result)))
             if found not in self.results:
                 self.results.add(found)
                 new = True
-        error = result.get("error_type") if not success else None
-        self._calls.append(GuardCall(name, dict(arguments), key, success,
-                                     str(error) if error is not None else None, new))
-        if len(self._calls) >= self._expected:
+        else:
+            success = None if is_rejected(result) else False
+            kind = result.get("error_type")
+            error = str(kind) if kind is not None else None
+        calls = self._calls
+        calls.append((key, name, success, error, new))
+        if self.detect is not None:
+            self._arguments.append(arguments)
+        if len(calls) >= self._expected:
             self._judge()
 
     def take_nudge(self) -> str | None:
@@ -114,9 +136,10 @@ class LoopGuard:
     def _judge(self) -> None:
         calls, text = self._calls, self._text.strip()
         self._expected = -1  # judged: outcomes of calls that wait for a person come later
-        signal, tool = self._builtin(calls, text)
-        progress = any(call.new_result for call in calls) or (
-            not calls and bool(text) and text not in self.texts)
+        signal, tool = self._builtin(calls, text) if (
+            self.failed or self.hidden or self.recent or not calls) else (None, None)
+        progress = any(call[4] for call in calls) if calls else (
+            bool(text) and text not in self.texts)
         self._remember(calls, text)
         if signal is None and self.detect is not None:
             signal = self._asked()
@@ -127,15 +150,17 @@ class LoopGuard:
         if signal is not None:
             self._step(signal, tool)
 
-    def _builtin(self, calls: list[GuardCall], text: str) -> tuple[str | None, str | None]:
-        for call in calls:
-            if call.name in self.hidden:
-                return HIDDEN_TOOL_CALLED, call.name
-        for call in calls:
-            if call.key in self.failed:
-                return REPEATED_FAILURE, call.name
+    def _builtin(self, calls: list[tuple[str, str, bool | None, str | None, bool]],
+                 text: str) -> tuple[str | None, str | None]:
+        hidden, failed = self.hidden, self.failed
+        for _, name, *_ in calls:
+            if name in hidden:
+                return HIDDEN_TOOL_CALLED, name
+        for key, name, *_ in calls:
+            if key in failed:
+                return REPEATED_FAILURE, name
         if calls:
-            recent = (self.recent + [(c.key, c.name, c.new_result) for c in calls])[-4:]
+            recent = [*self.recent, *((c[0], c[1], c[4]) for c in calls)][-4:]
             # A, B, A, B where the second A and B brought nothing new (the first ones may
             # have: they are what is being repeated).
             if (len(recent) == 4 and recent[0][0] == recent[2][0] != recent[1][0]
@@ -146,18 +171,23 @@ class LoopGuard:
             return REPEATED_TEXT, None
         return None, None
 
-    def _remember(self, calls: list[GuardCall], text: str) -> None:
-        for call in calls:
-            if call.failed:
-                self.failed.add(call.key)
+    def _remember(self, calls: list[tuple[str, str, bool | None, str | None, bool]],
+                  text: str) -> None:
         if calls:
-            self.recent = (self.recent + [(c.key, c.name, c.new_result) for c in calls])[-4:]
+            recent = self.recent
+            for key, name, success, _, new in calls:
+                if success is not True:
+                    self.failed.add(key)
+                recent.append((key, name, new))
             self.previous_text = None
         elif text:
             self.texts.add(text)
             self.previous_text = text
         if self.detect is not None:
-            self.turns.append(GuardTurn(self._turn, self._text, tuple(calls)))
+            self.turns.append(GuardTurn(self._turn, self._text, tuple(
+                GuardCall(name, dict(arguments), key, success, error, new)
+                for (key, name, success, error, new), arguments
+                in zip(calls, self._arguments, strict=True))))
 
     def _asked(self) -> str | None:
         assert self.detect is not None
