@@ -119,7 +119,8 @@ class ConversationRun:
         self.turn_gate = turn_gate
         self.cumulative_base = cumulative_base
         self.resumption = resumption
-        self.warnings: list[str] = []
+        # What opening a chat session reported (its limit clamped) comes first.
+        self.warnings: list[str] = list(turn_gate.warnings) if turn_gate is not None else []
         runtime = spec.runtime
         self.confirmation = Confirmation(self.settings.get, runtime)
         self.persister, self.lock, self.session_id = self._transcript()

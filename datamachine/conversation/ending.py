@@ -268,11 +268,13 @@ class TurnGate(Protocol):
     """Asked after every provider answer (a chat session's turn limit): False declines the
     turn's tool calls and ends the run after it; ``aborted`` then says so, ``notice`` why.
     ``pending`` (set at the limit with ``confirmation="pause"``): the run pauses before the
-    turn's calls run, if it would go on."""
+    turn's calls run, if it would go on. ``warnings``: what opening the session reported (a
+    limit clamped), for the run's result."""
 
     aborted: bool
     notice: str
     pending: dict[str, Any] | None
+    warnings: list[str]
 
     def __call__(self, turn: int) -> bool:
         """Count turn ``turn``; whether the run may go on."""

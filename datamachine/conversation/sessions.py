@@ -152,8 +152,8 @@ def pause_before_run(services: Services, gate: ChatTurnGate, writer: TranscriptW
     result = ConversationResult(
         messages=messages, status="awaiting_confirmation", completed=False,
         budget=CHAT_TURNS, warning=pending_warning(pending), pending=pending,
-        cumulative_turn_count=writer.stored_turns(), transcript_session_id=gate.session_id,
-        mode=label, provider=provider, model=model)
+        warnings=list(gate.warnings), cumulative_turn_count=writer.stored_turns(),
+        transcript_session_id=gate.session_id, mode=label, provider=provider, model=model)
     clean, runtime = split_payload(payload)
     settle_without_run(services, writer, messages, result, payload)
     paused_runs(services).keep(gate.session_id, PausedRun(
