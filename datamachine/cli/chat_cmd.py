@@ -102,6 +102,14 @@ def _new_session(host: Any, limit: int | str | None) -> Any:
     return session
 
 
+def _stop_line(result: Any) -> str:
+    """What ``chat`` prints when the session's limit stopped it: the budget and its flag, as
+    every budget stop is reported."""
+    named = f" (budget {result.budget}: {', '.join(result.flags)})" if result.budget else ""
+    return (f"The session reached its turn limit{named} and was not continued; it is now "
+            "closed.")
+
+
 @click.command()
 @click.option("--session", "session_id", default=None,
               help="Continue this chat session (its id or a unique prefix).")
@@ -188,7 +196,6 @@ def chat(state: State, session_id: str | None, system: str | None, max_turns: st
                    f"this run: {result.turn_count}, status: {result.status}]")
         status = result.status
         if result.status == "aborted":
-            click.echo("The session reached its turn limit and was not continued; "
-                       "it is now closed.")
+            click.echo(_stop_line(result))
             break
     raise SystemExit(exit_code_for(status) if status != "completed" else 0)

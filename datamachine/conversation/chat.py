@@ -78,7 +78,7 @@ class ChatTurnGate:
 
     def budget(self) -> IterationBudget:
         """The session's turns as the budget ``chat_turns``: its count against its limit (what
-        ``confirm_continuation`` is asked with)."""
+        ``confirm_continuation`` is asked with, and what a result the limit stopped reports)."""
         limit = self.max_turns
         return IterationBudget(CHAT_TURNS, limit if isinstance(limit, int) else max(1, self.count),
                                self.count)
@@ -199,7 +199,7 @@ def chat_steps(services: Services, session_id: str, new_messages: list[dict[str,
                                     services.default_provider(provider),
                                     services.default_model(model), mode, payload)
         if not gate.open(writer):
-            return abort_before_run(services, session, writer, payload)
+            return abort_before_run(services, gate, writer, payload)
         run = ConversationRun.create(
             services, [*writer.history(), *new_messages], tools,
             provider, model, mode,

@@ -378,6 +378,11 @@ def test_session_turn_limit_is_enforced_over_http(site: Site) -> None:
     reached = post(site, {"message": "two", "session_id": session_id})
     body = assert_error(reached, 409, "session_aborted")
     assert body["data"]["status"] == "aborted"
+    # Named as every budget stop is: the budget, its flag and its snapshot.
+    assert body["data"]["budget"] == "chat_turns"
+    assert body["data"]["flags"] == ["max_chat_turns_reached"]
+    assert body["data"]["budgets"]["chat_turns"]["current"] == 2
+    assert body["data"]["budgets"]["chat_turns"]["ceiling"] == 2
     assert site.host.chat_sessions.get(session_id).status == "aborted"
     assert_error(post(site, {"message": "three", "session_id": session_id}), 409,
                  "session_aborted")
@@ -432,7 +437,9 @@ def test_a_declined_resume_over_http_aborts_the_session(site: Site) -> None:
     assert post(site, {"message": "two", "session_id": session_id}).json()["status"] == (
         "awaiting_confirmation")
     declined = post(site, {"session_id": session_id, "resume": {"approve": False}})
-    assert_error(declined, 409, "session_aborted")
+    body = assert_error(declined, 409, "session_aborted")
+    assert (body["data"]["budget"], body["data"]["flags"]) == ("chat_turns",
+                                                               ["max_chat_turns_reached"])
     assert site.host.chat_sessions.get(session_id).status == "aborted"
 
 

@@ -142,7 +142,9 @@ def test_chat_through_the_runner_is_headless_and_aborts_at_the_limit(
     assert result.exit_code == 3
     assert "assistant> echo: hello" in result.output
     assert "turns used: 1/2" in result.output
-    assert "now closed" in result.output
+    # The stop names its budget and flag, as every budget stop does.
+    assert ("The session reached its turn limit (budget chat_turns: max_chat_turns_reached) "
+            "and was not continued; it is now closed.") in result.stdout
 
 
 def test_chat_max_turns_above_the_registered_clamp_is_clamped_with_a_warning(
