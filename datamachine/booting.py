@@ -94,7 +94,8 @@ def boot(
     host = Host(pm=pm, handle=handle, settings=settings, budgets=registry, db_path=resolved_path,
                 plugins=infos, providers=providers, tools=tools[0],
                 transcripts=transcripts, jobs=JobStore(handle, queue=queue), queue=queue,
-                chat_sessions=ChatSessionStore(handle, settings=settings, transcripts=transcripts),
+                chat_sessions=ChatSessionStore(handle, budgets=registry,
+                                               transcripts=transcripts),
                 tokens=TokenStore(handle), spend=SpendStore(handle), modes=collect_modes(pm))
     # Every host has a site id from its first boot (agent-to-agent chains use it). A bad one
     # (stored by hand or by an older version) must not stop the boot: `datamachine settings`

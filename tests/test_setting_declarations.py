@@ -70,7 +70,8 @@ def setting_keys_read(sources: list[Path] = SOURCES, root: Path = ROOT) -> dict[
 def test_every_setting_the_code_reads_is_declared() -> None:
     read = setting_keys_read()
     # The scan itself must see reads of every kind, or it would pass by seeing nothing.
-    assert {"default_provider", "confirmation", "chat_max_turns",
+    # (The settings of bounded loops are read through their budgets: computed keys.)
+    assert {"default_provider", "confirmation",
             "openai_base_url", "providers", "remote_sites",
             "fetch_allow_private", "mcp_servers", "mcp_call_timeout", "site_id",
             "chat_rate_limit", "spend_limits"} <= set(read)
@@ -102,7 +103,6 @@ def test_declared_defaults_are_what_the_code_uses_when_unset() -> None:
     from datamachine.providers.retry import DEFAULT_MAX_RETRIES
     from datamachine.server.site import DEFAULT_MAX_REQUEST_BYTES
     from datamachine.server.throttle import DEFAULT_CHAT_MAX_CONCURRENT, DEFAULT_CHAT_RATE_LIMIT
-    from datamachine.storage.chat_sessions import DEFAULT_CHAT_MAX_TURNS
 
     expected = {
         "request_timeout": DEFAULT_REQUEST_TIMEOUT, "connect_timeout": DEFAULT_CONNECT_TIMEOUT,
@@ -111,7 +111,7 @@ def test_declared_defaults_are_what_the_code_uses_when_unset() -> None:
         "max_request_bytes": DEFAULT_MAX_REQUEST_BYTES,
         "chat_rate_limit": DEFAULT_CHAT_RATE_LIMIT,
         "chat_max_concurrent": DEFAULT_CHAT_MAX_CONCURRENT,
-        "chat_max_turns": DEFAULT_CHAT_MAX_TURNS, "mcp_call_timeout": DEFAULT_CALL_TIMEOUT,
+        "chat_max_turns": 25, "mcp_call_timeout": DEFAULT_CALL_TIMEOUT,
         "max_turns": 25, "max_tool_calls": 100, "max_chain_depth": 3,
         "default_provider": "scripted", "default_model": "", "confirmation": "ask",
         "budget_pressure": False, "allow_model_requests": True, "fetch_allow_private": False,
@@ -128,7 +128,7 @@ def test_the_run_path_s_defaults_agree_with_the_declarations(host: Host) -> None
     # What a run actually uses on a fresh host, against what `settings get` would print.
     assert host.default_provider(None) == host.settings.effective("default_provider")
     assert host.default_model(None) == host.settings.effective("default_model")
-    assert host.chat_sessions.default_max_turns() == host.settings.effective("chat_max_turns")
+    assert host.chat_sessions.new_limit() == host.settings.effective("chat_max_turns")
     assert host.budgets.create("conversation_turns").ceiling() == host.settings.effective(
         "max_turns")
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from datamachine.budgets_builtin import CHAT_TURNS
 from datamachine.cli.app import State, exit_code_for, handle_errors
 from datamachine.cli.model_options import (
     check_declared_options,
@@ -31,7 +32,6 @@ from datamachine.cli.provider_notice import (
 from datamachine.cli.settings_cmd import warn_unread_variables
 from datamachine.errors import SessionAborted, UsageError
 from datamachine.hookspecs import hookimpl
-from datamachine.registry import validate_budget_value
 
 __all__ = ["TerminalConfirm", "chat"]
 
@@ -79,21 +79,35 @@ def _asking(host: Any, progress: Progress, stream: bool) -> Iterator[TextEcho | 
         host.pm.unregister(confirm)
 
 
-def _limit(value: str | None) -> int | str | None:
-    if value is None:
+def _limit_flag(host: Any, max_turns: str | None) -> int | str | None:
+    """``--max-turns`` as the budget ``chat_turns`` takes it: read as a number, else as it is
+    (``unlimited``); whether the budget takes it is for the host's registry to say (a
+    UsageError naming the flag: exit 2)."""
+    if max_turns is None:
         return None
-    if value == "unlimited":
-        return value
-    try:
-        number = int(value)
-    except ValueError:
-        raise click.BadParameter(
-            f"--max-turns must be a positive integer between 1 and 10,000 or 'unlimited', "
-            f"got {value!r}.") from None
-    try:
-        return validate_budget_value("--max-turns", number)
-    except UsageError as exc:
-        raise click.BadParameter(str(exc)) from None
+    limit: int | str = max_turns
+    if max_turns.strip().lstrip("+-").isdigit():
+        limit = int(max_turns)
+    host.budgets.check_ceiling(CHAT_TURNS, "--max-turns", limit)
+    return limit
+
+
+def _new_session(host: Any, limit: int | str | None) -> Any:
+    """A new session whose limit is the budget ``chat_turns`` resolved by the host's registry
+    (``--max-turns``, else the setting, else the default; then the registered clamp, reported
+    on stderr)."""
+    session = host.chat_sessions.create(max_turns=limit)
+    for notice in session.warnings:
+        click.echo(f"Warning: {notice}", err=True)
+    return session
+
+
+def _stop_line(result: Any) -> str:
+    """What ``chat`` prints when the session's limit stopped it: the budget and its flag, as
+    every budget stop is reported."""
+    named = f" (budget {result.budget}: {', '.join(result.flags)})" if result.budget else ""
+    return (f"The session reached its turn limit{named} and was not continued; it is now "
+            "closed.")
 
 
 @click.command()
@@ -102,8 +116,9 @@ def _limit(value: str | None) -> int | str | None:
 @click.option("-s", "--system", default=None,
               help="A system prompt, sent before the first message you type.")
 @click.option("--max-turns", default=None,
-              help="Turn limit of a new session (1 to 10,000, or 'unlimited'; default: "
-                   "setting chat_max_turns, 25).")
+              help="Turn limit of a new session (the budget chat_turns: 1 to 10,000, or "
+                   "'unlimited'; default: setting chat_max_turns, 25; clamped to the "
+                   "budget's range, with a warning).")
 @click.option("--provider", default=None,
               help="Provider name (default: setting default_provider; `datamachine models` "
                    "lists them).")
@@ -122,18 +137,21 @@ def chat(state: State, session_id: str | None, system: str | None, max_turns: st
     """Chat with an agent on a stored session, with its turn limit enforced."""
     from datamachine.conversation.chat import chat_turns_on  # what host.chat runs
 
-    limit = _limit(max_turns)
     if system is not None and not system.strip():
         raise UsageError("-s/--system: the system prompt is empty.")
     stream = sys.stdout.isatty() and not no_stream
     host = state.host
+    limit = _limit_flag(host, max_turns)
     warn_unread_variables(host)
     provider = provider_for_script(provider, script)
     check_declared_options(host, provider, model_options, passthrough=option_passthrough)
     if session_id is None:
-        session = host.chat_sessions.create(max_turns=limit)
+        session = _new_session(host, limit)
     else:
         session = host.chat_sessions.require_active(host.chat_sessions.resolve(session_id))
+        if limit is not None:
+            click.echo(f"Warning: --max-turns sets the limit of a new session; session "
+                       f"{session.id} keeps its limit ({session.max_turns}).", err=True)
     warn_if_scripted_fallback(host, provider, scripted_on_purpose=script is not None,
                               asked_for_model=model is not None or bool(model_options))
     click.echo(f"Chat session {session.id} (limit: {session.max_turns} turns). "
@@ -178,7 +196,6 @@ def chat(state: State, session_id: str | None, system: str | None, max_turns: st
                    f"this run: {result.turn_count}, status: {result.status}]")
         status = result.status
         if result.status == "aborted":
-            click.echo("The session reached its turn limit and was not continued; "
-                       "it is now closed.")
+            click.echo(_stop_line(result))
             break
     raise SystemExit(exit_code_for(status) if status != "completed" else 0)

@@ -35,7 +35,6 @@ from datamachine.errors import (
 )
 from datamachine.storage.chat_sessions import (
     ChatSession,
-    MaxTurns,
     record_limit_answer,
     record_turn,
 )
@@ -47,25 +46,19 @@ if TYPE_CHECKING:
 __all__ = ["ChatTurnGate", "chat_gate", "chat_message", "chat_steps", "chat_turns_on"]
 
 
-def _confirmed(services: Services, session_id: str, count: int, max_turns: MaxTurns) -> bool:
-    ceiling = max_turns if isinstance(max_turns, int) else max(1, count)
-    answer = services.first("confirm_continuation",
-                            budget=IterationBudget(CHAT_TURNS, ceiling, count),
-                            context={"kind": "chat_turn_limit", "session_id": session_id,
-                                     "turn_count": count, "max_turns": max_turns})
-    return answer is True
-
-
 class ChatTurnGate:
     """A chat session's turn limit during one run (the turn runner's ``turn_gate``).
 
     Called after every provider answer: counts the turn and, at the limit, asks
     ``confirm_continuation`` (True: the count starts again; otherwise the session is aborted and
-    the run stops). :meth:`write` records that in the turn's own transaction.
+    the run stops). :meth:`write` records that in the turn's own transaction. The limit is the
+    one stored with the session (the budget ``chat_turns``, resolved when it was made);
+    ``warnings``: what resolving it reported, for the run's result (a session this run makes).
     """
 
     def __init__(self, services: Services, session: ChatSession, *, create: bool,
-                 pause: bool = False, token_name: str | None = None) -> None:
+                 pause: bool = False, token_name: str | None = None,
+                 warnings: list[str] | None = None) -> None:
         self.services = services
         # The /chat token a session created by this run belongs to.
         self.token_name = token_name
@@ -80,7 +73,22 @@ class ChatTurnGate:
         self.create = create
         self.aborted = False
         self.notice = limit_notice(session.id, session.max_turns)
+        self.warnings = list(warnings or [])
         self._reset = False
+
+    def budget(self) -> IterationBudget:
+        """The session's turns as the budget ``chat_turns``: its count against its limit (what
+        ``confirm_continuation`` is asked with, and what a result the limit stopped reports)."""
+        limit = self.max_turns
+        return IterationBudget(CHAT_TURNS, limit if isinstance(limit, int) else max(1, self.count),
+                               self.count)
+
+    def _confirmed(self) -> bool:
+        answer = self.services.first(
+            "confirm_continuation", budget=self.budget(),
+            context={"kind": "chat_turn_limit", "session_id": self.session_id,
+                     "turn_count": self.count, "max_turns": self.max_turns})
+        return answer is True
 
     @property
     def at_limit(self) -> bool:
@@ -94,7 +102,7 @@ class ChatTurnGate:
         if self.max_turns == "unlimited" or self.count < self.max_turns:
             return True
         try:
-            confirmed = _confirmed(self.services, self.session_id, self.count, self.max_turns)
+            confirmed = self._confirmed()
         except Exception as exc:
             raise HookFailed(str(exc)) from exc
         writer.write("answer a chat session's turn limit",
@@ -120,7 +128,7 @@ class ChatTurnGate:
         if self.pause:
             self.pending = {"kind": "chat_turn_limit", "budget": CHAT_TURNS, "tool_call": None}
             return True
-        if _confirmed(self.services, self.session_id, self.count, self.max_turns):
+        if self._confirmed():
             self.count, self._reset = 0, True
             return True
         self.aborted = True
@@ -161,8 +169,10 @@ def chat_steps(services: Services, session_id: str, new_messages: list[dict[str,
     sync and async entry points drive the same ones).
 
     Raises ChatSessionNotFound (unless ``create``: a new session is stored with its first
-    turn) and SessionAborted; returns a ``transcript_lock_contention`` result, without running,
-    when another run holds the session.
+    turn, its limit the budget ``chat_turns`` resolved now: payload ``budget_ceilings``, else
+    the setting, else the default, clamped and reported in the result's ``warnings``) and
+    SessionAborted; returns a ``transcript_lock_contention`` result, without running, when
+    another run holds the session.
     """
     runtime = check_session_payload(payload)
     ttl = runtime.transcript_lock_ttl
@@ -172,14 +182,16 @@ def chat_steps(services: Services, session_id: str, new_messages: list[dict[str,
     if token is None:
         label = mode if isinstance(mode, str) else ",".join(mode)
         return contention_result(services, session_id, label, provider, model, payload)
+    notices: list[str] = []
     try:
-        session = _session_under_lock(services, session_id, existing)
+        session = _session_under_lock(services, session_id, existing,
+                                      runtime.budget_ceilings.get(CHAT_TURNS), notices)
     except BaseException:  # aborted meanwhile (SessionAborted): give the lock back
         store.release(session_id, token)
         raise
     gate = ChatTurnGate(services, session, create=not existing,
                         pause=confirmation_mode(services.settings.get, runtime) == "pause",
-                        token_name=runtime.token_name)
+                        token_name=runtime.token_name, warnings=notices)
     writer = store.open_writer(session_id, token, ttl, on_turn=gate.write)
     try:
         if gate.pause and gate.at_limit:
@@ -187,7 +199,7 @@ def chat_steps(services: Services, session_id: str, new_messages: list[dict[str,
                                     services.default_provider(provider),
                                     services.default_model(model), mode, payload)
         if not gate.open(writer):
-            return abort_before_run(services, session, writer, payload)
+            return abort_before_run(services, gate, writer, payload)
         run = ConversationRun.create(
             services, [*writer.history(), *new_messages], tools,
             provider, model, mode,
@@ -211,13 +223,23 @@ def _exists(services: Services, session_id: str, create: bool) -> bool:
     return True
 
 
-def _session_under_lock(services: Services, session_id: str, existing: bool) -> ChatSession:
+def _session_under_lock(services: Services, session_id: str, existing: bool,
+                        override: int | None, notices: list[str]) -> ChatSession:
+    """The session a chat run goes on with: the stored one, or the one it makes (stored with
+    its first turn), whose limit is resolved here (``override``: payload
+    ``budget_ceilings["chat_turns"]``); what resolving reported goes into ``notices``."""
     if existing:
         session = services.chat_sessions.require_active(session_id)
         refuse_if_paused(services, session_id)
+        if override is not None:  # a session keeps the limit it was made with
+            notices.append(
+                f"payload['budget_ceilings'][{CHAT_TURNS!r}] applies to a session this run "
+                f"makes; session {session_id!r} keeps its limit ({session.max_turns}); "
+                "chat_sessions.set_limit() changes it.")
         return session
-    return ChatSession(id=session_id, turn_count=0, status="active",
-                       max_turns=services.chat_sessions.default_max_turns(),
+    limit = services.chat_sessions.new_limit(
+        override, knob=f"payload['budget_ceilings'][{CHAT_TURNS!r}]", warnings=notices)
+    return ChatSession(id=session_id, turn_count=0, status="active", max_turns=limit,
                        created_at=0.0, updated_at=0.0)
 
 

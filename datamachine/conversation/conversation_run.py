@@ -50,7 +50,7 @@ from datamachine.budgets_builtin import (
 )
 from datamachine.completion.controller import CompletionRun
 from datamachine.context.guard import ContextSlot
-from datamachine.conversation.ending import FinalSummary, TurnGate, decide
+from datamachine.conversation.ending import Abort, FinalSummary, TurnGate, decide
 from datamachine.conversation.events import RunEvents, emit_outside_run
 from datamachine.conversation.metering import RunMeter, check_metered_run, price_for
 from datamachine.conversation.output import OutputContract
@@ -127,7 +127,8 @@ class ConversationRun:
         self.turn_gate = turn_gate
         self.cumulative_base = cumulative_base
         self.resumption = resumption
-        self.warnings: list[str] = []
+        # What opening a chat session reported (its limit clamped) comes first.
+        self.warnings: list[str] = list(turn_gate.warnings) if turn_gate is not None else []
         runtime = spec.runtime
         self.confirmation = Confirmation(self.settings.get, runtime)
         self.persister, self.lock, self.session_id = self._transcript()
@@ -904,8 +905,12 @@ class ConversationRun:
         calls, complete, continuation = response.tool_calls, self.spec.single_turn, []
         gate = self.turn_gate
         if gate is not None and not gate(context.turn):
-            # Declined at a chat session's limit: this turn's calls do not run, the run ends.
+            # Declined at a chat session's limit: this turn's calls do not run, the run ends,
+            # and the limit joins the run's budgets so the result (stored and returned) shows
+            # what stopped it.
             calls, complete = [], True
+            spent = gate.budget()
+            cast(dict[str, IterationBudget], context.budgets).setdefault(spent.name(), spent)
         elif self.stop_requested:
             calls, complete = [], True  # the consumer left: this turn's calls do not run
         elif not calls:
@@ -1005,7 +1010,7 @@ class ConversationRun:
     def _decide(self, stop: RunStop, **extra: Any) -> tuple[StopVerdict, dict[str, Any]]:
         spent = self._spent_repeat(stop)
         return decide(stop, turn_ceiling=self.turn_budget.ceiling(), completion=self.completion,
-                      chat_abort=self._abort(), truncated=self.answer_truncated,
+                      abort=self._abort(), truncated=self.answer_truncated,
                       output=self.output, partial=self.provider_turn.partial_text,
                       metered_warning=self._metered_warning(stop),
                       spent=spent, budgets=self._repeat_snapshots(spent), **extra)
@@ -1017,11 +1022,11 @@ class ConversationRun:
             return None
         return meter.stop_warning(stop.budget, stop.budgets.get(stop.budget, {}))
 
-    def _abort(self) -> str | None:
+    def _abort(self) -> Abort | None:
         if self.stop_requested:
-            return STREAM_LEFT
+            return Abort(STREAM_LEFT)
         gate = self.turn_gate
-        return gate.notice if gate is not None and gate.aborted else None
+        return Abort(gate.notice, gate.budget()) if gate is not None and gate.aborted else None
 
     def request_stop(self) -> None:
         """Stop at the next safe point (the consumer of a stream left): the provider's stream

@@ -9,9 +9,10 @@ not change, and the status still says ``budget_exceeded``.
 
 **The verdict.** The loop says why it stopped (a budget, an error, a final answer). The product
 adds what only it knows: the completion rules (an answer that leaves assertions unmet is
-``incomplete``), a chat session's turn limit (declined: ``aborted``), the turn budget's own
-wording, and the final summary. The verdict is decided once, while the run still holds its lock,
-and handed to the loop as a :class:`~agents_api.StopVerdict` that the loop applies once
+``incomplete``), a chat session's turn limit (declined: ``aborted``, naming the budget
+``chat_turns`` with its flag, as every budget stop does), the turn budget's own wording, and
+the final summary. The verdict is decided once, while the run still holds its lock, and handed
+to the loop as a :class:`~agents_api.StopVerdict` that the loop applies once
 (``RunStop.decided``), so the stored transcript, the job, the terminal event and the returned
 result all say the same thing.
 """
@@ -44,8 +45,8 @@ if TYPE_CHECKING:
     from datamachine.conversation.output import OutputContract
 
 __all__ = ["EMPTY_ANSWER", "EMPTY_ANSWER_WARNING", "OUTPUT_TRUNCATED", "TRUNCATED_WARNING",
-           "FinalSummary", "Summary", "TurnGate", "decide", "fallback_summary", "strip_thinking",
-           "summary_prompt"]
+           "Abort", "FinalSummary", "Summary", "TurnGate", "decide", "fallback_summary",
+           "strip_thinking", "summary_prompt"]
 
 logger = logging.getLogger("datamachine.exhaustion")
 
@@ -266,21 +267,35 @@ _STORED_DIAGNOSTICS = ("blocker", "max_turns_reached", "completion_nudge_count",
 
 class TurnGate(Protocol):
     """Asked after every provider answer (a chat session's turn limit): False declines the
-    turn's tool calls and ends the run after it; ``aborted`` then says so, ``notice`` why.
-    ``pending`` (set at the limit with ``confirmation="pause"``): the run pauses before the
-    turn's calls run, if it would go on."""
+    turn's tool calls and ends the run after it; ``aborted`` then says so, ``notice`` why, and
+    :meth:`budget` is the limit that stopped it. ``pending`` (set at the limit with
+    ``confirmation="pause"``): the run pauses before the turn's calls run, if it would go on.
+    ``warnings``: what opening the session reported (a limit clamped), for the run's result."""
 
     aborted: bool
     notice: str
     pending: dict[str, Any] | None
+    warnings: list[str]
 
     def __call__(self, turn: int) -> bool:
         """Count turn ``turn``; whether the run may go on."""
 
+    def budget(self) -> IterationBudget:
+        """The limit as a budget: its count against its ceiling."""
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    """Why a run ends ``aborted``: ``notice`` (its warning) and the budget that stopped it (a
+    chat session's ``chat_turns``, declined at its limit), or None (a stream's consumer left)."""
+
+    notice: str
+    budget: IterationBudget | None = None
+
 
 def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
            summary: Summary | None = None, summary_usage: dict[str, Any] | None = None,
-           chat_abort: str | None = None, truncated: bool = False,
+           abort: Abort | None = None, truncated: bool = False,
            output: OutputContract | None = None, partial: str = "",
            metered_warning: str | None = None, pending_extra: Mapping[str, Any] | None = None,
            warnings: list[str] | None = None,
@@ -315,7 +330,7 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
         budget, flags, warning = pending.get("budget"), [], pending_warning(pending)
     else:
         status, budget, flags, warning, final_content = _judged(
-            stop, turn_ceiling, completion, chat_abort, truncated, output, metered_warning,
+            stop, turn_ceiling, completion, abort, truncated, output, metered_warning,
             final_content if summary is None else summary.text, spent)
         if summary is not None:
             messages = [Message.text("assistant", summary.text, {"type": "final_summary"})]
@@ -337,7 +352,7 @@ def decide(stop: RunStop, *, turn_ceiling: int, completion: CompletionRun,
 
 
 def _judged(stop: RunStop, turn_ceiling: int, completion: CompletionRun,
-            chat_abort: str | None, truncated: bool, output: OutputContract | None,
+            abort: Abort | None, truncated: bool, output: OutputContract | None,
             metered_warning: str | None, final_content: str,
             spent: IterationBudget | None = None
             ) -> tuple[LoopStatus, str | None, list[str], str | None, str]:
@@ -373,7 +388,10 @@ def _judged(stop: RunStop, turn_ceiling: int, completion: CompletionRun,
         budget = spent.name()
         flags.append(spent.to_response_flag())
         warning = spent.to_warning() + (f" {warning}" if warning else "")
-    if chat_abort is not None and status in ("completed", "budget_exceeded", "incomplete"):
-        status, warning, budget, flags = "aborted", chat_abort, None, []
-        final_content = final_content or chat_abort
+    if abort is not None and status in ("completed", "budget_exceeded", "incomplete"):
+        # A budget that stopped the run is named as every budget stop names it.
+        limit = abort.budget
+        status, warning = "aborted", abort.notice
+        budget, flags = (limit.name(), [limit.to_response_flag()]) if limit else (None, [])
+        final_content = final_content or abort.notice
     return status, budget, flags, warning, final_content

@@ -45,6 +45,7 @@ from datamachine.conversation.sessions import (
     check_session_payload,
     contention_result,
     failed_before_run,
+    limit_stop,
     pause_before_run,
     refuse_if_paused,
     settle_without_run,
@@ -124,7 +125,7 @@ def continuation_steps(
                                     model if model is not None else (record.model or ""),
                                     record.mode or "chat", None)
         if gate is not None and not gate.open(writer):
-            return abort_before_run(services, gate.session, writer, None)
+            return abort_before_run(services, gate, writer, None)
         check_recorded_modes(record.mode, services.modes)
         run = ConversationRun.create(
             services, record.messages, tools,
@@ -301,6 +302,6 @@ def _declined_limit(services: Services, writer: TranscriptWriter, record: Transc
         final_content=gate.notice, last_tool_calls=refused,
         cumulative_turn_count=record.cumulative_turn_count,
         transcript_session_id=record.id, mode=record.mode or "chat",
-        provider=record.provider or "", model=record.model or "")
+        provider=record.provider or "", model=record.model or "", **limit_stop(gate))
     paused_runs(services).forget(record.id)
     return settle_without_run(services, writer, messages, result, payload)

@@ -31,7 +31,7 @@ from datamachine.conversation.result import ConversationResult
 from datamachine.conversation.spec import normalize_tools
 from datamachine.errors import SessionAwaitingConfirmation, TranscriptNotFound, UsageError
 from datamachine.payload_keys import RuntimeOptions
-from datamachine.storage.chat_sessions import ChatSession, MaxTurns
+from datamachine.storage.chat_sessions import MaxTurns
 from datamachine.storage.transcript_writer import TranscriptWriter
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ __all__ = [
     "contention_result",
     "failed_before_run",
     "limit_notice",
+    "limit_stop",
     "pause_before_run",
     "refuse_if_paused",
     "settle_without_run",
@@ -152,8 +153,8 @@ def pause_before_run(services: Services, gate: ChatTurnGate, writer: TranscriptW
     result = ConversationResult(
         messages=messages, status="awaiting_confirmation", completed=False,
         budget=CHAT_TURNS, warning=pending_warning(pending), pending=pending,
-        cumulative_turn_count=writer.stored_turns(), transcript_session_id=gate.session_id,
-        mode=label, provider=provider, model=model)
+        warnings=list(gate.warnings), cumulative_turn_count=writer.stored_turns(),
+        transcript_session_id=gate.session_id, mode=label, provider=provider, model=model)
     clean, runtime = split_payload(payload)
     settle_without_run(services, writer, messages, result, payload)
     paused_runs(services).keep(gate.session_id, PausedRun(
@@ -161,17 +162,27 @@ def pause_before_run(services: Services, gate: ChatTurnGate, writer: TranscriptW
     return result
 
 
-def abort_before_run(services: Services, session: ChatSession, writer: TranscriptWriter,
+def abort_before_run(services: Services, gate: ChatTurnGate, writer: TranscriptWriter,
                       payload: Mapping[str, Any] | None) -> ConversationResult:
-    """The result of a run declined at the limit before it started (the gate aborted it)."""
+    """The result of a run declined at the limit before it started (the gate aborted it): it
+    names the budget ``chat_turns`` as every budget stop does."""
+    session = gate.session
     result = ConversationResult(
         messages=[Message(**m) for m in writer.history()], status="aborted", completed=False,
         turn_count=0, cumulative_turn_count=writer.stored_turns(),
-        warning=limit_notice(session.id, session.max_turns), transcript_session_id=session.id,
-        mode="chat")
+        warning=limit_notice(session.id, session.max_turns), warnings=list(gate.warnings),
+        transcript_session_id=session.id, mode="chat", **limit_stop(gate))
     emit_outside_run(services, payload, "completed", {**_terminal(result, "chat"),
                                                       "session_id": session.id})
     return result
+
+
+def limit_stop(gate: ChatTurnGate) -> dict[str, Any]:
+    """What a result stopped by a chat session's limit says about it, as any budget stop
+    does: ``budget``, the flag ``max_chat_turns_reached`` and the ``chat_turns`` snapshot."""
+    spent = gate.budget()
+    return {"budget": spent.name(), "flags": [spent.to_response_flag()],
+            "budgets": {spent.name(): spent.snapshot()}}
 
 
 def _terminal(result: ConversationResult, mode: str) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from datamachine.storage.chat_sessions import (
     ChatSession,
     ChatSessionStore,
     MaxTurns,
-    validate_max_turns,
 )
 from datamachine.storage.jobs import Job, JobQueuing, JobStatus, JobStore
 from datamachine.storage.locks import LockInfo, TranscriptLocks
@@ -55,5 +54,4 @@ __all__ = [
     "ViewerLoginStore",
     "WindowKey",
     "WindowUse",
-    "validate_max_turns",
 ]

@@ -1,11 +1,14 @@
 """Chat sessions and their turn limits (DESIGN.md section 6): :class:`ChatSessionStore`.
 
 This module is the storage half of the turn-limit rules: the count, the ``active`` ->
-``aborted`` status (terminal), and the limit (an integer or ``"unlimited"``, default from the
-setting ``chat_max_turns``). Switching the limit from ``"unlimited"`` to an integer resets the
-count, because turns counted without a limit were never offered a confirmation. The run-time half
-(asking ``confirm_continuation`` when the count reaches the limit, then ``reset_turns`` or
-``abort``) belongs to ``host.chat``. A session's messages live in the transcript with the same id.
+``aborted`` status (terminal), and the limit (an integer or ``"unlimited"``). The limit is the
+budget ``chat_turns``, resolved by the host's budget registry when the session is made (the
+caller's ``max_turns``, else the setting ``chat_max_turns``, else 25; then the registered clamp,
+reported), and stored with the session. Switching the limit from ``"unlimited"`` to an integer
+resets the count, because turns counted without a limit were never offered a confirmation. The
+run-time half (asking ``confirm_continuation`` when the count reaches the limit, then
+``reset_turns`` or ``abort``) belongs to ``host.chat``. A session's messages live in the
+transcript with the same id.
 """
 
 from __future__ import annotations
@@ -14,18 +17,18 @@ import builtins
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from agents_api import clock
 from agents_api.errors import brief_repr
+from datamachine.budgets_builtin import CHAT_TURNS
 from datamachine.errors import (
     ChatSessionExists,
     ChatSessionNotFound,
-    InvalidBudgetValue,
     SessionAborted,
     UsageError,
 )
-from datamachine.registry import MAX_BUDGET_VALUE, validate_budget_value
+from datamachine.registry import MAX_BUDGET_VALUE
 from datamachine.storage._prefix import resolve_prefix
 from datamachine.storage._tx import (
     Conn,
@@ -39,15 +42,12 @@ from datamachine.storage._tx import (
 from datamachine.storage.locks import check_session_id
 
 if TYPE_CHECKING:
-    from datamachine.settings import Settings
+    from datamachine.registry import IterationBudgetRegistry
     from datamachine.storage.transcripts import TranscriptStore
 
-__all__ = ["DEFAULT_CHAT_MAX_TURNS", "ChatSession", "ChatSessionStore", "MaxTurns",
-           "record_limit_answer", "record_turn", "validate_max_turns"]
+__all__ = ["ChatSession", "ChatSessionStore", "MaxTurns", "record_limit_answer", "record_turn"]
 
 MaxTurns = int | Literal["unlimited"]
-DEFAULT_CHAT_MAX_TURNS = 25
-CHAT_MAX_TURNS_SETTING = "chat_max_turns"
 _COLUMNS = "id, turn_count, status, max_turns, created_at, updated_at, token_name"
 
 
@@ -57,6 +57,9 @@ class ChatSession(BaseModel):
 
     ``token_name`` is the ``/chat`` token that created it, the only one that may continue it
     over HTTP (None: created through the Python API, which no remote caller may continue).
+    ``warnings``: what :meth:`ChatSessionStore.create` or ``set_limit`` reports about the
+    limit it was given (a value outside the ``chat_turns`` clamp, and what was kept); never
+    stored, empty when the session is read back.
     """
 
     model_config = ConfigDict(defer_build=True, frozen=True)
@@ -68,6 +71,7 @@ class ChatSession(BaseModel):
     created_at: float
     updated_at: float
     token_name: str | None = None
+    warnings: list[str] = Field(default_factory=list, exclude=True)
 
     @property
     def limit_reached(self) -> bool:
@@ -78,17 +82,6 @@ class ChatSession(BaseModel):
     def aborted(self) -> bool:
         """True once the session refused to continue; it stays so."""
         return self.status == "aborted"
-
-
-def validate_max_turns(value: object, knob: str = "max_turns") -> MaxTurns:
-    """Return ``value`` if it is ``"unlimited"`` or an integer in [1, 10,000]; else raise
-    :class:`InvalidBudgetValue` naming ``knob``. Nothing is coerced (``"10"`` is refused)."""
-    if value == "unlimited":
-        return "unlimited"
-    try:
-        return validate_budget_value(knob, value)
-    except InvalidBudgetValue as exc:
-        raise InvalidBudgetValue(f'{exc} Use "unlimited" for no limit.') from None
 
 
 def record_turn(conn: Conn, session_id: str, *, reset: bool, abort: bool,
@@ -133,31 +126,45 @@ def _session(row: Any) -> ChatSession:
 class ChatSessionStore:
     """Create, read and update chat sessions; every change is one transaction."""
 
-    def __init__(self, db: Connected, *, settings: Settings | None = None,
+    def __init__(self, db: Connected, *, budgets: IterationBudgetRegistry,
                  transcripts: TranscriptStore | None = None) -> None:
         self._db = db
         self._lock = connection_lock(db)
         self._label = db_label(db)
-        self._settings = settings
+        # Where a session's limit is decided: the budget chat_turns, as every budget is.
+        self._budgets = budgets
         self._transcripts = transcripts
 
-    def default_max_turns(self) -> MaxTurns:
-        """The setting ``chat_max_turns`` (validated), else 25."""
-        if self._settings is None:
-            return DEFAULT_CHAT_MAX_TURNS
-        value = self._settings.get(CHAT_MAX_TURNS_SETTING, DEFAULT_CHAT_MAX_TURNS)
-        return validate_max_turns(value, f"setting {CHAT_MAX_TURNS_SETTING!r}")
+    def new_limit(self, max_turns: MaxTurns | None = None, *, knob: str = "max_turns",
+                  warnings: list[str] | None = None) -> MaxTurns:
+        """The limit a session gets: the budget ``chat_turns`` resolved by the host's registry.
+
+        ``max_turns`` (the caller's override; None: the setting ``chat_max_turns``, else the
+        registered default, 25) must be an integer from 1 to 10,000, or ``"unlimited"`` where
+        the registered budget allows it, else :class:`InvalidBudgetValue` naming ``knob``. The
+        value is then clamped to the registered ``[min, max]``; a clamp is appended to
+        ``warnings`` (requested and kept values), never applied silently.
+        """
+        if max_turns is not None:
+            self._budgets.check_ceiling(CHAT_TURNS, knob, max_turns)
+        resolved = self._budgets.resolve(CHAT_TURNS, max_turns)
+        if resolved.clamped and warnings is not None:
+            warnings.append(str(resolved.warning()))
+        # None: a chat_turns registered without a default and not set: nothing limits it.
+        return resolved.limit if isinstance(resolved.limit, int) else "unlimited"
 
     def create(self, max_turns: MaxTurns | None = None, *,
                session_id: str | None = None) -> ChatSession:
         """A new ``active`` session with ``turn_count`` 0.
 
         ``max_turns``: an integer in [1, 10,000] or ``"unlimited"``; None takes the setting
-        ``chat_max_turns`` (default 25). ``session_id``: a chosen id (else a new one); an id
-        already taken raises :class:`ChatSessionExists`.
+        ``chat_max_turns`` (default 25). Its clamp is the registered ``chat_turns`` budget's:
+        a value outside it is clamped and reported in the session's ``warnings`` (see
+        :meth:`new_limit`). ``session_id``: a chosen id (else a new one); an id already taken
+        raises :class:`ChatSessionExists`.
         """
-        limit = (self.default_max_turns() if max_turns is None
-                 else validate_max_turns(max_turns))
+        notices: list[str] = []
+        limit = self.new_limit(max_turns, warnings=notices)
         sid = uuid.uuid4().hex if session_id is None else check_session_id(session_id)
         now = clock.now()
         with self._lock:
@@ -173,7 +180,7 @@ class ChatSessionStore:
                         f"A chat session with id {sid!r} already exists; use "
                         "chat_sessions.get() to read it or pick another id."
                     )
-            return self.get(sid)
+            return self._noting(self.get(sid), notices)
 
     def get(self, session_id: str) -> ChatSession:
         """The session; ChatSessionNotFound if there is none (UsageError for a value that
@@ -215,15 +222,20 @@ class ChatSessionStore:
         return session
 
     def set_limit(self, session_id: str, max_turns: MaxTurns) -> ChatSession:
-        """Change the limit; from ``"unlimited"`` to an integer also resets the count to 0."""
-        limit = validate_max_turns(max_turns)
-        return self._update(
+        """Change the limit; from ``"unlimited"`` to an integer also resets the count to 0.
+        ``max_turns`` is checked and clamped as for :meth:`create` (a clamp is in the returned
+        session's ``warnings``)."""
+        if max_turns is None:  # None would mean "the default" to the registry: not a limit
+            self._budgets.check_ceiling(CHAT_TURNS, "max_turns", max_turns)
+        notices: list[str] = []
+        limit = self.new_limit(max_turns, warnings=notices)
+        return self._noting(self._update(
             session_id,
             "max_turns = ?, turn_count = CASE WHEN max_turns = 'unlimited' AND ? != 'unlimited' "
             "THEN 0 ELSE turn_count END",
             [limit, limit],
             active_only=False,
-        )
+        ), notices)
 
     def add_turns(self, session_id: str, n: int = 1) -> ChatSession:
         """Count ``n`` more provider turns (also when unlimited). Refused once aborted."""
@@ -265,6 +277,12 @@ class ChatSessionStore:
                     [*params, clock.now(), session_id],
                 )
             return self.get(session_id)
+
+    @staticmethod
+    def _noting(session: ChatSession, notices: builtins.list[str]) -> ChatSession:
+        """``session`` as returned to whoever set its limit: with what the limit's
+        resolution reported."""
+        return session.model_copy(update={"warnings": notices}) if notices else session
 
     def _not_found(self, session_id: str) -> ChatSessionNotFound:
         return ChatSessionNotFound(

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from datamachine import BudgetSpec
 from datamachine.server.chain import (
     HEADER_CALLER_AGENT,
     HEADER_CALLER_SITE,
@@ -377,9 +378,33 @@ def test_session_turn_limit_is_enforced_over_http(site: Site) -> None:
     reached = post(site, {"message": "two", "session_id": session_id})
     body = assert_error(reached, 409, "session_aborted")
     assert body["data"]["status"] == "aborted"
+    # Named as every budget stop is: the budget, its flag and its snapshot.
+    assert body["data"]["budget"] == "chat_turns"
+    assert body["data"]["flags"] == ["max_chat_turns_reached"]
+    assert body["data"]["budgets"]["chat_turns"]["current"] == 2
+    assert body["data"]["budgets"]["chat_turns"]["ceiling"] == 2
     assert site.host.chat_sessions.get(session_id).status == "aborted"
     assert_error(post(site, {"message": "three", "session_id": session_id}), 409,
                  "session_aborted")
+
+
+def test_a_session_opened_over_http_takes_the_registered_clamp_and_says_so(site: Site) -> None:
+    # A plugin narrowed chat_turns to [1, 50]; the site's setting asks for 60.
+    site.host.budgets.register(BudgetSpec(name="chat_turns", default=25, min=1, max=50,
+                                          setting="chat_max_turns", scope="session",
+                                          unlimited=True))
+    site.host.settings.set("chat_max_turns", 60)
+    response = post(site, {"message": "one"})
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert site.host.chat_sessions.get(result["transcript_session_id"]).max_turns == 50
+    assert ("Budget 'chat_turns': requested ceiling 60 (from setting) is outside its range "
+            "[1, 50]; using 50.") in result["warnings"]
+    # The request's max_turns is the run's turn ceiling, never the session's limit.
+    again = post(site, {"message": "two", "max_turns": 3,
+                        "session_id": result["transcript_session_id"]}).json()
+    assert again["budgets"]["conversation_turns"]["ceiling"] == 3
+    assert site.host.chat_sessions.get(result["transcript_session_id"]).max_turns == 50
 
 
 def test_a_paused_session_is_200_awaiting_and_resume_continues_it(site: Site) -> None:
@@ -412,7 +437,9 @@ def test_a_declined_resume_over_http_aborts_the_session(site: Site) -> None:
     assert post(site, {"message": "two", "session_id": session_id}).json()["status"] == (
         "awaiting_confirmation")
     declined = post(site, {"session_id": session_id, "resume": {"approve": False}})
-    assert_error(declined, 409, "session_aborted")
+    body = assert_error(declined, 409, "session_aborted")
+    assert (body["data"]["budget"], body["data"]["flags"]) == ("chat_turns",
+                                                               ["max_chat_turns_reached"])
     assert site.host.chat_sessions.get(session_id).status == "aborted"
 
 

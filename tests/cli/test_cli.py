@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -141,7 +142,59 @@ def test_chat_through_the_runner_is_headless_and_aborts_at_the_limit(
     assert result.exit_code == 3
     assert "assistant> echo: hello" in result.output
     assert "turns used: 1/2" in result.output
-    assert "now closed" in result.output
+    # The stop names its budget and flag, as every budget stop does.
+    assert ("The session reached its turn limit (budget chat_turns: max_chat_turns_reached) "
+            "and was not continued; it is now closed.") in result.stdout
+
+
+def test_chat_max_turns_above_the_registered_clamp_is_clamped_with_a_warning(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datamachine.booting
+    from tests.plugins import chat_turns_50
+
+    booted = datamachine.booting.boot
+
+    def boot_with_the_plugin(**kwargs: Any) -> Any:
+        return booted(**kwargs, plugins=[chat_turns_50])
+
+    monkeypatch.setattr(datamachine.booting, "boot", boot_with_the_plugin)
+    result = runner.invoke(cli, ["--db", str(tmp_path / "d.db"), "chat", "--max-turns", "60"],
+                           input="")
+    assert result.exit_code == 0, result.output
+    assert "(limit: 50 turns)" in result.stdout
+    assert result.stderr == ("Warning: Budget 'chat_turns': requested ceiling 60 (from "
+                             "override) is outside its range [1, 50]; using 50.\n")
+    kept = runner.invoke(cli, ["--db", str(tmp_path / "d.db"), "chat", "--max-turns", "40"],
+                         input="")
+    assert "(limit: 40 turns)" in kept.stdout
+    assert kept.stderr == ""
+
+
+def test_chat_max_turns_takes_unlimited_and_refuses_what_no_budget_takes(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    db = str(tmp_path / "d.db")
+    open_ended = runner.invoke(cli, ["--db", db, "chat", "--max-turns", "unlimited"], input="")
+    assert open_ended.exit_code == 0
+    assert "(limit: unlimited turns)" in open_ended.stdout
+    for bad in ("0", "10001", "ten", "2.5"):
+        refused = runner.invoke(cli, ["--db", db, "chat", "--max-turns", bad], input="")
+        assert refused.exit_code == 2, bad
+        assert refused.stderr.startswith("Error: --max-turns must be a positive integer"), bad
+
+
+def test_chat_max_turns_with_an_existing_session_says_it_keeps_its_limit(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    db = str(tmp_path / "d.db")
+    first = runner.invoke(cli, ["--db", db, "chat", "--max-turns", "5"], input="")
+    session_id = first.stdout.split()[2]
+    again = runner.invoke(cli, ["--db", db, "chat", "--session", session_id, "--max-turns",
+                                "9"], input="")
+    assert again.exit_code == 0
+    assert "(limit: 5 turns)" in again.stdout
+    assert "keeps its limit (5)" in again.stderr
 
 
 def test_chat_ctrl_d_through_the_runner(runner: CliRunner, tmp_path: Path) -> None:

@@ -115,6 +115,8 @@ def test_leaving_the_stream_early_aborts_the_run_keeps_the_transcript_and_frees_
     assert [e.text for e in seen if e.type == "text_delta"] == ["The "]
     stored = host.transcripts.summary("s1")
     assert stored.status == "aborted"
+    # No budget stopped it (a chat limit's abort names chat_turns; this one names none).
+    assert (stored.result["budget"], stored.result["flags"]) == (None, [])
     messages = host.transcripts.get("s1")
     assert messages[0]["content"] == USER[0]["content"]
     # The lock is free: the next run on the session starts at once.
