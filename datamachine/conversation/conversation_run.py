@@ -783,8 +783,8 @@ class ConversationRun:
         if self.guard is not None:
             call = outcome.call
             parameters = call.parameters
-            self.guard.ran(call.name, parameters if isinstance(parameters, Mapping) else {},
-                           outcome.result)
+            self.guard.ran(call.name, parameters if type(parameters) is dict
+                           or isinstance(parameters, Mapping) else {}, outcome.result)
         return self.completion.on_tool_result(outcome.call, outcome.result, context.turn)
 
     def estimate_request(self, messages: list[Message], context: TurnContext

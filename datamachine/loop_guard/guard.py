@@ -7,12 +7,11 @@ without calls), so the budget is up to date before the loop checks its budgets a
 call. A stop is the budget spent: the loop then stops on ``stuck_turns`` (or offers it to a
 person, as any spent budget), the run's final summary follows. The state the built-in signals
 need is kept as the turns go (a few sets and the last four calls), so a turn costs a couple of
-dict lookups beyond the canonical spelling of its calls.
+set lookup; a call's arguments are spelled canonically only when a signal needs them.
 """
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, cast
@@ -38,23 +37,28 @@ Detect = Callable[[list[GuardTurn], dict[str, Any]], list[str | None]]
 Emit = Callable[[str, dict[str, Any]], None]
 
 
-# The C encoder, keys sorted: one spelling per value, fast enough for every call of a turn.
-_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                              default=repr).encode
-
-
 def _key(name: str, arguments: Mapping[str, Any]) -> str:
-    return f"{name}:{_spelled(arguments)}"
-
-
-def _spelled(value: object) -> str:
+    """The call's name and canonical arguments: key order never matters."""
+    if type(arguments) is dict:
+        for value in arguments.values():
+            if type(value) is dict or type(value) is list:
+                break
+        else:
+            try:
+                # Flat arguments (the usual case): their sorted items' repr, made in C.
+                return f"{name}:{sorted(arguments.items())!r}"
+            except TypeError:  # keys that cannot be compared
+                pass
     try:
-        return _canonical(value)
-    except (TypeError, ValueError):  # keys that cannot be sorted, a circular value
-        try:
-            return canonical_json(value)
-        except TypeError:
-            return compact_json(value)
+        return f"{name}:{canonical_json(arguments)}"
+    except TypeError:
+        return f"{name}:{compact_json(arguments)}"
+
+
+# A call as the guard keeps it: name, arguments, success (None: refused), error type, and
+# whether its result was new. Its key (name and canonical arguments) is spelled only when a
+# signal needs it: a healthy turn never does.
+_Call = tuple[str, Mapping[str, Any], bool | None, str | None, bool]
 
 
 class LoopGuard:
@@ -75,16 +79,15 @@ class LoopGuard:
         # Only a plugin reads whole turns: kept only when one is registered.
         self.turns: list[GuardTurn] = []
         self.failed: set[str] = set()  # keys of calls that failed or were refused
-        self.results: set[tuple[str, str]] = set()  # (key, result) of successful calls
-        # The last four calls: key, name, whether the result was new.
-        self.recent: deque[tuple[str, str, bool]] = deque(maxlen=4)
+        # (tool, result) of every success: a result a tool gave before is nothing new.
+        self.results: set[tuple[str, str]] = set()
+        self.recent: deque[_Call] = deque(maxlen=4)  # the last four calls
         self.texts: set[str] = set()
         self.previous_text: str | None = None
         self.nudge: str | None = None  # for the next request only
-        # The turn being watched; its calls as (key, name, success, error type, new result).
+        # The turn being watched.
         self._turn, self._text, self._expected = 0, "", 0
-        self._calls: list[tuple[str, str, bool | None, str | None, bool]] = []
-        self._arguments: list[Mapping[str, Any]] = []  # kept only for a plugin
+        self._calls: list[_Call] = []
         self._budgets: Mapping[str, IterationBudget] = {}
 
     # -- what the run tells it --------------------------------------------------------------
@@ -96,32 +99,40 @@ class LoopGuard:
         self._turn, self._text, self._expected = turn, text, calls
         self._budgets = budgets
         self._calls = []
-        if self.detect is not None:
-            self._arguments = []
         if not calls:
             self._judge()
 
     def ran(self, name: str, arguments: Mapping[str, Any], result: Mapping[str, Any]) -> None:
         """A call of the watched turn ended with ``result`` (refused ones too)."""
-        key = _key(name, arguments)
         new = False
+        error: str | None = None
         success: bool | None
         if result.get("success") is True:
-            success, error = True, None
-            found = (key, _spelled(result.get("data", result)))
-            if found not in self.results:
-                self.results.add(found)
+            success = True
+            # Spelled as Python does: the same tool gives the same key order, and a
+            # difference only makes a result look new.
+            found = (name, repr(result.get("data", result)))
+            results = self.results
+            if found not in results:
+                results.add(found)
                 new = True
         else:
             success = None if is_rejected(result) else False
             kind = result.get("error_type")
             error = str(kind) if kind is not None else None
         calls = self._calls
-        calls.append((key, name, success, error, new))
-        if self.detect is not None:
-            self._arguments.append(arguments)
-        if len(calls) >= self._expected:
-            self._judge()
+        calls.append((name, arguments, success, error, new))
+        if len(calls) < self._expected:
+            return
+        if new and len(calls) == 1 and self.detect is None:
+            # The usual turn: one call, a new result. Progress: remembered, count back to 0.
+            self._expected = -1
+            self.recent.append(calls[0])
+            self.previous_text = None
+            if self.budget.current():
+                self.budget.set_current(0)
+            return
+        self._judge()
 
     def take_nudge(self) -> str | None:
         """The message for the coming request (then gone: it is never stored)."""
@@ -136,58 +147,58 @@ class LoopGuard:
     def _judge(self) -> None:
         calls, text = self._calls, self._text.strip()
         self._expected = -1  # judged: outcomes of calls that wait for a person come later
-        signal, tool = self._builtin(calls, text) if (
-            self.failed or self.hidden or self.recent or not calls) else (None, None)
-        progress = any(call[4] for call in calls) if calls else (
-            bool(text) and text not in self.texts)
+        if calls:
+            progress = any(call[4] for call in calls)
+        else:
+            progress = bool(text) and text not in self.texts
+        # Progress wins over any signal.
+        signal, tool = (None, None) if progress else self._builtin(calls, text)
         self._remember(calls, text)
-        if signal is None and self.detect is not None:
-            signal = self._asked()
         if progress:
             if self.budget.current():
                 self.budget.set_current(0)
             return
+        if signal is None and self.detect is not None:
+            signal = self._asked()
         if signal is not None:
             self._step(signal, tool)
 
-    def _builtin(self, calls: list[tuple[str, str, bool | None, str | None, bool]],
-                 text: str) -> tuple[str | None, str | None]:
+    def _builtin(self, calls: list[_Call], text: str) -> tuple[str | None, str | None]:
         hidden, failed = self.hidden, self.failed
-        for _, name, *_ in calls:
-            if name in hidden:
-                return HIDDEN_TOOL_CALLED, name
-        for key, name, *_ in calls:
-            if key in failed:
-                return REPEATED_FAILURE, name
+        for call in calls:
+            if call[0] in hidden:
+                return HIDDEN_TOOL_CALLED, call[0]
+        if failed:
+            for call in calls:
+                if _key(call[0], call[1]) in failed:
+                    return REPEATED_FAILURE, call[0]
         if calls:
-            recent = [*self.recent, *((c[0], c[1], c[4]) for c in calls)][-4:]
-            # A, B, A, B where the second A and B brought nothing new (the first ones may
-            # have: they are what is being repeated).
-            if (len(recent) == 4 and recent[0][0] == recent[2][0] != recent[1][0]
-                    and recent[1][0] == recent[3][0] and not recent[2][2]
-                    and not recent[3][2]):
-                return ALTERNATING_CALLS, recent[3][1]
+            recent = [*self.recent, *calls][-4:]
+            if len(recent) == 4 and not recent[2][4] and not recent[3][4]:
+                # A, B, A, B where the second A and B brought nothing new (the first ones may
+                # have: they are what is being repeated).
+                a, b, a2, b2 = (_key(call[0], call[1]) for call in recent)
+                if a == a2 != b == b2:
+                    return ALTERNATING_CALLS, recent[3][0]
         elif text and text == self.previous_text:
             return REPEATED_TEXT, None
         return None, None
 
-    def _remember(self, calls: list[tuple[str, str, bool | None, str | None, bool]],
-                  text: str) -> None:
+    def _remember(self, calls: list[_Call], text: str) -> None:
         if calls:
             recent = self.recent
-            for key, name, success, _, new in calls:
-                if success is not True:
-                    self.failed.add(key)
-                recent.append((key, name, new))
+            for call in calls:
+                if call[2] is not True:
+                    self.failed.add(_key(call[0], call[1]))
+                recent.append(call)
             self.previous_text = None
         elif text:
             self.texts.add(text)
             self.previous_text = text
         if self.detect is not None:
             self.turns.append(GuardTurn(self._turn, self._text, tuple(
-                GuardCall(name, dict(arguments), key, success, error, new)
-                for (key, name, success, error, new), arguments
-                in zip(calls, self._arguments, strict=True))))
+                GuardCall(name, dict(arguments), _key(name, arguments), success, error, new)
+                for name, arguments, success, error, new in calls)))
 
     def _asked(self) -> str | None:
         assert self.detect is not None
