@@ -127,7 +127,7 @@ def _store_raw(host: Host, key: str, text: str) -> None:
 
 
 def test_a_stored_value_that_is_not_json_is_the_sites_fault(db_target: str) -> None:
-    from datamachine.errors import InvalidBudgetValue, SiteMisconfigured
+    from datamachine.errors import SiteMisconfigured
 
     with bootstrap.boot(db_path=db_target, load_entrypoints=False) as host:
         _store_raw(host, "default_model", "{oops")
