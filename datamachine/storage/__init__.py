@@ -12,7 +12,7 @@ from datamachine.storage.chat_sessions import (
     MaxTurns,
     validate_max_turns,
 )
-from datamachine.storage.jobs import Job, JobQueuing, JobStatus, JobStore
+from datamachine.storage.jobs import Job, JobOutcome, JobQueuing, JobStatus, JobStore
 from datamachine.storage.locks import LockInfo, TranscriptLocks
 from datamachine.storage.site_secrets import SiteSecretStore
 from datamachine.storage.spend import SpendStore, WindowKey, WindowUse
@@ -34,6 +34,7 @@ __all__ = [
     "ChatSession",
     "ChatSessionStore",
     "Job",
+    "JobOutcome",
     "JobQueuing",
     "JobStatus",
     "JobStore",
