@@ -7,6 +7,12 @@ after a provider outage or a worker that died, continues that transcript instead
 over (the turns already stored are not paid for twice), and the transcript lock makes sure two
 workers never write one job's run at once: an attempt that finds the lock held waits and
 retries.
+
+A job's attempts are counted by the budget ``job_attempts`` (DESIGN.md 22), resolved through
+the host's registry like every other bounded loop: the payload's
+``budget_ceilings["job_attempts"]``, else the setting ``job_max_attempts``, else its default,
+clamped to its range. The attempt that spends it fails the job saying so: ``Job.flags`` holds
+``max_job_attempts_reached``, ``Job.budget`` is ``job_attempts``, ``Job.budgets`` its snapshot.
 """
 
 from __future__ import annotations
@@ -24,12 +30,16 @@ from pydantic import ValidationError
 
 from agents_api.errors import brief_repr
 from agents_api.transcript import HeldLock
-from datamachine.errors import DataMachineError, UsageError, first_field_error
+from datamachine.budgets_builtin import JOB_ATTEMPTS
+from datamachine.errors import DataMachineError, InvalidBudgetValue, UsageError, first_field_error
 from datamachine.job_queue import JOB_QUEUE, TASK_NAME, JobRequest, job_session_id
+from datamachine.storage.jobs import JobOutcome
 from datamachine.storage.task_queue import TaskQueueStore
 
 if TYPE_CHECKING:
+    from agents_api import IterationBudget
     from datamachine.host import Host
+    from datamachine.storage.jobs import Job
 
 __all__ = ["OUTAGE_CODES", "JobNotDone", "run_attempt", "run_job", "run_worker", "worker_app"]
 
@@ -46,8 +56,11 @@ OUTAGE_CODES = frozenset({"provider_timeout", "provider_connection_error",
 # not run out yet, or one that is slow but alive. Never a reason to fail the job.
 BUSY_CODES = frozenset({"transcript_lock_contention", "transcript_lock_lost"})
 RETRY_CODES = OUTAGE_CODES | BUSY_CODES
-# Where a job counts the outages its attempts met (its engine data).
+# Where a job counts the outages its attempts met (its engine data): the attempts its budget
+# job_attempts has used.
 OUTAGES_KEY = "queue_outages"
+# Where a job keeps the notice of a clamped job_attempts ceiling (its engine data).
+WARNINGS_KEY = "budget_warnings"
 MAX_RETRY_WAIT_S = 300.0
 
 
@@ -118,18 +131,55 @@ def _backoff(host: Host, outages: int) -> float:
     return float(min(MAX_RETRY_WAIT_S, base * 2 ** outages))
 
 
-def _outage_or_fail(host: Host, job_id: int, code: str, detail: str) -> str:
-    """Count one outage of the job; another attempt after a backoff (JobNotDone), or, when
-    the job has had ``job_max_attempts``, fail it with ``code``."""
+def _attempts(host: Host, job: Job) -> IterationBudget:
+    """The job's budget ``job_attempts``, counting the attempts its outages used: resolved by
+    the registry from the payload's ``budget_ceilings["job_attempts"]`` (checked as a run
+    checks it), else the setting, else the default, then clamped. A clamp is logged and kept
+    in the job's engine data (``budget_warnings``). An override that is no ceiling raises
+    :class:`InvalidBudgetValue`."""
+    request = job.engine_data.get("request")
+    payload = request.get("payload") if isinstance(request, Mapping) else None
+    ceilings = payload.get("budget_ceilings") if isinstance(payload, Mapping) else None
+    override = ceilings.get(JOB_ATTEMPTS) if isinstance(ceilings, Mapping) else None
+    if override is not None:
+        host.budgets.check_ceiling(JOB_ATTEMPTS, f"payload['budget_ceilings'][{JOB_ATTEMPTS!r}]",
+                                   override)
+    used = job.engine_data.get(OUTAGES_KEY)
+    warnings: list[str] = []
+    budget = host.budgets.create(
+        JOB_ATTEMPTS, current=used if isinstance(used, int) and not isinstance(used, bool)
+        and used > 0 else 0, ceiling_override=override, warnings=warnings)
+    if warnings and job.engine_data.get(WARNINGS_KEY) != warnings:
+        logger.warning("datamachine worker: job %s: %s", job.id, "; ".join(warnings))
+        host.jobs.merge_engine_data(job.id, {WARNINGS_KEY: warnings})
+    return budget
+
+
+def _outage_or_fail(host: Host, job_id: int, code: str, detail: str,
+                    ran: JobOutcome | None = None) -> str:
+    """Count this attempt, which met an outage, on the job's ``job_attempts``; another attempt
+    after a backoff (JobNotDone), or, when that was the last, fail the job with ``code``
+    saying which budget ran out (``ran``: what the attempt's run recorded, kept beside it)."""
     job = host.jobs.get(job_id)
     if job.status not in ("pending", "running"):
         return job.status
-    outages = int(job.engine_data.get(OUTAGES_KEY) or 0) + 1
-    if outages >= int(host.settings.effective("job_max_attempts")):
-        return _fail(host, job_id, code)
-    host.jobs.merge_engine_data(job_id, {OUTAGES_KEY: outages})
-    raise JobNotDone(f"Job {job_id}: {code} ({detail}); attempt {outages + 1} later.",
-                     retry_in=_backoff(host, outages - 1))
+    try:
+        attempts = _attempts(host, job)
+    except InvalidBudgetValue as exc:
+        return _fail(host, job_id, f"job_request_invalid: {exc}")
+    attempts.increment()
+    if attempts.exceeded():
+        ran = ran or JobOutcome()
+        flag = attempts.to_response_flag()
+        logger.warning("datamachine worker: job %s: %s (%s)", job_id, attempts.to_warning(),
+                       code)
+        return _fail(host, job_id, code, JobOutcome(
+            flags=(*(f for f in ran.flags if f != flag), flag), budget=JOB_ATTEMPTS,
+            budgets={**ran.budgets, JOB_ATTEMPTS: attempts.snapshot()}))
+    used = attempts.current()
+    host.jobs.merge_engine_data(job_id, {OUTAGES_KEY: used})
+    raise JobNotDone(f"Job {job_id}: {code} ({detail}); attempt {used + 1} of "
+                     f"{attempts.ceiling()} later.", retry_in=_backoff(host, used - 1))
 
 
 def _busy(host: Host, job_id: int, session_id: str) -> JobNotDone:
@@ -144,16 +194,17 @@ def _busy(host: Host, job_id: int, session_id: str) -> JobNotDone:
                       f"trying again in {wait:.1f} s.", retry_in=wait)
 
 
-def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
+def run_job(host: Host, job_id: int) -> str:
     """Run (or go on with) job ``job_id`` on ``host``; its status when this attempt ends.
 
     Raises :class:`JobNotDone` (with the wait before the next attempt) when a later attempt
-    should go on: after a provider outage (at most ``job_max_attempts`` attempts, counted in the
-    job's engine data), or while another run holds the job's transcript (never counted: a dead
-    worker's lock runs out, a live worker finishes). ``final``: force this to be (or not be)
-    the last attempt for outages; None counts them.
+    should go on: after a provider outage (as many attempts as the budget ``job_attempts``
+    allows, counted in the job's engine data; the last one fails the job with the flag
+    ``max_job_attempts_reached``), or while another run holds the job's transcript (never
+    counted: a dead worker's lock runs out, a live worker finishes).
     """
     from agents_api.drive import drive_sync
+    from datamachine.completion.jobs import job_outcome
     from datamachine.conversation.resuming import TranscriptFinished, continuation_steps
 
     job = host.jobs.get(job_id)
@@ -170,19 +221,21 @@ def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
     if request.provider is not None and request.provider not in host.providers.names():
         return _fail(host, job_id, f"job_provider_missing: {request.provider} not registered "
                                    "on this worker")
+    try:
+        _attempts(host, job)  # its ceiling checked (and a clamp reported) before the run
+    except InvalidBudgetValue as exc:
+        return _fail(host, job_id, f"job_request_invalid: {exc}")
     session_id = job_session_id(job_id)
-    if final is None:
-        outages = int(job.engine_data.get(OUTAGES_KEY) or 0)
-        final = outages + 1 >= int(host.settings.effective("job_max_attempts"))
     stored = host.transcripts.summary(session_id) if host.transcripts.exists(session_id) \
         else None
     ttl = int(host.settings.effective("job_lock_ttl"))
     settled = _settled_already(host, job_id, request, stored, ttl)
     if settled is not None:
         return settled
+    # The run leaves its job running on an outage or a busy lock: whether another attempt
+    # follows is the worker's to decide, with the job's attempts budget.
     payload = {**request.payload, "job_id": job_id, "transcript_session_id": session_id,
-               "transcript_lock_ttl": ttl,
-               "job_retry_codes": sorted(BUSY_CODES if final else RETRY_CODES)}
+               "transcript_lock_ttl": ttl, "job_retry_codes": sorted(RETRY_CODES)}
     tools = [host.tools.get(name) for name in request.tools] or None
     if stored is not None:  # an earlier attempt stored turns: go on from there
         ceiling = request.max_turns or int(host.settings.effective("max_turns"))
@@ -192,7 +245,7 @@ def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
                 request.provider, request.model, payload=payload, lock_ttl=ttl,
                 unfinished_only=_unfinished))
         except TranscriptFinished as finished:  # another attempt finished it meanwhile
-            return _settle_from(host, job_id, finished.record.result)
+            return _settle_from(host, job_id, finished.record)
     else:
         # A first attempt takes the lock before it looks: a duplicate attempt (a worker taken
         # for dead that was only slow) may have run the whole job between our look above and
@@ -202,7 +255,7 @@ def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
             raise _busy(host, job_id, session_id)
         if host.transcripts.exists(session_id):
             host.transcripts.release(session_id, token)
-            return run_job(host, job_id, final=final)  # go on with (or settle) what it stored
+            return run_job(host, job_id)  # go on with (or settle) what it stored
         held = HeldLock(host.transcripts, session_id, token)
         try:
             result = host.run_conversation(request.messages, tools, request.provider,
@@ -224,7 +277,9 @@ def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
     if result.error_code in BUSY_CODES:
         raise _busy(host, job_id, session_id)
     return _outage_or_fail(host, job_id, result.error_code or f"job_{result.status}",
-                           str(result.error))
+                           str(result.error), job_outcome(
+                               {"flags": result.flags, "budget": result.budget,
+                                "budgets": result.budgets}))
 
 
 def _settled_already(host: Host, job_id: int, request: JobRequest, stored: Any,
@@ -236,7 +291,7 @@ def _settled_already(host: Host, job_id: int, request: JobRequest, stored: Any,
     if not _unfinished(stored):
         # The run ended and was stored, but its job was not settled (the worker died between
         # the two, or settling failed): settle it from what was stored.
-        return _settle_from(host, job_id, stored.result)
+        return _settle_from(host, job_id, stored)
     if _answered(host, stored.id, request):
         return _close_answered(host, job_id, stored.id, ttl)
     return None
@@ -272,13 +327,13 @@ def _close_answered(host: Host, job_id: int, session_id: str, ttl: int) -> str:
     try:
         now = host.transcripts.summary(session_id)
         if not _unfinished(now):  # another attempt ended it meanwhile
-            return _settle_from(host, job_id, now.result)
+            return _settle_from(host, job_id, now)
         host.transcripts.set_status(session_id, "completed")
     finally:
         host.transcripts.release(session_id, token)
     logger.info("datamachine: job %s: its run had answered before its worker stopped; "
                 "settled from the stored answer", job_id)
-    return _settle_from(host, job_id, {})
+    return _settle_from(host, job_id, None)
 
 
 def _unfinished(record: Any) -> bool:
@@ -288,22 +343,26 @@ def _unfinished(record: Any) -> bool:
                 or record.result.get("error_code") in RETRY_CODES)
 
 
-def _settle_from(host: Host, job_id: int, stored: Mapping[str, Any]) -> str:
-    from datamachine.completion.jobs import failure_reason
+def _settle_from(host: Host, job_id: int, record: Any) -> str:
+    """Settle the job from its run's stored transcript ``record`` (None: a run that answered
+    and stored nothing more), with the flags, budget and budgets it stored."""
+    from datamachine.completion.jobs import failure_reason, job_outcome
 
+    stored: Mapping[str, Any] = record.result if record is not None else {}
+    outcome = job_outcome({**stored, "budgets": record.budgets if record is not None else {}})
     reason = failure_reason(stored, remaining_handlers=stored.get("remaining_handlers") or ())
     if reason is None:
         if host.jobs.get(job_id).status == "pending":
             host.jobs.start(job_id)
-        host.jobs.complete(job_id)
+        host.jobs.complete(job_id, outcome)
         return "completed"
-    return _fail(host, job_id, reason)
+    return _fail(host, job_id, reason, outcome)
 
 
-def _fail(host: Host, job_id: int, reason: str) -> str:
+def _fail(host: Host, job_id: int, reason: str, outcome: JobOutcome | None = None) -> str:
     if host.jobs.get(job_id).status == "pending":
         host.jobs.start(job_id)
-    host.jobs.fail(job_id, reason)
+    host.jobs.fail(job_id, reason, outcome)
     return "failed"
 
 

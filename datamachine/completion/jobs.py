@@ -102,8 +102,9 @@ class PipelineJob:
                  retry_codes: frozenset[str] = frozenset()) -> None:
         self.store = store
         self.id = job_id
-        # Error codes after which the job stays running for another attempt (payload
-        # ``job_retry_codes``, set by the queue worker on all but the last attempt).
+        # Error codes after which the job stays running (payload ``job_retry_codes``, set by
+        # the queue worker: it decides with the budget job_attempts whether another attempt
+        # follows, and fails the job when none does).
         self.retry_codes = retry_codes
 
     @classmethod
