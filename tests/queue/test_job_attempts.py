@@ -1,7 +1,7 @@
 """A queued job's attempts are the budget ``job_attempts`` (DESIGN.md 22): resolved through the
 registry (payload ``budget_ceilings``, else the setting ``job_max_attempts``, else 5; clamped
 to [1, 100] and the clamp reported), and a job that runs out of them fails saying so
-(``Job.flags``, ``Job.budget``, ``Job.budgets``).
+(``Job.flags``, ``Job.budget``, ``Job.budgets``; ``datamachine jobs show``).
 
 The model is the ``openai`` provider against a loopback server that closes every connection
 before answering (an outage, which the worker retries) or answers 503 (an HTTP error, which it
@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 import bootstrap
 from datamachine import BudgetSpec, hookimpl
+from datamachine.cli import cli
 from datamachine.errors import DuplicateBudgetError
 from datamachine.host import Host
 from datamachine.job_worker import OUTAGES_KEY, WARNINGS_KEY, JobNotDone, run_attempt
@@ -43,6 +46,16 @@ def _answer(status: str, body: Any, *headers: str) -> bytes:
 HTTP_503 = _answer("503 Service Unavailable",
                    {"error": {"message": "overloaded", "type": "server_error"}},
                    "retry-after-ms: 0")
+
+
+@pytest.fixture
+def db_host(db_target: str) -> Iterator[Host]:
+    """A host on a database the command line can open too (a file, or PostgreSQL)."""
+    host = bootstrap.boot(db_path=db_target, load_entrypoints=False)
+    try:
+        yield host
+    finally:
+        host.close()
 
 
 def _queued(host: Host, server: ReplayServer, *, payload: dict[str, Any] | None = None,
@@ -192,6 +205,27 @@ def test_a_503_the_provider_layer_gave_up_on_fails_the_job_at_its_first_attempt(
     assert job.failure_reason == "provider_http_error"
     assert OUT_OF_ATTEMPTS not in job.flags
     assert "job_attempts" not in job.budgets
+
+
+def test_jobs_show_says_which_budget_ran_out(db_host: Host, db_target: str) -> None:
+    db_host.settings.set("job_max_attempts", 3)
+    with ReplayServer(*[CLOSE] * 3) as server:
+        job_id = _queued(db_host, server)
+        _attempt_until_settled(db_host, job_id)
+    runner = CliRunner()
+    shown = runner.invoke(cli, ["--db", db_target, "jobs", "show", str(job_id)])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert lines[:4] == [f"job {job_id}: failed (provider_connection_error)",
+                         "flow step: step-1", f"flags: {OUT_OF_ATTEMPTS}",
+                         "budget: job_attempts ran out (3/3)"]
+    assert "budget job_attempts: 3/3" in lines
+    as_json = runner.invoke(cli, ["--db", db_target, "jobs", "show", str(job_id), "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    data = json.loads(as_json.output)
+    assert (data["status"], data["flags"], data["budget"]) == ("failed", [OUT_OF_ATTEMPTS],
+                                                               "job_attempts")
+    assert data["budgets"]["job_attempts"] == _snapshot(3, 3)
 
 
 class WidensJobAttempts:
