@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from agents_api.errors import brief_repr
 from agents_api.transcript import HeldLock
-from datamachine.budgets_builtin import JOB_ATTEMPTS
+from datamachine.budgets_builtin import CONVERSATION_TURNS, JOB_ATTEMPTS
 from datamachine.errors import DataMachineError, InvalidBudgetValue, UsageError, first_field_error
 from datamachine.job_queue import JOB_QUEUE, TASK_NAME, JobRequest, job_session_id
 from datamachine.storage.jobs import JobOutcome
@@ -238,7 +238,7 @@ def run_job(host: Host, job_id: int) -> str:
                "transcript_lock_ttl": ttl, "job_retry_codes": sorted(RETRY_CODES)}
     tools = [host.tools.get(name) for name in request.tools] or None
     if stored is not None:  # an earlier attempt stored turns: go on from there
-        ceiling = request.max_turns or int(host.settings.effective("max_turns"))
+        ceiling = _turn_ceiling(host, request)
         try:
             result = drive_sync(continuation_steps(
                 host, session_id, max(1, ceiling - stored.cumulative_turn_count), tools,
@@ -280,6 +280,18 @@ def run_job(host: Host, job_id: int) -> str:
                            str(result.error), job_outcome(
                                {"flags": result.flags, "budget": result.budget,
                                 "budgets": result.budgets}))
+
+
+def _turn_ceiling(host: Host, request: JobRequest) -> int:
+    """The job's whole run's turn ceiling, as its first attempt's run resolved it: the
+    budget ``conversation_turns`` from ``max_turns``, else the payload's ``budget_ceilings``,
+    else the setting, else the default, clamped (a later attempt goes on with what is left)."""
+    override = request.max_turns
+    if override is None:
+        ceilings = request.payload.get("budget_ceilings")
+        found = ceilings.get(CONVERSATION_TURNS) if isinstance(ceilings, Mapping) else None
+        override = found if isinstance(found, int) and not isinstance(found, bool) else None
+    return host.budgets.resolve(CONVERSATION_TURNS, override).ceiling
 
 
 def _settled_already(host: Host, job_id: int, request: JobRequest, stored: Any,

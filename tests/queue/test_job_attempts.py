@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -257,3 +258,28 @@ def test_the_clamp_is_the_registrations_a_plugin_that_widens_it_is_obeyed(
         _check_ran_out(host, job_id, 150, 150, hard=200)
         assert WARNINGS_KEY not in host.jobs.get(job_id).engine_data  # nothing clamped
 
+
+
+def test_a_later_attempt_goes_on_with_the_turns_left_of_the_jobs_ceiling(
+        db_target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The turn ceiling a later attempt goes on with is the budget ``conversation_turns`` of
+    the job, resolved as its first run resolved it (here from ``budget_ceilings``), not the
+    setting read on its own."""
+    from tests.queue.slow_model import SlowModel
+
+    prompt = "turns 1 steps 5"
+    monkeypatch.setenv("DM_TEST_OUTAGE_DIR", str(tmp_path))
+    (tmp_path / prompt).write_text("1 1")  # the job's second turn meets one outage
+    with bootstrap.boot(db_path=db_target, plugins=[SlowModel()],
+                        load_entrypoints=False) as host:
+        request = {"messages": [{"role": "user", "content": prompt}], "tools": ["step"],
+                   "provider": None, "model": None, "max_turns": None,
+                   "payload": {"budget_ceilings": {"conversation_turns": 3},
+                               "final_summary": False}}
+        job_id = host.jobs.create(None, {"request": request}).id
+        assert _attempt_until_settled(host, job_id) == ("completed", 2)
+        job = host.jobs.get(job_id)
+        # Two turns in the first attempt (the second one failed), one in the second: 3.
+        assert host.transcripts.summary(f"job-{job_id}").cumulative_turn_count == 3
+        assert (job.flags, job.budget) == (["max_conversation_turns_reached"],
+                                           "conversation_turns")
