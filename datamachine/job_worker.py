@@ -169,17 +169,24 @@ def _outage_or_fail(host: Host, job_id: int, code: str, detail: str,
         return _fail(host, job_id, f"job_request_invalid: {exc}")
     attempts.increment()
     if attempts.exceeded():
-        ran = ran or JobOutcome()
-        flag = attempts.to_response_flag()
-        logger.warning("datamachine worker: job %s: %s (%s)", job_id, attempts.to_warning(),
-                       code)
-        return _fail(host, job_id, code, JobOutcome(
-            flags=(*(f for f in ran.flags if f != flag), flag), budget=JOB_ATTEMPTS,
-            budgets={**ran.budgets, JOB_ATTEMPTS: attempts.snapshot()}))
+        return _out_of_attempts(host, job_id, attempts, code, ran)
     used = attempts.current()
     host.jobs.merge_engine_data(job_id, {OUTAGES_KEY: used})
     raise JobNotDone(f"Job {job_id}: {code} ({detail}); attempt {used + 1} of "
                      f"{attempts.ceiling()} later.", retry_in=_backoff(host, used - 1))
+
+
+def _out_of_attempts(host: Host, job_id: int, attempts: IterationBudget, code: str,
+                     ran: JobOutcome | None = None) -> str:
+    """Fail the job whose ``job_attempts`` are spent with ``code``, saying so as a run does:
+    the flag ``max_job_attempts_reached`` after those of its last run (``ran``), the budget
+    ``job_attempts``, its snapshot beside the run's."""
+    ran = ran or JobOutcome()
+    flag = attempts.to_response_flag()
+    logger.warning("datamachine worker: job %s: %s (%s)", job_id, attempts.to_warning(), code)
+    return _fail(host, job_id, code, JobOutcome(
+        flags=(*(f for f in ran.flags if f != flag), flag), budget=JOB_ATTEMPTS,
+        budgets={**ran.budgets, JOB_ATTEMPTS: attempts.snapshot()}))
 
 
 def _busy(host: Host, job_id: int, session_id: str) -> JobNotDone:
@@ -214,17 +221,9 @@ def run_job(host: Host, job_id: int) -> str:
         request = JobRequest.model_validate(job.engine_data.get("request"))
     except ValidationError as exc:
         return _fail(host, job_id, f"job_request_invalid: {first_field_error(exc)[1]}")
-    missing = [name for name in request.tools if host.tools.get(name) is None]
-    if missing:
-        return _fail(host, job_id, f"job_tools_missing: {', '.join(missing)} not registered "
-                                   "on this worker")
-    if request.provider is not None and request.provider not in host.providers.names():
-        return _fail(host, job_id, f"job_provider_missing: {request.provider} not registered "
-                                   "on this worker")
-    try:
-        _attempts(host, job)  # its ceiling checked (and a clamp reported) before the run
-    except InvalidBudgetValue as exc:
-        return _fail(host, job_id, f"job_request_invalid: {exc}")
+    refused = _refused(host, job, request)
+    if refused is not None:
+        return refused
     session_id = job_session_id(job_id)
     stored = host.transcripts.summary(session_id) if host.transcripts.exists(session_id) \
         else None
@@ -280,6 +279,28 @@ def run_job(host: Host, job_id: int) -> str:
                            str(result.error), job_outcome(
                                {"flags": result.flags, "budget": result.budget,
                                 "budgets": result.budgets}))
+
+
+def _refused(host: Host, job: Job, request: JobRequest) -> str | None:
+    """The status of a job failed before its attempt asks anything (a tool or provider this
+    worker lacks, an attempts ceiling that is none, attempts spent already: its ceiling was
+    lowered since); None when the attempt may run. A clamped ceiling is reported here."""
+    missing = [name for name in request.tools if host.tools.get(name) is None]
+    if missing:
+        return _fail(host, job.id, f"job_tools_missing: {', '.join(missing)} not registered "
+                                   "on this worker")
+    if request.provider is not None and request.provider not in host.providers.names():
+        return _fail(host, job.id, f"job_provider_missing: {request.provider} not registered "
+                                   "on this worker")
+    try:
+        attempts = _attempts(host, job)
+    except InvalidBudgetValue as exc:
+        return _fail(host, job.id, f"job_request_invalid: {exc}")
+    if attempts.exceeded():
+        last = job.engine_data.get("error_code")
+        return _out_of_attempts(host, job.id, attempts, last if isinstance(last, str) and last
+                                else attempts.to_response_flag())
+    return None
 
 
 def _turn_ceiling(host: Host, request: JobRequest) -> int:

@@ -166,6 +166,20 @@ def test_an_override_above_the_clamp_is_clamped_too(backend_host: Host) -> None:
         job_id).engine_data[WARNINGS_KEY][0]
 
 
+def test_attempts_spent_already_fail_the_job_before_any_request(backend_host: Host) -> None:
+    """Its ceiling was lowered after three outages: no fourth request is sent."""
+    with ReplayServer() as server:
+        job_id = _queued(backend_host, server, used=3)
+        backend_host.jobs.merge_engine_data(job_id, {"error_code": "provider_timeout"})
+        backend_host.settings.set("job_max_attempts", 2)
+        assert _attempt_until_settled(backend_host, job_id) == ("failed", 1)
+        assert server.requests == []
+    job = backend_host.jobs.get(job_id)
+    assert (job.failure_reason, job.flags, job.budget) == (
+        "provider_timeout", [OUT_OF_ATTEMPTS], "job_attempts")
+    assert job.budgets == {"job_attempts": _snapshot(3, 2)}
+
+
 @pytest.mark.parametrize("ceiling", [0, "3", 10_001, True])
 def test_an_override_that_is_no_ceiling_fails_the_job_before_any_request(
         backend_host: Host, ceiling: object) -> None:
