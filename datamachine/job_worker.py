@@ -221,14 +221,14 @@ def run_job(host: Host, job_id: int) -> str:
         request = JobRequest.model_validate(job.engine_data.get("request"))
     except ValidationError as exc:
         return _fail(host, job_id, f"job_request_invalid: {first_field_error(exc)[1]}")
-    refused = _refused(host, job, request)
-    if refused is not None:
-        return refused
+    attempts = _checked(host, job, request)
+    if isinstance(attempts, str):
+        return attempts
     session_id = job_session_id(job_id)
     stored = host.transcripts.summary(session_id) if host.transcripts.exists(session_id) \
         else None
     ttl = int(host.settings.effective("job_lock_ttl"))
-    settled = _settled_already(host, job_id, request, stored, ttl)
+    settled = _settled_already(host, job, request, stored, ttl, attempts)
     if settled is not None:
         return settled
     # The run leaves its job running on an outage or a busy lock: whether another attempt
@@ -281,10 +281,10 @@ def run_job(host: Host, job_id: int) -> str:
                                 "budgets": result.budgets}))
 
 
-def _refused(host: Host, job: Job, request: JobRequest) -> str | None:
-    """The status of a job failed before its attempt asks anything (a tool or provider this
-    worker lacks, an attempts ceiling that is none, attempts spent already: its ceiling was
-    lowered since); None when the attempt may run. A clamped ceiling is reported here."""
+def _checked(host: Host, job: Job, request: JobRequest) -> IterationBudget | str:
+    """The job's ``job_attempts`` when this worker can run it (a clamped ceiling is reported
+    here); else the job failed at once, its status (a tool or provider this worker lacks, an
+    attempts ceiling that is no ceiling)."""
     missing = [name for name in request.tools if host.tools.get(name) is None]
     if missing:
         return _fail(host, job.id, f"job_tools_missing: {', '.join(missing)} not registered "
@@ -293,14 +293,9 @@ def _refused(host: Host, job: Job, request: JobRequest) -> str | None:
         return _fail(host, job.id, f"job_provider_missing: {request.provider} not registered "
                                    "on this worker")
     try:
-        attempts = _attempts(host, job)
+        return _attempts(host, job)
     except InvalidBudgetValue as exc:
         return _fail(host, job.id, f"job_request_invalid: {exc}")
-    if attempts.exceeded():
-        last = job.engine_data.get("error_code")
-        return _out_of_attempts(host, job.id, attempts, last if isinstance(last, str) and last
-                                else attempts.to_response_flag())
-    return None
 
 
 def _turn_ceiling(host: Host, request: JobRequest) -> int:
@@ -315,18 +310,21 @@ def _turn_ceiling(host: Host, request: JobRequest) -> int:
     return host.budgets.resolve(CONVERSATION_TURNS, override).ceiling
 
 
-def _settled_already(host: Host, job_id: int, request: JobRequest, stored: Any,
-                     ttl: int) -> str | None:
+def _settled_already(host: Host, job: Job, request: JobRequest, stored: Any, ttl: int,
+                     attempts: IterationBudget) -> str | None:
     """The job's status when an earlier attempt's run is over and only its settling is left
-    (never ask the model again); None when the run must go on (or start)."""
-    if stored is None:
-        return None
-    if not _unfinished(stored):
+    (never ask the model again), or when its ``attempts`` are spent already (its ceiling was
+    lowered since); None when the run must go on (or start)."""
+    if stored is not None and not _unfinished(stored):
         # The run ended and was stored, but its job was not settled (the worker died between
         # the two, or settling failed): settle it from what was stored.
-        return _settle_from(host, job_id, stored)
-    if _answered(host, stored.id, request):
-        return _close_answered(host, job_id, stored.id, ttl)
+        return _settle_from(host, job.id, stored)
+    if stored is not None and _answered(host, stored.id, request):
+        return _close_answered(host, job.id, stored.id, ttl)
+    if attempts.exceeded():
+        last = job.engine_data.get("error_code")
+        return _out_of_attempts(host, job.id, attempts, last if isinstance(last, str) and last
+                                else attempts.to_response_flag())
     return None
 
 
