@@ -168,10 +168,12 @@ def _outage_or_fail(host: Host, job_id: int, code: str, detail: str,
     except InvalidBudgetValue as exc:
         return _fail(host, job_id, f"job_request_invalid: {exc}")
     attempts.increment()
+    used = attempts.current()
+    # Counted before the job fails: a worker that dies in between leaves a job whose next
+    # attempt finds its attempts spent and fails it without asking the model.
+    host.jobs.merge_engine_data(job_id, {OUTAGES_KEY: used})
     if attempts.exceeded():
         return _out_of_attempts(host, job_id, attempts, code, ran)
-    used = attempts.current()
-    host.jobs.merge_engine_data(job_id, {OUTAGES_KEY: used})
     raise JobNotDone(f"Job {job_id}: {code} ({detail}); attempt {used + 1} of "
                      f"{attempts.ceiling()} later.", retry_in=_backoff(host, used - 1))
 

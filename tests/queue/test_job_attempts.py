@@ -100,6 +100,7 @@ def _check_ran_out(host: Host, job_id: int, current: int, ceiling: int, *,
     assert job.flags == [OUT_OF_ATTEMPTS]
     assert job.budget == "job_attempts"
     assert job.budgets["job_attempts"] == _snapshot(current, ceiling, hard)
+    assert job.engine_data[OUTAGES_KEY] == current
 
 
 def test_a_job_gets_five_attempts_by_default_then_fails_naming_the_budget(
