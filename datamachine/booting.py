@@ -90,7 +90,8 @@ def boot(
     providers = ProviderRegistry.from_plugin_manager(pm)
     providers.bind_settings(settings.get)
     tools.append(ToolRegistry.from_plugin_manager(pm))
-    queue = JobQueue(TaskQueueStore(handle), tools=tools[0], providers=providers)
+    queue = JobQueue(TaskQueueStore(handle), tools=tools[0], providers=providers,
+                     budgets=registry)
     host = Host(pm=pm, handle=handle, settings=settings, budgets=registry, db_path=resolved_path,
                 plugins=infos, providers=providers, tools=tools[0],
                 transcripts=transcripts, jobs=JobStore(handle, queue=queue), queue=queue,

@@ -73,8 +73,9 @@ BUILTIN_BUDGETS: tuple[BudgetSpec, ...] = (
     ),
     BudgetSpec(
         name=JOB_ATTEMPTS, default=5, min=1, max=100, setting="job_max_attempts", scope="job",
-        description="Attempts of one queued job (provider outages, dead workers); the last "
-                    "one fails the job.",
+        description="Attempts of one queued job, counted when one ends in an outage (a "
+                    "worker that died or a busy transcript costs none); the attempt that "
+                    "spends them fails the job.",
     ),
     BudgetSpec(
         name=COMPLETION_NUDGES, default=5, min=0, max=50, setting="max_completion_nudges",

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import procrastinate
 
     from datamachine.providers.registry import ProviderRegistry
+    from datamachine.registry import BudgetSpecs
     from datamachine.storage.jobs import Job, JobStore
     from datamachine.storage.task_queue import TaskQueueStore
     from datamachine.tools.registry import ToolRegistry
@@ -65,15 +66,17 @@ class JobQueue:
     """One host's side of the task queue: the procrastinate app on its database (made on first
     use), whether the queue's tables exist, the connections opened to put jobs on it.
 
-    ``tools`` and ``providers`` are the host's: a job naming a tool or provider the host does
-    not have is refused before anything is stored.
+    ``tools``, ``providers`` and ``budgets`` are the host's: a job naming a tool or provider
+    the host does not have, or giving a budget a ceiling it cannot have
+    (``budget_ceilings``), is refused before anything is stored.
     """
 
     def __init__(self, tables: TaskQueueStore, *, tools: ToolRegistry,
-                 providers: ProviderRegistry) -> None:
+                 providers: ProviderRegistry, budgets: BudgetSpecs) -> None:
         self._tables = tables
         self._tools = tools
         self._providers = providers
+        self._budgets = budgets
         self._app: procrastinate.App | None = None
         self._tables_ready = False
         # Opened once, on the first job put on the queue (its connections are reused), and
@@ -198,6 +201,14 @@ class JobQueue:
         if request.provider is not None and request.provider not in self._providers.names():
             raise UsageError(f"Cannot enqueue the job: no provider named {request.provider!r} "
                              f"(known: {', '.join(sorted(self._providers.names()))}).")
+        # Each ceiling in its budget's unit, as the run (and, for job_attempts, the worker)
+        # would check it: on a worker, a bad one would only fail the job.
+        for name, ceiling in (request.payload.get("budget_ceilings") or {}).items():
+            try:
+                self._budgets.check_ceiling(name, f"payload['budget_ceilings'][{name!r}]",
+                                            ceiling)
+            except UsageError as exc:
+                raise UsageError(f"Cannot enqueue the job: {exc}") from None
         return request
 
 

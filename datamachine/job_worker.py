@@ -7,6 +7,12 @@ after a provider outage or a worker that died, continues that transcript instead
 over (the turns already stored are not paid for twice), and the transcript lock makes sure two
 workers never write one job's run at once: an attempt that finds the lock held waits and
 retries.
+
+A job's attempts are counted by the budget ``job_attempts`` (DESIGN.md 22), resolved through
+the host's registry like every other bounded loop: the payload's
+``budget_ceilings["job_attempts"]``, else the setting ``job_max_attempts``, else its default,
+clamped to its range. The attempt that spends it fails the job saying so: ``Job.flags`` holds
+``max_job_attempts_reached``, ``Job.budget`` is ``job_attempts``, ``Job.budgets`` its snapshot.
 """
 
 from __future__ import annotations
@@ -24,12 +30,16 @@ from pydantic import ValidationError
 
 from agents_api.errors import brief_repr
 from agents_api.transcript import HeldLock
-from datamachine.errors import DataMachineError, UsageError, first_field_error
+from datamachine.budgets_builtin import CONVERSATION_TURNS, JOB_ATTEMPTS
+from datamachine.errors import DataMachineError, InvalidBudgetValue, UsageError, first_field_error
 from datamachine.job_queue import JOB_QUEUE, TASK_NAME, JobRequest, job_session_id
+from datamachine.storage.jobs import JobOutcome
 from datamachine.storage.task_queue import TaskQueueStore
 
 if TYPE_CHECKING:
+    from agents_api import IterationBudget
     from datamachine.host import Host
+    from datamachine.storage.jobs import Job
 
 __all__ = ["OUTAGE_CODES", "JobNotDone", "run_attempt", "run_job", "run_worker", "worker_app"]
 
@@ -46,8 +56,11 @@ OUTAGE_CODES = frozenset({"provider_timeout", "provider_connection_error",
 # not run out yet, or one that is slow but alive. Never a reason to fail the job.
 BUSY_CODES = frozenset({"transcript_lock_contention", "transcript_lock_lost"})
 RETRY_CODES = OUTAGE_CODES | BUSY_CODES
-# Where a job counts the outages its attempts met (its engine data).
+# Where a job counts the outages its attempts met (its engine data): the attempts its budget
+# job_attempts has used.
 OUTAGES_KEY = "queue_outages"
+# Where a job keeps the notice of a clamped job_attempts ceiling (its engine data).
+WARNINGS_KEY = "budget_warnings"
 MAX_RETRY_WAIT_S = 300.0
 
 
@@ -118,18 +131,64 @@ def _backoff(host: Host, outages: int) -> float:
     return float(min(MAX_RETRY_WAIT_S, base * 2 ** outages))
 
 
-def _outage_or_fail(host: Host, job_id: int, code: str, detail: str) -> str:
-    """Count one outage of the job; another attempt after a backoff (JobNotDone), or, when
-    the job has had ``job_max_attempts``, fail it with ``code``."""
+def _attempts(host: Host, job: Job) -> IterationBudget:
+    """The job's budget ``job_attempts``, counting the attempts its outages used: resolved by
+    the registry from the payload's ``budget_ceilings["job_attempts"]`` (checked as a run
+    checks it), else the setting, else the default, then clamped. A clamp is logged and kept
+    in the job's engine data (``budget_warnings``). An override that is no ceiling raises
+    :class:`InvalidBudgetValue`."""
+    request = job.engine_data.get("request")
+    payload = request.get("payload") if isinstance(request, Mapping) else None
+    ceilings = payload.get("budget_ceilings") if isinstance(payload, Mapping) else None
+    override = ceilings.get(JOB_ATTEMPTS) if isinstance(ceilings, Mapping) else None
+    if override is not None:
+        host.budgets.check_ceiling(JOB_ATTEMPTS, f"payload['budget_ceilings'][{JOB_ATTEMPTS!r}]",
+                                   override)
+    used = job.engine_data.get(OUTAGES_KEY)
+    warnings: list[str] = []
+    budget = host.budgets.create(
+        JOB_ATTEMPTS, current=used if isinstance(used, int) and not isinstance(used, bool)
+        and used > 0 else 0, ceiling_override=override, warnings=warnings)
+    if warnings and job.engine_data.get(WARNINGS_KEY) != warnings:
+        logger.warning("datamachine worker: job %s: %s", job.id, "; ".join(warnings))
+        host.jobs.merge_engine_data(job.id, {WARNINGS_KEY: warnings})
+    return budget
+
+
+def _outage_or_fail(host: Host, job_id: int, code: str, detail: str,
+                    ran: JobOutcome | None = None) -> str:
+    """Count this attempt, which met an outage, on the job's ``job_attempts``; another attempt
+    after a backoff (JobNotDone), or, when that was the last, fail the job with ``code``
+    saying which budget ran out (``ran``: what the attempt's run recorded, kept beside it)."""
     job = host.jobs.get(job_id)
     if job.status not in ("pending", "running"):
         return job.status
-    outages = int(job.engine_data.get(OUTAGES_KEY) or 0) + 1
-    if outages >= int(host.settings.effective("job_max_attempts")):
-        return _fail(host, job_id, code)
-    host.jobs.merge_engine_data(job_id, {OUTAGES_KEY: outages})
-    raise JobNotDone(f"Job {job_id}: {code} ({detail}); attempt {outages + 1} later.",
-                     retry_in=_backoff(host, outages - 1))
+    try:
+        attempts = _attempts(host, job)
+    except InvalidBudgetValue as exc:
+        return _fail(host, job_id, f"job_request_invalid: {exc}")
+    attempts.increment()
+    used = attempts.current()
+    # Counted before the job fails: a worker that dies in between leaves a job whose next
+    # attempt finds its attempts spent and fails it without asking the model.
+    host.jobs.merge_engine_data(job_id, {OUTAGES_KEY: used})
+    if attempts.exceeded():
+        return _out_of_attempts(host, job_id, attempts, code, ran)
+    raise JobNotDone(f"Job {job_id}: {code} ({detail}); attempt {used + 1} of "
+                     f"{attempts.ceiling()} later.", retry_in=_backoff(host, used - 1))
+
+
+def _out_of_attempts(host: Host, job_id: int, attempts: IterationBudget, code: str,
+                     ran: JobOutcome | None = None) -> str:
+    """Fail the job whose ``job_attempts`` are spent with ``code``, saying so as a run does:
+    the flag ``max_job_attempts_reached`` after those of its last run (``ran``), the budget
+    ``job_attempts``, its snapshot beside the run's."""
+    ran = ran or JobOutcome()
+    flag = attempts.to_response_flag()
+    logger.warning("datamachine worker: job %s: %s (%s)", job_id, attempts.to_warning(), code)
+    return _fail(host, job_id, code, JobOutcome(
+        flags=(*(f for f in ran.flags if f != flag), flag), budget=JOB_ATTEMPTS,
+        budgets={**ran.budgets, JOB_ATTEMPTS: attempts.snapshot()}))
 
 
 def _busy(host: Host, job_id: int, session_id: str) -> JobNotDone:
@@ -144,16 +203,17 @@ def _busy(host: Host, job_id: int, session_id: str) -> JobNotDone:
                       f"trying again in {wait:.1f} s.", retry_in=wait)
 
 
-def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
+def run_job(host: Host, job_id: int) -> str:
     """Run (or go on with) job ``job_id`` on ``host``; its status when this attempt ends.
 
     Raises :class:`JobNotDone` (with the wait before the next attempt) when a later attempt
-    should go on: after a provider outage (at most ``job_max_attempts`` attempts, counted in the
-    job's engine data), or while another run holds the job's transcript (never counted: a dead
-    worker's lock runs out, a live worker finishes). ``final``: force this to be (or not be)
-    the last attempt for outages; None counts them.
+    should go on: after a provider outage (as many attempts as the budget ``job_attempts``
+    allows, counted in the job's engine data; the last one fails the job with the flag
+    ``max_job_attempts_reached``), or while another run holds the job's transcript (never
+    counted: a dead worker's lock runs out, a live worker finishes).
     """
     from agents_api.drive import drive_sync
+    from datamachine.completion.jobs import job_outcome
     from datamachine.conversation.resuming import TranscriptFinished, continuation_steps
 
     job = host.jobs.get(job_id)
@@ -163,36 +223,30 @@ def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
         request = JobRequest.model_validate(job.engine_data.get("request"))
     except ValidationError as exc:
         return _fail(host, job_id, f"job_request_invalid: {first_field_error(exc)[1]}")
-    missing = [name for name in request.tools if host.tools.get(name) is None]
-    if missing:
-        return _fail(host, job_id, f"job_tools_missing: {', '.join(missing)} not registered "
-                                   "on this worker")
-    if request.provider is not None and request.provider not in host.providers.names():
-        return _fail(host, job_id, f"job_provider_missing: {request.provider} not registered "
-                                   "on this worker")
+    attempts = _checked(host, job, request)
+    if isinstance(attempts, str):
+        return attempts
     session_id = job_session_id(job_id)
-    if final is None:
-        outages = int(job.engine_data.get(OUTAGES_KEY) or 0)
-        final = outages + 1 >= int(host.settings.effective("job_max_attempts"))
     stored = host.transcripts.summary(session_id) if host.transcripts.exists(session_id) \
         else None
     ttl = int(host.settings.effective("job_lock_ttl"))
-    settled = _settled_already(host, job_id, request, stored, ttl)
+    settled = _settled_already(host, job, request, stored, ttl, attempts)
     if settled is not None:
         return settled
+    # The run leaves its job running on an outage or a busy lock: whether another attempt
+    # follows is the worker's to decide, with the job's attempts budget.
     payload = {**request.payload, "job_id": job_id, "transcript_session_id": session_id,
-               "transcript_lock_ttl": ttl,
-               "job_retry_codes": sorted(BUSY_CODES if final else RETRY_CODES)}
+               "transcript_lock_ttl": ttl, "job_retry_codes": sorted(RETRY_CODES)}
     tools = [host.tools.get(name) for name in request.tools] or None
     if stored is not None:  # an earlier attempt stored turns: go on from there
-        ceiling = request.max_turns or int(host.settings.effective("max_turns"))
+        ceiling = _turn_ceiling(host, request)
         try:
             result = drive_sync(continuation_steps(
                 host, session_id, max(1, ceiling - stored.cumulative_turn_count), tools,
                 request.provider, request.model, payload=payload, lock_ttl=ttl,
                 unfinished_only=_unfinished))
         except TranscriptFinished as finished:  # another attempt finished it meanwhile
-            return _settle_from(host, job_id, finished.record.result)
+            return _settle_from(host, job_id, finished.record)
     else:
         # A first attempt takes the lock before it looks: a duplicate attempt (a worker taken
         # for dead that was only slow) may have run the whole job between our look above and
@@ -202,7 +256,7 @@ def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
             raise _busy(host, job_id, session_id)
         if host.transcripts.exists(session_id):
             host.transcripts.release(session_id, token)
-            return run_job(host, job_id, final=final)  # go on with (or settle) what it stored
+            return run_job(host, job_id)  # go on with (or settle) what it stored
         held = HeldLock(host.transcripts, session_id, token)
         try:
             result = host.run_conversation(request.messages, tools, request.provider,
@@ -224,21 +278,55 @@ def run_job(host: Host, job_id: int, *, final: bool | None = None) -> str:
     if result.error_code in BUSY_CODES:
         raise _busy(host, job_id, session_id)
     return _outage_or_fail(host, job_id, result.error_code or f"job_{result.status}",
-                           str(result.error))
+                           str(result.error), job_outcome(
+                               {"flags": result.flags, "budget": result.budget,
+                                "budgets": result.budgets}))
 
 
-def _settled_already(host: Host, job_id: int, request: JobRequest, stored: Any,
-                     ttl: int) -> str | None:
+def _checked(host: Host, job: Job, request: JobRequest) -> IterationBudget | str:
+    """The job's ``job_attempts`` when this worker can run it (a clamped ceiling is reported
+    here); else the job failed at once, its status (a tool or provider this worker lacks, an
+    attempts ceiling that is no ceiling)."""
+    missing = [name for name in request.tools if host.tools.get(name) is None]
+    if missing:
+        return _fail(host, job.id, f"job_tools_missing: {', '.join(missing)} not registered "
+                                   "on this worker")
+    if request.provider is not None and request.provider not in host.providers.names():
+        return _fail(host, job.id, f"job_provider_missing: {request.provider} not registered "
+                                   "on this worker")
+    try:
+        return _attempts(host, job)
+    except InvalidBudgetValue as exc:
+        return _fail(host, job.id, f"job_request_invalid: {exc}")
+
+
+def _turn_ceiling(host: Host, request: JobRequest) -> int:
+    """The job's whole run's turn ceiling, as its first attempt's run resolved it: the
+    budget ``conversation_turns`` from ``max_turns``, else the payload's ``budget_ceilings``,
+    else the setting, else the default, clamped (a later attempt goes on with what is left)."""
+    override = request.max_turns
+    if override is None:
+        ceilings = request.payload.get("budget_ceilings")
+        found = ceilings.get(CONVERSATION_TURNS) if isinstance(ceilings, Mapping) else None
+        override = found if isinstance(found, int) and not isinstance(found, bool) else None
+    return host.budgets.resolve(CONVERSATION_TURNS, override).ceiling
+
+
+def _settled_already(host: Host, job: Job, request: JobRequest, stored: Any, ttl: int,
+                     attempts: IterationBudget) -> str | None:
     """The job's status when an earlier attempt's run is over and only its settling is left
-    (never ask the model again); None when the run must go on (or start)."""
-    if stored is None:
-        return None
-    if not _unfinished(stored):
+    (never ask the model again), or when its ``attempts`` are spent already (its ceiling was
+    lowered since); None when the run must go on (or start)."""
+    if stored is not None and not _unfinished(stored):
         # The run ended and was stored, but its job was not settled (the worker died between
         # the two, or settling failed): settle it from what was stored.
-        return _settle_from(host, job_id, stored.result)
-    if _answered(host, stored.id, request):
-        return _close_answered(host, job_id, stored.id, ttl)
+        return _settle_from(host, job.id, stored)
+    if stored is not None and _answered(host, stored.id, request):
+        return _close_answered(host, job.id, stored.id, ttl)
+    if attempts.exceeded():
+        last = job.engine_data.get("error_code")
+        return _out_of_attempts(host, job.id, attempts, last if isinstance(last, str) and last
+                                else attempts.to_response_flag())
     return None
 
 
@@ -272,13 +360,13 @@ def _close_answered(host: Host, job_id: int, session_id: str, ttl: int) -> str:
     try:
         now = host.transcripts.summary(session_id)
         if not _unfinished(now):  # another attempt ended it meanwhile
-            return _settle_from(host, job_id, now.result)
+            return _settle_from(host, job_id, now)
         host.transcripts.set_status(session_id, "completed")
     finally:
         host.transcripts.release(session_id, token)
     logger.info("datamachine: job %s: its run had answered before its worker stopped; "
                 "settled from the stored answer", job_id)
-    return _settle_from(host, job_id, {})
+    return _settle_from(host, job_id, None)
 
 
 def _unfinished(record: Any) -> bool:
@@ -288,22 +376,26 @@ def _unfinished(record: Any) -> bool:
                 or record.result.get("error_code") in RETRY_CODES)
 
 
-def _settle_from(host: Host, job_id: int, stored: Mapping[str, Any]) -> str:
-    from datamachine.completion.jobs import failure_reason
+def _settle_from(host: Host, job_id: int, record: Any) -> str:
+    """Settle the job from its run's stored transcript ``record`` (None: a run that answered
+    and stored nothing more), with the flags, budget and budgets it stored."""
+    from datamachine.completion.jobs import failure_reason, job_outcome
 
+    stored: Mapping[str, Any] = record.result if record is not None else {}
+    outcome = job_outcome({**stored, "budgets": record.budgets if record is not None else {}})
     reason = failure_reason(stored, remaining_handlers=stored.get("remaining_handlers") or ())
     if reason is None:
         if host.jobs.get(job_id).status == "pending":
             host.jobs.start(job_id)
-        host.jobs.complete(job_id)
+        host.jobs.complete(job_id, outcome)
         return "completed"
-    return _fail(host, job_id, reason)
+    return _fail(host, job_id, reason, outcome)
 
 
-def _fail(host: Host, job_id: int, reason: str) -> str:
+def _fail(host: Host, job_id: int, reason: str, outcome: JobOutcome | None = None) -> str:
     if host.jobs.get(job_id).status == "pending":
         host.jobs.start(job_id)
-    host.jobs.fail(job_id, reason)
+    host.jobs.fail(job_id, reason, outcome)
     return "failed"
 
 

@@ -7,10 +7,11 @@ from typing import Any
 
 import click
 
-from agents_api.jsontext import compact_json
+from agents_api.jsontext import compact_json, pretty_json
 from datamachine.cli.app import State, handle_errors
 from datamachine.cli.output import emit_json
 from datamachine.cli.tables import table
+from datamachine.storage.jobs import Job
 from datamachine.storage.transcripts import TRANSCRIPT_STATUSES, TranscriptStatus
 
 __all__ = ["COMMANDS", "jobs"]
@@ -157,11 +158,36 @@ def jobs_list(state: State, status: str | None, limit: int, as_json: bool) -> No
 
 @jobs.command("show")
 @click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @click.pass_obj
 @handle_errors
-def jobs_show(state: State, job_id: int) -> None:
-    """One job with its engine data, as JSON."""
-    emit_json(state.host.jobs.get(job_id).model_dump())
+def jobs_show(state: State, job_id: int, as_json: bool) -> None:
+    """One job: its status, what stopped it (flags, the budget that ran out, budget
+    snapshots), its times and engine data."""
+    job = state.host.jobs.get(job_id)
+    if as_json:
+        emit_json(job.model_dump())
+        return
+    for line in _job_lines(job):
+        click.echo(line)
+
+
+def _job_lines(job: Job) -> list[str]:
+    """``jobs show`` as text: one fact a line, the engine data last."""
+    status = job.status + (f" ({job.failure_reason})" if job.failure_reason else "")
+    ran_out = job.budgets.get(job.budget or "", {})
+    budget = (f"{job.budget} ran out ({ran_out.get('current')}/{ran_out.get('ceiling')})"
+              if job.budget else "-")
+    times = [f"created {_when(job.created_at)}"]
+    times += [f"{what} {_when(at)}" for what, at in (("started", job.started_at),
+                                                    ("finished", job.finished_at))
+              if at is not None]
+    lines = [f"job {job.id}: {status}", f"flow step: {job.flow_step_id or '-'}",
+             f"flags: {', '.join(job.flags) or '-'}", f"budget: {budget}"]
+    lines += [f"budget {name}: {snap.get('current')}/{snap.get('ceiling')}"
+              for name, snap in job.budgets.items()]
+    return [*lines, f"times (UTC): {', '.join(times)}",
+            f"engine data: {pretty_json(job.engine_data)}"]
 
 
 @click.group()

@@ -33,7 +33,12 @@ from datamachine.completion.blocker import (
     blocker_reason,
     is_blocker_tool,
 )
-from datamachine.completion.jobs import PipelineJob, failure_reason, job_diagnostics
+from datamachine.completion.jobs import (
+    PipelineJob,
+    failure_reason,
+    job_diagnostics,
+    job_outcome,
+)
 from datamachine.completion.nudges import build_nudge, describes_tool_action, diagnostic_copy
 from datamachine.completion.policies import (
     DefaultCompletionPolicy,
@@ -418,12 +423,14 @@ class CompletionRun:
 
     def settle_job(self, result: Mapping[str, Any], reason: str | None = None) -> None:
         """Write the run's engine data and diagnostics to its pipeline job, then complete or
-        fail it. ``result``: the result's fields; ``reason`` overrides the failure reason."""
+        fail it, with the run's flags, budget and budgets. ``result``: the result's fields;
+        ``reason`` overrides the failure reason."""
         if self.job is None:
             return
         if reason is None:
             reason = failure_reason(result, remaining_handlers=self.remaining_handlers)
-        self.job.settle(self.engine_data, job_diagnostics(result), reason, self.warnings)
+        self.job.settle(self.engine_data, job_diagnostics(result), reason, self.warnings,
+                        job_outcome(result))
         self.job = None  # settled once
 
     def raise_policy_error(self) -> None:

@@ -5,6 +5,8 @@ pipeline, and the people watching it, look for what the step did: so the run wri
 completion diagnostics, usage and transcript id into the job's engine data, and moves the job to
 ``completed``, or to ``failed`` with a reason a dashboard can group by
 (``completion_assertions_missing`` when the model stopped before the outcome was in place).
+A run that stopped on a budget says so on its job as in its result: the job's ``flags``
+(``max_conversation_turns_reached``), ``budget`` and ``budgets`` (:func:`job_outcome`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from typing import Any
 from agents_api.errors import brief_repr
 from agents_api.jsontext import compact_json
 from datamachine.errors import DataMachineError, InvalidJobTransition, JobNotFound
-from datamachine.storage.jobs import JobStore, is_job_id
+from datamachine.storage.jobs import JobOutcome, JobStore, is_job_id
 
-__all__ = ["PipelineJob", "failure_reason", "job_diagnostics"]
+__all__ = ["PipelineJob", "failure_reason", "job_diagnostics", "job_outcome"]
 
 logger = logging.getLogger("datamachine.completion")
 
@@ -80,6 +82,19 @@ def job_diagnostics(result: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in data.items() if value is not None}
 
 
+def job_outcome(result: Mapping[str, Any]) -> JobOutcome:
+    """What a job's end records of the run that ended it (``result``: its fields, or a stored
+    transcript's result with its ``budgets``): the run's flags, the budget it stopped on (None:
+    none) and its budgets' snapshots."""
+    flags = result.get("flags")
+    budget = result.get("budget")
+    budgets = result.get("budgets")
+    return JobOutcome(
+        flags=tuple(str(flag) for flag in flags) if isinstance(flags, list | tuple) else (),
+        budget=budget if isinstance(budget, str) and budget else None,
+        budgets=_json_ready(budgets) if isinstance(budgets, Mapping) else {})
+
+
 class PipelineJob:
     """The job one pipeline run belongs to."""
 
@@ -87,8 +102,9 @@ class PipelineJob:
                  retry_codes: frozenset[str] = frozenset()) -> None:
         self.store = store
         self.id = job_id
-        # Error codes after which the job stays running for another attempt (payload
-        # ``job_retry_codes``, set by the queue worker on all but the last attempt).
+        # Error codes after which the job stays running (payload ``job_retry_codes``, set by
+        # the queue worker: it decides with the budget job_attempts whether another attempt
+        # follows, and fails the job when none does).
         self.retry_codes = retry_codes
 
     @classmethod
@@ -138,9 +154,11 @@ class PipelineJob:
                 warnings.append(f"Job {self.id} engine data could not be updated: {exc}")
 
     def settle(self, engine_data: Mapping[str, Any], diagnostics: Mapping[str, Any],
-               reason: str | None, warnings: list[str]) -> None:
-        """Write the run's engine data and diagnostics, then complete or fail the job (or leave
-        it running, when the failure is one a later attempt may get past: ``retry_codes``)."""
+               reason: str | None, warnings: list[str],
+               outcome: JobOutcome | None = None) -> None:
+        """Write the run's engine data and diagnostics, then complete or fail the job with
+        ``outcome`` (the run's flags, budget and budgets), or leave it running, when the
+        failure is one a later attempt may get past (``retry_codes``)."""
         self.merge({**engine_data, **diagnostics}, warnings)
         if reason is not None and diagnostics.get("error_code") in self.retry_codes:
             self.start()
@@ -148,9 +166,9 @@ class PipelineJob:
         try:
             self.start()
             if reason is None:
-                self.store.complete(self.id)
+                self.store.complete(self.id, outcome)
             else:
-                self.store.fail(self.id, reason)
+                self.store.fail(self.id, reason, outcome)
         except DataMachineError as exc:
             logger.warning("datamachine: settling job %s failed", self.id, exc_info=True)
             warnings.append(f"Job {self.id} could not be marked finished: {exc}")

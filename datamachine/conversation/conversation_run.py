@@ -1109,7 +1109,8 @@ _JOB_FIELDS = ("status", "completed", "turn_count", "usage", "transcript_session
                "error", "error_code", "completion_nudge_count", "completion_nudge", "blocker",
                "completion_assertions_required", "completion_assertions_missing",
                "completion_assertions_satisfied", "completion_assertions_complete",
-               "unavailable_required_tool_names", "available_tool_names", "remaining_handlers")
+               "unavailable_required_tool_names", "available_tool_names", "remaining_handlers",
+               "flags", "budget", "budgets")
 
 
 def _job_fields(result: ConversationResult) -> dict[str, Any]:

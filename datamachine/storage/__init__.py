@@ -11,7 +11,7 @@ from datamachine.storage.chat_sessions import (
     ChatSessionStore,
     MaxTurns,
 )
-from datamachine.storage.jobs import Job, JobQueuing, JobStatus, JobStore
+from datamachine.storage.jobs import Job, JobOutcome, JobQueuing, JobStatus, JobStore
 from datamachine.storage.locks import LockInfo, TranscriptLocks
 from datamachine.storage.site_secrets import SiteSecretStore
 from datamachine.storage.spend import SpendStore, WindowKey, WindowUse
@@ -33,6 +33,7 @@ __all__ = [
     "ChatSession",
     "ChatSessionStore",
     "Job",
+    "JobOutcome",
     "JobQueuing",
     "JobStatus",
     "JobStore",

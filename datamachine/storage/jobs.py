@@ -7,6 +7,10 @@ pipeline run merges its diagnostics, usage and transcript id into; a merge is a 
 inside one ``BEGIN IMMEDIATE`` transaction, so concurrent merges from several processes never
 lose each other's keys.
 
+A job's end says what stopped it the way a run's result does (DESIGN.md 22): ``flags``
+(``max_<budget>_reached``), ``budget`` (the budget that ran out) and ``budgets`` (snapshots),
+given with the move to ``completed`` or ``failed`` (:class:`JobOutcome`).
+
 Putting a job on the task queue (``enqueue``, ``requeue``) is the queue's business: the store
 is given one (:class:`JobQueuing`, the host's ``datamachine.job_queue.JobQueue``) when it is
 made, and imports nothing of it.
@@ -17,9 +21,10 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from agents_api import clock
 from agents_api.errors import brief_repr
@@ -36,8 +41,8 @@ from datamachine.storage._tx import (
     query_one,
 )
 
-__all__ = ["MAX_JOB_ID", "Job", "JobQueuing", "JobStatus", "JobStore", "check_job_id",
-           "is_job_id"]
+__all__ = ["MAX_JOB_ID", "Job", "JobOutcome", "JobQueuing", "JobStatus", "JobStore",
+           "check_job_id", "is_job_id"]
 
 JobStatus = Literal["pending", "running", "completed", "failed"]
 JOB_STATUSES: tuple[JobStatus, ...] = ("pending", "running", "completed", "failed")
@@ -49,11 +54,14 @@ _TRANSITIONS: dict[JobStatus, tuple[JobStatus, ...]] = {
     "failed": ("running",),
 }
 _COLUMNS = ("id, flow_step_id, status, engine_data, failure_reason, created_at, updated_at, "
-            "started_at, finished_at")
+            "started_at, finished_at, flags, budget, budgets")
 
 
 class Job(BaseModel):
-    """One job as stored. ``engine_data`` is the JSON object runs merge their results into."""
+    """One job as stored. ``engine_data`` is the JSON object runs merge their results into;
+    ``flags``, ``budget`` and ``budgets`` say what stopped it, as a run's result does
+    (``["max_job_attempts_reached"]``, ``"job_attempts"``, ``{"job_attempts": {"current": 5,
+    ...}}``; empty until it ends, and for an end no budget decided)."""
 
     model_config = ConfigDict(defer_build=True, frozen=True)
 
@@ -66,6 +74,22 @@ class Job(BaseModel):
     updated_at: float
     started_at: float | None
     finished_at: float | None
+    flags: list[str] = Field(default_factory=list)
+    budget: str | None = None
+    budgets: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+# Never changed once made.
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """What a job's end records beside its status and failure reason: the ``flags`` of its
+    last run and of what stopped it (``max_<budget>_reached``), the ``budget`` that ran out
+    (None: none did) and ``budgets``, each budget's snapshot by name
+    (``agents_api.IterationBudget.snapshot()``)."""
+
+    flags: tuple[str, ...] = ()
+    budget: str | None = None
+    budgets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 # Job ids are SQLite rowids handed out by ``create``: 1, 2, 3, ... up to the largest 64-bit
@@ -136,7 +160,25 @@ def _non_text_key(value: Any, path: str = "") -> tuple[str, Any] | None:
 
 
 def _job(row: Any) -> Job:
-    return Job(**{**dict(row), "engine_data": json.loads(row["engine_data"])})
+    return Job(**{**dict(row), "engine_data": json.loads(row["engine_data"]),
+                  "flags": json.loads(row["flags"]), "budgets": json.loads(row["budgets"])})
+
+
+def _outcome_values(outcome: JobOutcome) -> list[Any]:
+    """``outcome`` as the ``flags``, ``budget`` and ``budgets`` columns hold it; a UsageError
+    for what they cannot."""
+    if not isinstance(outcome, JobOutcome):
+        raise UsageError(f"outcome must be a JobOutcome, got {type(outcome).__name__}.")
+    flags = list(outcome.flags)
+    for flag in flags:
+        if not isinstance(flag, str) or not flag.strip() or not is_utf8(flag):
+            raise UsageError(f"A job's flags are non-empty strings, got {brief_repr(flag)}.")
+    budget = outcome.budget
+    if budget is not None and not (isinstance(budget, str) and budget.strip()
+                                   and is_utf8(budget)):
+        raise UsageError(f"A job's budget is a budget name or None, got {brief_repr(budget)}.")
+    budgets = _encode_data(outcome.budgets, "the job's budgets")
+    return [plain_json(flags), budget, plain_json(budgets)]
 
 
 class JobQueuing(Protocol):
@@ -246,17 +288,19 @@ class JobStore:
         """``pending`` -> ``running``."""
         return self._move(job_id, "running")
 
-    def complete(self, job_id: int) -> Job:
-        """``running`` -> ``completed``."""
-        return self._move(job_id, "completed")
+    def complete(self, job_id: int, outcome: JobOutcome | None = None) -> Job:
+        """``running`` -> ``completed``; ``outcome``: its run's flags, budget and budgets
+        (a run that stopped on a budget still completes its job)."""
+        return self._move(job_id, "completed", outcome=outcome)
 
-    def fail(self, job_id: int, reason: str) -> Job:
+    def fail(self, job_id: int, reason: str, outcome: JobOutcome | None = None) -> Job:
         """``running`` -> ``failed`` with ``reason`` (for example
-        ``completion_assertions_missing``)."""
+        ``completion_assertions_missing``); ``outcome``: what stopped it (the budget
+        ``job_attempts`` when its attempts ran out), written in the same transaction."""
         if not isinstance(reason, str) or not reason.strip() or not is_utf8(reason):
             raise UsageError(f"A job failure needs a non-empty reason string, got "
                              f"{brief_repr(reason)}.")
-        return self._move(job_id, "failed", reason)
+        return self._move(job_id, "failed", reason, outcome=outcome)
 
     def merge_engine_data(self, job_id: int, data: Mapping[str, Any]) -> Job:
         """Merge ``data``'s top-level keys into the job's engine data (later writes win)."""
@@ -275,9 +319,13 @@ class JobStore:
                 )
             return self.get(jid)
 
-    def _move(self, job_id: int, target: JobStatus, reason: str | None = None) -> Job:
+    def _move(self, job_id: int, target: JobStatus, reason: str | None = None, *,
+              outcome: JobOutcome | None = None) -> Job:
         jid = check_job_id(job_id)
         allowed = _TRANSITIONS[target]
+        # Set only with an end that brings them: an end without one leaves them as they were.
+        ends = ", flags = ?, budget = ?, budgets = ?" if outcome is not None else ""
+        end_values = _outcome_values(outcome) if outcome is not None else []
         now = clock.now()
         with self._lock:
             with immediate(self._db, self._lock, self._label, "update a job",
@@ -297,7 +345,7 @@ class JobStore:
                     "started_at = CASE WHEN ? = 'running' THEN ? ELSE started_at END, "
                     "finished_at = CASE WHEN ? IN ('completed', 'failed') THEN ? "
                     "ELSE finished_at END, "
-                    "failure_reason = COALESCE(?, failure_reason) WHERE id = ?",
-                    [target, now, target, now, target, now, reason, jid],
+                    f"failure_reason = COALESCE(?, failure_reason){ends} WHERE id = ?",
+                    [target, now, target, now, target, now, reason, *end_values, jid],
                 )
             return self.get(jid)

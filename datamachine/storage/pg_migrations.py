@@ -191,6 +191,12 @@ PG_MIGRATIONS: dict[str, tuple[str, ...]] = {
             created_at double precision NOT NULL,
             PRIMARY KEY (session_id, seq))""",
     ),
+    # As SQLite's m012_job_outcome.
+    "m012_job_outcome": (
+        "ALTER TABLE jobs ADD COLUMN flags text NOT NULL DEFAULT '[]'",
+        "ALTER TABLE jobs ADD COLUMN budget text",
+        "ALTER TABLE jobs ADD COLUMN budgets text NOT NULL DEFAULT '{}'",
+    ),
 }
 
 _RECORD = ("CREATE TABLE IF NOT EXISTS datamachine_migrations (name text PRIMARY KEY, "

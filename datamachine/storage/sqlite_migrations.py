@@ -327,6 +327,19 @@ def m011_compactions(db: Database) -> None:
     )
 
 
+@MIGRATIONS()
+def m012_job_outcome(db: Database) -> None:
+    """What a job's end says beside its status, as a run's result says it (DESIGN.md 22):
+    ``jobs.flags`` (a JSON list: ``max_<budget>_reached`` for the budget that ran out, and the
+    flags of the job's last run), ``jobs.budget`` (the budget that stopped it: ``job_attempts``
+    when its attempts ran out, the run's budget when its run stopped on one; NULL: none) and
+    ``jobs.budgets`` (JSON: the snapshot of each budget, by name). Jobs settled before keep
+    ``[]``, NULL and ``{}``."""
+    db.execute("ALTER TABLE jobs ADD COLUMN flags TEXT NOT NULL DEFAULT '[]'")
+    db.execute("ALTER TABLE jobs ADD COLUMN budget TEXT")
+    db.execute("ALTER TABLE jobs ADD COLUMN budgets TEXT NOT NULL DEFAULT '{}'")
+
+
 def migrate(db: Database, *, label: str = "database", migrations: Migrations = MIGRATIONS) -> None:
     """Apply pending ``migrations`` atomically; any failure leaves the schema untouched.
 

@@ -260,8 +260,12 @@ def test_jobs_and_sessions_can_be_browsed(runner: CliRunner, tmp_path: Path) -> 
     code, out = invoke(runner, db, "jobs", "list", "--json")
     assert code == 0
     assert json.loads(out)[0]["flow_step_id"] == "step-1"
-    code, out = invoke(runner, db, "jobs", "show", str(job.id))
+    code, out = invoke(runner, db, "jobs", "show", str(job.id), "--json")
     assert json.loads(out)["engine_data"] == {"k": "v"}
+    code, out = invoke(runner, db, "jobs", "show", str(job.id))
+    assert code == 0
+    assert out.splitlines()[:4] == [f"job {job.id}: pending", "flow step: step-1", "flags: -",
+                                    "budget: -"]
     code, out = invoke(runner, db, "sessions", "list")
     assert session.id in out
     assert "0/4" in out

@@ -118,6 +118,42 @@ def test_pipeline_job_completes_with_diagnostics_usage_and_transcript(host: Host
     assert data["conversation_status"] == "completed"
 
 
+@pytest.mark.parametrize(("ceilings", "budget"), [
+    ({"conversation_turns": 2}, "conversation_turns"), ({"tool_calls": 1}, "tool_calls")])
+def test_a_run_that_stops_on_a_budget_says_so_on_its_job(
+        backend_host: Host, ceilings: dict[str, int], budget: str) -> None:
+    job = backend_host.jobs.create()
+    script = [turn(call("save_note", text=str(n))) for n in range(3)]
+    result = run(backend_host, script, [save_note], job_id=job.id, budget_ceilings=ceilings,
+                 final_summary=False)
+    assert (result.status, result.budget) == ("budget_exceeded", budget)
+    stored = backend_host.jobs.get(job.id)
+    # A run stopped at a budget still completes its job; the job says which budget stopped it.
+    assert stored.status == "completed"
+    assert stored.flags == [f"max_{budget}_reached"] == result.flags
+    assert stored.budget == budget
+    assert stored.budgets == result.budgets
+    assert stored.budgets[budget]["exceeded"] is True
+
+
+def test_a_failed_job_keeps_the_flags_of_the_run_that_failed_it(backend_host: Host) -> None:
+    job = backend_host.jobs.create()
+    run(backend_host, [say("Done."), say("Really done.")], [save_note], job_id=job.id,
+        max_turns=2, completion_assertions=NOTE_REQUIRED)
+    stored = backend_host.jobs.get(job.id)
+    assert (stored.status, stored.failure_reason) == ("failed", "completion_assertions_missing")
+    assert stored.flags == ["max_conversation_turns_reached"]
+    assert stored.budget == "conversation_turns"
+
+
+def test_a_job_whose_run_completed_has_no_flags_and_no_budget(backend_host: Host) -> None:
+    job = backend_host.jobs.create()
+    result = run(backend_host, [say("ok")], [], job_id=job.id)
+    stored = backend_host.jobs.get(job.id)
+    assert (stored.status, stored.flags, stored.budget) == ("completed", [], None)
+    assert stored.budgets == result.budgets
+
+
 def test_pipeline_job_fails_when_assertions_are_missing(host: Host) -> None:
     job = host.jobs.create()
     result = run(host, [say("Done."), say("Really done.")], [save_note], job_id=job.id,

@@ -24,7 +24,7 @@ def test_enqueue_work_and_follow_a_job_on_postgresql(pg_url: str) -> None:
     assert enqueued.returncode == 0, enqueued.stderr
     job_id = enqueued.stdout.strip()
     assert job_id.isdigit()
-    pending = json.loads(_cli(pg_url, "jobs", "show", job_id).stdout)
+    pending = json.loads(_cli(pg_url, "jobs", "show", job_id, "--json").stdout)
     assert pending["status"] == "pending"
 
     again = _cli(pg_url, "jobs", "requeue", job_id)
@@ -37,7 +37,7 @@ def test_enqueue_work_and_follow_a_job_on_postgresql(pg_url: str) -> None:
     assert f"run_job[{job_id}]" in worked.stderr  # each job's progress is shown
     assert "Stopped worker" in worked.stderr
 
-    done = json.loads(_cli(pg_url, "jobs", "show", job_id).stdout)
+    done = json.loads(_cli(pg_url, "jobs", "show", job_id, "--json").stdout)
     assert done["status"] == "completed"
     assert done["engine_data"]["transcript_session_id"] == f"job-{job_id}"
     shown = _cli(pg_url, "transcripts", "show", f"job-{job_id}", "--json")

@@ -185,6 +185,9 @@ def test_an_outage_on_every_attempt_fails_the_job_on_the_last(
     failed = queue_host.jobs.get(job.id)
     assert failed.status == "failed"
     assert failed.failure_reason == "provider_connection_error"
+    # It says which budget ran out, as a run does.
+    assert (failed.flags, failed.budget) == (["max_job_attempts_reached"], "job_attempts")
+    assert failed.budgets["job_attempts"]["current"] == 3
     asked = [line for line in workers.log.read_text().splitlines() if prompt in line]
     assert len(asked) == 3  # one request per attempt (the model's own retries are not ours)
 
@@ -209,6 +212,11 @@ def test_enqueue_checks_everything_before_writing(queue_host: Host) -> None:
         ({"messages": [{"role": "user", "content": "x"}],
           "payload": {"completion_assertions": {"required_tool_names": ["step"]}}},
          "which the job does not offer"),
+        ({"messages": [{"role": "user", "content": "x"}],
+          "payload": {"budget_ceilings": {"job_attempts": 0}}},
+         r"payload\['budget_ceilings'\]\['job_attempts'\] must be a positive integer"),
+        ({"messages": [{"role": "user", "content": "x"}],
+          "payload": {"budget_ceilings": {"tool_calls": 10_001}}}, "tool_calls"),
     ]
     for arguments, message in bad:
         with pytest.raises(UsageError, match=message):
@@ -236,13 +244,12 @@ def test_a_second_attempt_while_the_first_still_runs_waits_instead_of_running_tw
         prompt = "twice 1 steps 6"
         job = host.jobs.enqueue([{"role": "user", "content": prompt}], ["step"], max_turns=10)
         first: list[str] = []
-        runner = threading.Thread(target=lambda: first.append(run_job(host, job.id,
-                                                                      final=False)))
+        runner = threading.Thread(target=lambda: first.append(run_job(host, job.id)))
         runner.start()
         _wait_until(lambda: log.exists() and len(log.read_text().splitlines()) >= 2,
                     "the first attempt to be mid-run")
         with pytest.raises(JobNotDone, match="another run holds its transcript"):
-            run_job(host, job.id, final=False)
+            run_job(host, job.id)
         runner.join(timeout=DEADLINE_S)
         assert first == ["completed"]
         assert run_job(host, job.id) == "completed"  # a late attempt finds it done

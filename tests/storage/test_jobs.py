@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+from typing import Any
+
 import pytest
 from freezegun import freeze_time
+from sqlite_utils import Database
 
+import bootstrap
 from datamachine.errors import InvalidJobTransition, JobNotFound, UsageError
 from datamachine.host import Host
+from datamachine.storage import JobOutcome
+from datamachine.storage.sqlite_migrations import MIGRATIONS
+
+SPENT = {"current": 5, "ceiling": 5, "remaining": 0, "exceeded": True, "hard_ceiling": 100,
+         "rail": "ceiling"}
 
 
 def test_a_job_moves_pending_running_completed_with_timestamps(host: Host) -> None:
@@ -131,3 +142,76 @@ def test_job_ids_are_never_reused(host: Host) -> None:
     job = host.jobs.create()
     host.handle.conn.execute("DELETE FROM jobs WHERE id = ?", [job.id])
     assert host.jobs.create().id == job.id + 1
+
+
+def test_a_jobs_end_records_what_stopped_it(backend_host: Host) -> None:
+    jobs = backend_host.jobs
+    job = jobs.start(jobs.create().id)
+    assert (job.flags, job.budget, job.budgets) == ([], None, {})
+    failed = jobs.fail(job.id, "provider_connection_error", JobOutcome(
+        flags=("max_job_attempts_reached",), budget="job_attempts",
+        budgets={"job_attempts": SPENT}))
+    assert (failed.status, failed.failure_reason) == ("failed", "provider_connection_error")
+    assert failed.flags == ["max_job_attempts_reached"]
+    assert failed.budget == "job_attempts"
+    assert failed.budgets == {"job_attempts": SPENT}
+    assert jobs.get(job.id) == failed
+    assert jobs.list(status="failed") == [failed]
+    completed = jobs.complete(jobs.start(jobs.create().id).id, JobOutcome(
+        flags=("max_conversation_turns_reached",), budget="conversation_turns"))
+    assert (completed.flags, completed.budget, completed.budgets) == (
+        ["max_conversation_turns_reached"], "conversation_turns", {})
+    # An end without an outcome records none.
+    plain = jobs.complete(jobs.start(jobs.create().id).id)
+    assert (plain.flags, plain.budget, plain.budgets) == ([], None, {})
+
+
+@pytest.mark.parametrize(("outcome", "message"), [
+    (JobOutcome(flags=("",)), "flags are non-empty strings"),
+    (JobOutcome(flags=(3,)), "flags are non-empty strings"),  # type: ignore[arg-type]
+    (JobOutcome(budget=" "), "budget is a budget name or None"),
+    (JobOutcome(budgets={"x": {"when": object()}}), "JSON-serializable"),
+    ({"flags": []}, "outcome must be a JobOutcome"),
+])
+def test_an_outcome_the_job_cannot_hold_is_refused_and_changes_nothing(
+        backend_host: Host, outcome: Any, message: str) -> None:
+    job = backend_host.jobs.start(backend_host.jobs.create().id)
+    with pytest.raises(UsageError, match=message):
+        backend_host.jobs.fail(job.id, "boom", outcome)
+    assert backend_host.jobs.get(job.id) == job
+
+
+def test_m012_gives_the_jobs_stored_before_it_no_flags(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    MIGRATIONS.apply(Database(conn), stop_before="m012_job_outcome")  # a version before
+    conn.execute("INSERT INTO jobs (status, engine_data, failure_reason, created_at, "
+                 "updated_at) VALUES ('failed', '{\"k\": 1}', 'boom', 0, 0)")
+    conn.commit()
+    conn.close()
+    with bootstrap.boot(db_path=path, load_entrypoints=False) as host:
+        [old] = host.jobs.list()
+        assert (old.status, old.engine_data, old.failure_reason) == ("failed", {"k": 1}, "boom")
+        assert (old.flags, old.budget, old.budgets) == ([], None, {})
+
+
+def test_m012_gives_the_jobs_stored_before_it_no_flags_on_postgresql(pg_url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True,
+                         options="-c search_path=datamachine") as conn:
+        # The database as m011 left it: m012 undone, and a job settled before it.
+        for statement in ("ALTER TABLE jobs DROP COLUMN flags",
+                          "ALTER TABLE jobs DROP COLUMN budget",
+                          "ALTER TABLE jobs DROP COLUMN budgets",
+                          "DELETE FROM datamachine_migrations WHERE name = 'm012_job_outcome'"):
+            conn.execute(statement)
+        conn.execute("INSERT INTO jobs (status, engine_data, failure_reason, created_at, "
+                     "updated_at) VALUES ('failed', '{\"k\": 1}', 'boom', 0, 0)")
+    with bootstrap.boot(db_path=pg_url, load_entrypoints=False) as host:  # migrates
+        [old] = host.jobs.list()
+        assert (old.status, old.engine_data, old.failure_reason) == ("failed", {"k": 1}, "boom")
+        assert (old.flags, old.budget, old.budgets) == ([], None, {})
+        done = host.jobs.fail(host.jobs.start(host.jobs.create().id).id, "x",
+                              JobOutcome(flags=("f",), budget="b"))
+        assert (done.flags, done.budget) == (["f"], "b")
