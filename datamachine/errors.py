@@ -68,7 +68,8 @@ class UsageError(DataMachineError, ValueError):
 
 
 class InvalidBudgetSpec(UsageError):
-    """A budget registration breaks ``1 <= min <= default <= max <= 10_000`` (field named)."""
+    """A budget registration breaks ``0 <= min <= default <= max`` or its unit's limit (10,000
+    for a count; the field is named)."""
 
 
 class InvalidBudgetValue(UsageError):

@@ -77,7 +77,8 @@ class WireProvider:
 
     ``base_url`` / ``api_key`` win over the environment; ``api_key_env`` names the key's
     variable; ``model_options`` are sent under each run's own; ``headers`` are added to every
-    request. ``max_retries`` (None: the host setting ``provider_max_retries``, default 3),
+    request. ``max_retries`` (None: the run's ``provider_retries`` budget: its setting
+    ``provider_max_retries``, default 3; a run's ``budget_ceilings`` beats a count given here),
     ``backoff_base``, ``backoff_max`` and ``max_retry_wait`` shape retries. ``sleep`` (sync, or
     async for async runs only) and ``jitter`` are injectable so tests observe waits without
     waiting; ``environ`` replaces ``os.environ``.

@@ -85,6 +85,32 @@ def test_budgets_list_shows_resolution_and_owner(runner: CliRunner, tmp_path: Pa
     assert rows["http_fetches"]["owner"] == "fetch"
 
 
+def test_budgets_list_shows_unit_scope_unset_and_unlimited(runner: CliRunner,
+                                                           tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    assert invoke(runner, db, "settings", "set", "chat_max_turns", '"unlimited"')[0] == 0
+    code, out = invoke(runner, db, "budgets", "list", "--json")
+    assert code == 0
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert set(rows["provider_retries"]) == {"name", "unit", "scope", "default", "min", "max",
+                                             "setting", "ceiling", "source", "owner"}
+    assert (rows["provider_retries"]["scope"], rows["provider_retries"]["min"]) == ("request", 0)
+    assert (rows["wall_clock_seconds"]["unit"], rows["wall_clock_seconds"]["default"],
+            rows["wall_clock_seconds"]["ceiling"]) == ("seconds", None, None)
+    assert (rows["cost"]["default"], rows["cost"]["ceiling"]) == (None, None)
+    assert (rows["chat_turns"]["ceiling"], rows["chat_turns"]["source"]) == (None, "setting")
+    code, text = invoke(runner, db, "budgets", "list")
+    assert code == 0
+    assert "1000000000000" not in text  # an unset ceiling says so, never 10^12
+    lines = {line.split()[0]: line.split() for line in text.splitlines()[1:]}
+    # name, unit, scope, default, clamp (two words), setting, ceiling, from, owner
+    assert lines["total_tokens"][1:4] == ["tokens", "run", "unset"]
+    assert lines["total_tokens"][7] == "unset"
+    assert lines["chat_turns"][1:3] == ["count", "session"]
+    assert "unlimited" in lines["chat_turns"]
+    assert lines["wall_clock_seconds"][1] == "seconds"
+
+
 def test_settings_roundtrip_and_validation(runner: CliRunner, tmp_path: Path) -> None:
     db = tmp_path / "d.db"
     assert invoke(runner, db, "settings", "set", "default_model", "small")[0] == 0

@@ -97,7 +97,9 @@ def _check_ran_out(host: Host, job_id: int, current: int, ceiling: int, *,
                    hard: int = 100) -> None:
     job = host.jobs.get(job_id)
     assert (job.status, job.failure_reason) == ("failed", "provider_connection_error")
-    assert job.flags == [OUT_OF_ATTEMPTS]
+    # Each attempt's run ran out of provider retries (0 here), then the job out of attempts:
+    # the run's flag first, the job's last.
+    assert job.flags == ["max_provider_retries_reached", OUT_OF_ATTEMPTS]
     assert job.budget == "job_attempts"
     assert job.budgets["job_attempts"] == _snapshot(current, ceiling, hard)
     assert job.engine_data[OUTAGES_KEY] == current
@@ -233,14 +235,15 @@ def test_jobs_show_says_which_budget_ran_out(db_host: Host, db_target: str) -> N
     assert shown.exit_code == 0, shown.output
     lines = shown.output.splitlines()
     assert lines[:4] == [f"job {job_id}: failed (provider_connection_error)",
-                         "flow step: step-1", f"flags: {OUT_OF_ATTEMPTS}",
+                         "flow step: step-1",
+                         f"flags: max_provider_retries_reached, {OUT_OF_ATTEMPTS}",
                          "budget: job_attempts ran out (3/3)"]
     assert "budget job_attempts: 3/3" in lines
     as_json = runner.invoke(cli, ["--db", db_target, "jobs", "show", str(job_id), "--json"])
     assert as_json.exit_code == 0, as_json.output
     data = json.loads(as_json.output)
-    assert (data["status"], data["flags"], data["budget"]) == ("failed", [OUT_OF_ATTEMPTS],
-                                                               "job_attempts")
+    assert (data["status"], data["budget"]) == ("failed", "job_attempts")
+    assert data["flags"] == ["max_provider_retries_reached", OUT_OF_ATTEMPTS]
     assert data["budgets"]["job_attempts"] == _snapshot(3, 3)
 
 
