@@ -106,3 +106,18 @@ def test_compare_runs_a_window_the_runs_never_fill() -> None:
     result: Any = run(3)
     assert result.budgets["context_tokens"]["ceiling"] == 10**8
     assert result.compactions == 0
+
+
+def test_guard_cost_times_the_guard_on_and_off(monkeypatch: Any) -> None:
+    import os
+
+    from bench import guard_cost
+
+    monkeypatch.delenv(guard_cost.SETTING, raising=False)
+    figures = guard_cost.run_costs(rounds=1)
+    assert set(figures) == {"turn_on_us", "turn_off_us", "guard_per_turn_us",
+                            "guard_set_up_us"}
+    assert figures["turn_on_us"] > 0
+    assert figures["turn_off_us"] > 0
+    assert guard_cost.SETTING not in os.environ  # the setting is put back as it was
+    assert guard_cost.guard_alone(number=1000) > 0

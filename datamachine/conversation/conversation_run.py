@@ -780,12 +780,10 @@ class ConversationRun:
 
     def after_tool(self, outcome: ToolOutcome, context: TurnContext) -> Decision | None:
         """The loop guard sees how the call ended; the completion rules have their word."""
+        call = outcome.call
         if self.guard is not None:
-            call = outcome.call
-            parameters = call.parameters
-            self.guard.ran(call.name, parameters if type(parameters) is dict
-                           or isinstance(parameters, Mapping) else {}, outcome.result)
-        return self.completion.on_tool_result(outcome.call, outcome.result, context.turn)
+            self.guard.ran(call.name, call.parameters, outcome.result)
+        return self.completion.on_tool_result(call, outcome.result, context.turn)
 
     def estimate_request(self, messages: list[Message], context: TurnContext
                          ) -> Mapping[str, int] | Awaitable[Mapping[str, int] | None] | None:

@@ -37,7 +37,7 @@ Detect = Callable[[list[GuardTurn], dict[str, Any]], list[str | None]]
 Emit = Callable[[str, dict[str, Any]], None]
 
 
-def _key(name: str, arguments: Mapping[str, Any]) -> str:
+def _key(name: str, arguments: object) -> str:
     """The call's name and canonical arguments: key order never matters."""
     if type(arguments) is dict:
         for value in arguments.values():
@@ -58,7 +58,7 @@ def _key(name: str, arguments: Mapping[str, Any]) -> str:
 # A call as the guard keeps it: name, arguments, success (None: refused), error type, and
 # whether its result was new. Its key (name and canonical arguments) is spelled only when a
 # signal needs it: a healthy turn never does.
-_Call = tuple[str, Mapping[str, Any], bool | None, str | None, bool]
+_Call = tuple[str, object, bool | None, str | None, bool]
 
 
 class LoopGuard:
@@ -102,8 +102,9 @@ class LoopGuard:
         if not calls:
             self._judge()
 
-    def ran(self, name: str, arguments: Mapping[str, Any], result: Mapping[str, Any]) -> None:
-        """A call of the watched turn ended with ``result`` (refused ones too)."""
+    def ran(self, name: str, arguments: object, result: Mapping[str, Any]) -> None:
+        """A call of the watched turn ended with ``result`` (refused ones too); ``arguments``
+        as the model sent them (a mapping, or anything a malformed call carried)."""
         new = False
         error: str | None = None
         success: bool | None
@@ -197,7 +198,8 @@ class LoopGuard:
             self.previous_text = text
         if self.detect is not None:
             self.turns.append(GuardTurn(self._turn, self._text, tuple(
-                GuardCall(name, dict(arguments), _key(name, arguments), success, error, new)
+                GuardCall(name, dict(arguments) if isinstance(arguments, Mapping) else {},
+                          _key(name, arguments), success, error, new)
                 for name, arguments, success, error, new in calls)))
 
     def _asked(self) -> str | None:
