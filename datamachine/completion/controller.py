@@ -91,7 +91,7 @@ class CompletionRun:
         emit: Emit,
         engine_data: dict[str, Any],
         single_turn: bool = False,
-        nudges: IterationBudget,
+        nudges: Callable[[], IterationBudget],
         job: PipelineJob | None = None,
     ) -> None:
         self.assertions = assertions
@@ -112,9 +112,11 @@ class CompletionRun:
         self.engine_data = engine_data
         self.single_turn = single_turn
         self.nudge_count = 0
-        # The budget completion_nudges: a nudge is given only while it has room; the one that
-        # would pass its ceiling is not, and the run ends incomplete on it (``nudges_spent``).
-        self.nudges = nudges
+        # The budget completion_nudges, made at the first nudge: a nudge is given only while
+        # it has room; the one that would pass its ceiling is not, and the run ends incomplete
+        # on it (``nudges_spent``).
+        self._make_nudges = nudges
+        self.made_nudges: IterationBudget | None = None
         self.nudges_spent = False
         self.last_nudge: str | None = None
         self.blocker: str | None = None
@@ -136,10 +138,10 @@ class CompletionRun:
     @classmethod
     def prepare(cls, services: Services, modes: list[str], payload: dict[str, Any],
                 runtime: RuntimeOptions, tools: dict[str, Tool], *, emit: Emit,
-                engine_data: dict[str, Any], nudges: IterationBudget,
+                engine_data: dict[str, Any], nudges: Callable[[], IterationBudget],
                 single_turn: bool = False) -> CompletionRun:
         """Parse the run's completion config; raise a UsageError before anything runs.
-        ``nudges``: the run's ``completion_nudges`` budget."""
+        ``nudges``: makes the run's ``completion_nudges`` budget (at the first nudge)."""
         assertions, warnings = parse_assertions(runtime.completion_assertions)
         custom = runtime.completion_policy
         if custom is not None:
@@ -306,6 +308,13 @@ class CompletionRun:
                            turn, len(messages) + 1)
         return [Message.text("user", text, {"type": NUDGE_METADATA_TYPE,
                                             "completion_nudge_count": self.nudge_count})]
+
+    @property
+    def nudges(self) -> IterationBudget:
+        """The run's ``completion_nudges`` (made now if no nudge made it yet)."""
+        if self.made_nudges is None:
+            self.made_nudges = self._make_nudges()
+        return self.made_nudges
 
     def _nudge_allowed(self) -> bool:
         """Count one more nudge when ``completion_nudges`` has room for it; else mark the

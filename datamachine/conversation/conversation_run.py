@@ -148,7 +148,7 @@ class ConversationRun:
         self.engine_data: dict[str, Any] = found if isinstance(found, dict) else {}
         self.completion = CompletionRun.prepare(
             services, spec.modes, spec.payload, runtime, spec.tools, emit=self.events.emit,
-            engine_data=self.engine_data, nudges=self._repeats(COMPLETION_NUDGES),
+            engine_data=self.engine_data, nudges=lambda: self._repeats(COMPLETION_NUDGES),
             single_turn=spec.single_turn)
         # provider_retries: the ceiling every request of the run retries up to (None: a
         # provider that does not retry); spent_retries: the request that failed with none left.
@@ -162,10 +162,8 @@ class ConversationRun:
         # them), and the guard (None: loop_guard "off").
         self.hidden_tools: set[str] = set()
         self.guard = self._loop_guard()
-        if self.guard is not None and (self.guard.budget.current() or (
-                self.resumption is not None
-                and self.resumption.declined_budget == STUCK_TURNS)):
-            self.budgets.append(self.guard.budget)  # else it joins when it first counts
+        if self.guard is not None and self.guard.made is not None:
+            self.budgets.append(self.guard.made)  # else it joins when it first counts
         # The model's context window (None: unknown, and no context budget until a provider
         # says a prompt was too long).
         self.context_budget = self._context_budget()
@@ -367,12 +365,23 @@ class ConversationRun:
         ladder = parse_ladder(raw, where)
         if ladder is None:
             return None
-        budget = self._budget(STUCK_TURNS, self.ceiling_overrides.get(STUCK_TURNS))
+        def stuck() -> IterationBudget:
+            return self._budget(STUCK_TURNS, self.ceiling_overrides.get(STUCK_TURNS))
+
+        # Made now only for a resumed run that had it counting (or a person declined it);
+        # else at the first signal.
+        resumption, made = self.resumption, None
+        if resumption is not None and (STUCK_TURNS in resumption.budgets
+                                       or resumption.declined_budget == STUCK_TURNS):
+            made = stuck()
+            if not made.current() and resumption.declined_budget != STUCK_TURNS:
+                made = None  # approved: it starts again, and joins when it counts
         hook = self.services.pm.hook.detect_stuck
         detect = self._detector(hook) if hook.get_hookimpls() else None
-        return LoopGuard(budget, ladder, emit=self.events.emit, hidden=self.hidden_tools,
+        return LoopGuard(stuck, ladder, emit=self.events.emit, hidden=self.hidden_tools,
                          detect=detect, context={"mode": self.spec.mode,
-                                                 "session_id": self.session_id})
+                                                 "session_id": self.session_id},
+                         budget=made)
 
     @staticmethod
     def _detector(hook: Any) -> Detect:
@@ -817,7 +826,7 @@ class ConversationRun:
         if self.resumption is not None and self.resumption.declined_budget == budget.name():
             return False  # a person already said no
         # The loop guard's budget is not extended: a person who lets the run go on resets it.
-        stuck = self.guard is not None and budget is self.guard.budget
+        stuck = self.guard is not None and budget is self.guard.made
         if self.confirmation.pauses():
             return Pause({"kind": "stuck" if stuck else "budget", "budget": budget.name(),
                           "tool_call": None, "extend_by": by})
@@ -986,7 +995,7 @@ class ConversationRun:
         """The run's repeat counters that counted something or stopped the run (a result
         shows a budget that did not stop the run only when it counted)."""
         return {budget.name(): dict(budget.snapshot())
-                for budget in (self.retries, self.completion.nudges,
+                for budget in (self.retries, self.completion.made_nudges,
                                self.output.retries if self.output is not None else None)
                 if budget is not None and (budget.current() or budget is spent)}
 

@@ -62,15 +62,19 @@ _Call = tuple[str, object, bool | None, str | None, bool]
 
 
 class LoopGuard:
-    """The loop guard of one run. ``budget``: its ``stuck_turns``; ``ladder``: the steps;
+    """The loop guard of one run. ``stuck``: makes its ``stuck_turns`` budget, on the first
+    signal (a run that never repeats itself never makes it); ``budget``: that budget made
+    already (a resumed run's); ``ladder``: the steps;
     ``hidden``: the tools taken away (shared with the tool executor, which refuses them);
     ``detect``: the plugins' ``detect_stuck`` (None: none registered); ``context``: what the
     hook is told besides the turns."""
 
-    def __init__(self, budget: IterationBudget, ladder: tuple[Step, ...], *, emit: Emit,
-                 hidden: set[str], detect: Detect | None = None,
-                 context: Mapping[str, Any] | None = None) -> None:
-        self.budget = budget
+    def __init__(self, stuck: Callable[[], IterationBudget], ladder: tuple[Step, ...], *,
+                 emit: Emit, hidden: set[str], detect: Detect | None = None,
+                 context: Mapping[str, Any] | None = None,
+                 budget: IterationBudget | None = None) -> None:
+        self._make_budget = stuck
+        self.made: IterationBudget | None = budget
         self.ladder = ladder
         self.emit = emit
         self.hidden = hidden
@@ -130,8 +134,9 @@ class LoopGuard:
             self._expected = -1
             self.recent.append(calls[0])
             self.previous_text = None
-            if self.budget.current():
-                self.budget.set_current(0)
+            made = self.made
+            if made is not None and made.current():
+                made.set_current(0)
             return
         self._judge()
 
@@ -139,6 +144,13 @@ class LoopGuard:
         """The message for the coming request (then gone: it is never stored)."""
         nudge, self.nudge = self.nudge, None
         return nudge
+
+    @property
+    def budget(self) -> IterationBudget:
+        """The run's ``stuck_turns`` (made now if no signal made it yet)."""
+        if self.made is None:
+            self.made = self._make_budget()
+        return self.made
 
     def approved(self) -> None:
         """A person let a stuck run go on: the count starts again."""
@@ -156,8 +168,9 @@ class LoopGuard:
         signal, tool = (None, None) if progress else self._builtin(calls, text)
         self._remember(calls, text)
         if progress:
-            if self.budget.current():
-                self.budget.set_current(0)
+            made = self.made
+            if made is not None and made.current():
+                made.set_current(0)
             return
         if signal is None and self.detect is not None:
             signal = self._asked()
