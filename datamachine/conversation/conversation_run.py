@@ -17,6 +17,7 @@ import logging
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from agents_api import (
@@ -94,6 +95,7 @@ if TYPE_CHECKING:
     from datamachine.context.guard import ContextGuard
     from datamachine.context.window import CompactionConfig
     from datamachine.host import Services
+    from datamachine.registry import IterationBudgetRegistry
 
 __all__ = ["STREAM_LEFT", "ConversationRun", "RunEvents", "emit_outside_run"]
 
@@ -148,7 +150,7 @@ class ConversationRun:
         self.engine_data: dict[str, Any] = found if isinstance(found, dict) else {}
         self.completion = CompletionRun.prepare(
             services, spec.modes, spec.payload, runtime, spec.tools, emit=self.events.emit,
-            engine_data=self.engine_data, nudges=lambda: self._repeats(COMPLETION_NUDGES),
+            engine_data=self.engine_data, nudges=self._later(COMPLETION_NUDGES),
             single_turn=spec.single_turn)
         # provider_retries: the ceiling every request of the run retries up to (None: a
         # provider that does not retry); spent_retries: the request that failed with none left.
@@ -281,23 +283,18 @@ class ConversationRun:
         """A budget that counts repeats in this run (nudges, output re-asks): held by the
         product, never checked by the loop (a ceiling N allows N; the run stops when an
         (N+1)th is needed), and carried on by a run that resumes this one."""
-        return self._resumed(self.services.budgets.create(
-            name, ceiling_override=self.ceiling_overrides.get(name), warnings=self.warnings,
-            settings=self.settings.get))
+        return self._later(name)()
+
+    def _later(self, name: str) -> Callable[[], IterationBudget]:
+        """What makes budget ``name`` when it is first needed. It holds what it needs, not
+        the run: a finished run must be freed at once, never left to the cycle collector."""
+        return partial(_made, self.services.budgets, name, self.ceiling_overrides.get(name),
+                       self.warnings, self.settings.get, self.resumption)
 
     def _resumed(self, budget: IterationBudget) -> IterationBudget:
         """``budget`` with the count and ceiling its paused run stored (never past its hard
         ceiling), extended when an approval answered it; as it is for a new run."""
-        resumption = self.resumption
-        if resumption is None:
-            return budget
-        budget = _restored(budget, resumption.budgets.get(budget.name()))
-        if resumption.extend is not None and resumption.extend[0] == budget.name():
-            if budget.name() == STUCK_TURNS:
-                budget.set_current(0)  # a person let a stuck run go on: it counts anew
-            else:
-                budget.extend(resumption.extend[1])
-        return budget
+        return _carried(budget, self.resumption)
 
     def _other_budgets(self) -> list[IterationBudget]:
         registry, overrides = self.services.budgets, self.ceiling_overrides
@@ -365,9 +362,7 @@ class ConversationRun:
         ladder = parse_ladder(raw, where)
         if ladder is None:
             return None
-        def stuck() -> IterationBudget:
-            return self._budget(STUCK_TURNS, self.ceiling_overrides.get(STUCK_TURNS))
-
+        stuck = self._later(STUCK_TURNS)
         # Made now only for a resumed run that had it counting (or a person declined it);
         # else at the first signal.
         resumption, made = self.resumption, None
@@ -1134,6 +1129,29 @@ def _ceiling_overrides(services: Services, given: Mapping[str, int]) -> dict[str
     for name, ceiling in given.items():
         registry.check_ceiling(name, f"payload['budget_ceilings'][{name!r}]", ceiling)
     return dict(given)
+
+
+def _made(registry: IterationBudgetRegistry, name: str, override: int | None,
+          warnings: list[str], settings: Callable[[str], Any],
+          resumption: Resumption | None) -> IterationBudget:
+    """Budget ``name`` from the registry (override, else setting, else default; a clamp
+    reported in ``warnings``), carried on from the paused run a resumed run goes on from."""
+    return _carried(registry.create(name, ceiling_override=override, warnings=warnings,
+                                    settings=settings), resumption)
+
+
+def _carried(budget: IterationBudget, resumption: Resumption | None) -> IterationBudget:
+    """``budget`` with the count and ceiling its paused run stored (never past its hard
+    ceiling), extended when an approval answered it; as it is for a new run."""
+    if resumption is None:
+        return budget
+    budget = _restored(budget, resumption.budgets.get(budget.name()))
+    if resumption.extend is not None and resumption.extend[0] == budget.name():
+        if budget.name() == STUCK_TURNS:
+            budget.set_current(0)  # a person let a stuck run go on: it counts anew
+        else:
+            budget.extend(resumption.extend[1])
+    return budget
 
 
 def _restored(budget: IterationBudget, snapshot: Mapping[str, Any] | None) -> IterationBudget:
