@@ -9,6 +9,7 @@ run when it is spent.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, MutableMapping
 from types import MappingProxyType
 from typing import Any
@@ -28,7 +29,8 @@ class ToolContext:
     provider turn that asked for this call; ``engine_data`` is the run's mutable engine data
     (writes are kept and reach the job when the run ends). ``budget(name)`` returns the run's
     budget of that name, creating it from the host's budget registry on first use and adding it
-    to the run's budgets so the loop checks it after this call.
+    to the run's budgets so the loop checks it after this call. ``idempotency_key`` is the
+    key to hand a service downstream so it does the work once however often it is asked.
     """
 
     __slots__ = ("_budget_factory", "_budgets", "engine_data", "host", "mode", "modes",
@@ -79,6 +81,15 @@ class ToolContext:
         created = self._budget_factory(name)
         # setdefault: if something else added it meanwhile, everyone shares that one.
         return self._budgets.setdefault(name, created)
+
+    @property
+    def idempotency_key(self) -> str:
+        """A non-empty key of this call, the same for every attempt of it (a run that goes on
+        after a crash asks again with the same key) and different for another call: derived
+        from the session, the turn and the call id. Send it where the service takes one (an
+        ``Idempotency-Key`` header, a request id)."""
+        seed = f"{self.session_id or ''}\x1f{self.turn}\x1f{self.tool_call_id}\x1f{self.tool_name}"
+        return "dm-" + hashlib.blake2b(seed.encode(), digest_size=16).hexdigest()
 
     def __repr__(self) -> str:
         return (f"ToolContext(tool_name={self.tool_name!r}, mode={self.mode!r}, "

@@ -28,6 +28,7 @@ def tool(
     parameters: dict[str, Any] | None = None,
     handler: str | None = None,
     runtime: dict[str, Any] | None = None,
+    effects: str | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -40,13 +41,16 @@ def tool(
     parameters: dict[str, Any] | None = None,
     handler: str | None = None,
     runtime: dict[str, Any] | None = None,
+    effects: str | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Build a :class:`Tool` from a function.
 
     The tool's name defaults to the function's name; its description to the docstring's first
     paragraph; its schema to one built from the type hints (a parameter without a default is
     required; ``Args:`` lines describe parameters). A parameter named ``context`` is not part of
-    the schema: the executor passes a :class:`ToolContext` there.
+    the schema: the executor passes a :class:`ToolContext` there. ``effects`` is
+    ``runtime={"effects": ...}``: ``"read"`` (the default), ``"idempotent"`` or ``"write"``
+    (anything else is an ``InvalidToolDefinition`` naming ``effects``, raised here).
     """
 
     def build(fn: Callable[..., Any]) -> Tool:
@@ -55,13 +59,16 @@ def tool(
                 f"@tool decorates a function, got {type(fn).__name__}."
             )
         tool_name = name if name is not None else getattr(fn, "__name__", None)
+        declared = dict(runtime or {})
+        if effects is not None:
+            declared["effects"] = effects
         return Tool(
             name=tool_name,
             description=description or "",
             parameters=parameters,
             function=fn,
             handler=handler,
-            runtime=dict(runtime or {}),
+            runtime=declared,
         )
 
     if function is not None:

@@ -26,12 +26,15 @@ from datamachine.tools.docstrings import parse_docstring
 from datamachine.tools.typed import CONTEXT_PARAMETER, signature_arguments
 from datamachine.tools.validation import ArgumentValidator, ParameterValidator
 
-__all__ = ["DUPLICATE_POLICIES", "JSON_SCHEMA_TYPES", "TOOL_NAME_PATTERN", "Tool",
+__all__ = ["DUPLICATE_POLICIES", "EFFECTS", "JSON_SCHEMA_TYPES", "TOOL_NAME_PATTERN", "Tool",
            "definition_problem", "tool_problem"]
 
 # Names every provider accepts for a function (OpenAI's rule is the strictest).
 TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 DUPLICATE_POLICIES = frozenset({"reject", "repeatable"})
+# What a call does to the world (DESIGN.md 24): "read" (safe to repeat, the default),
+# "idempotent" (repeats are safe with the same idempotency key), "write" (must not repeat unasked).
+EFFECTS = ("read", "idempotent", "write")
 COMPLETION_SIGNALS = frozenset({"terminal"})
 
 
@@ -41,8 +44,10 @@ class Tool(BaseModel):
     Build it with keyword arguments, or let ``@datamachine.tool`` build it from a typed
     function. ``parameters`` is a JSON-schema object; when left out it is generated from the
     function's signature, as is an empty ``description`` from its docstring. ``runtime`` may say
-    ``completion_signal: "terminal"`` (a successful call ends the run's task) and
-    ``duplicate_policy: "repeatable"`` (identical calls are never rejected as duplicates).
+    ``completion_signal: "terminal"`` (a successful call ends the run's task),
+    ``duplicate_policy: "repeatable"`` (identical calls are never rejected as duplicates) and
+    ``effects``: ``"read"`` (the default: safe to repeat), ``"idempotent"`` (repeats are safe
+    with the same ``ToolContext.idempotency_key``) or ``"write"`` (must not run twice unasked).
     ``handler`` names the pipeline handler the tool stands for, if any; ``plugin`` is set by the
     tool registry to the plugin that registered it.
 
@@ -132,6 +137,11 @@ class Tool(BaseModel):
     def repeatable(self) -> bool:
         """True when identical calls may run again (``duplicate_policy: "repeatable"``)."""
         return self.runtime.get("duplicate_policy") == "repeatable"
+
+    @property
+    def effects(self) -> str:
+        """What a call does to the world: ``read`` (undeclared), ``idempotent`` or ``write``."""
+        return str(self.runtime.get("effects", "read"))
 
     @property
     def terminal(self) -> bool:
@@ -423,6 +433,11 @@ def _runtime_problem(runtime: object) -> str | None:
     if policy is not None and policy not in DUPLICATE_POLICIES:
         return (f"runtime.duplicate_policy must be one of {sorted(DUPLICATE_POLICIES)}, "
                 f"got {policy!r}")
+    effects = runtime.get("effects")
+    if effects is not None and effects not in EFFECTS:
+        return (f"runtime.effects must be one of 'read' (safe to repeat), 'idempotent' "
+                f"(repeats are safe with the same idempotency key) or 'write' (must not run "
+                f"twice unasked), got {effects!r}")
     signal = runtime.get("completion_signal")
     if signal is not None and signal not in COMPLETION_SIGNALS:
         return (f"runtime.completion_signal must be one of {sorted(COMPLETION_SIGNALS)}, "

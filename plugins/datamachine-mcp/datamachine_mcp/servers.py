@@ -221,7 +221,8 @@ class McpServers:
         schema = dict(spec.input_schema or {"type": "object", "properties": {}})
         return Tool(name=_safe(name), description=spec.description or f"{remote} ({server.name})",
                     parameters=schema, function=call,
-                    runtime={"mcp_server": server.name, "mcp_tool": remote})
+                    runtime={"mcp_server": server.name, "mcp_tool": remote,
+                             "effects": mcp_effects(getattr(spec, "annotations", None))})
 
     async def call(self, server: _Server, tool: str, arguments: dict[str, Any]
                    ) -> dict[str, Any]:
@@ -272,3 +273,15 @@ def _result(result: Any, label: str, tool: str) -> dict[str, Any]:
     if structured is not None:
         return {"success": True, "result": structured}
     return {"success": True, "result": _text(result)}
+
+
+def mcp_effects(annotations: Any) -> str:
+    """What an MCP tool does to the world, from its annotations and MCP's own defaults (a tool
+    that says nothing may write): ``read`` with ``readOnlyHint``, ``idempotent`` with
+    ``idempotentHint``, else ``write``."""
+    if annotations is not None:
+        if getattr(annotations, "read_only_hint", None) is True:
+            return "read"
+        if getattr(annotations, "idempotent_hint", None) is True:
+            return "idempotent"
+    return "write"

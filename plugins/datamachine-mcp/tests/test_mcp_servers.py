@@ -79,6 +79,9 @@ def test_a_third_party_stdio_server_s_tools_are_listed_called_and_counted(
         assert now is not None
         assert now.parameters["required"] == ["timezone"]
         assert now.plugin == "datamachine-mcp"
+        # mcp-server-time annotates its tools readOnlyHint: safe to repeat.
+        assert now.effects == "read"
+        assert datamachine_mcp.servers.mcp_effects(None) == "write"  # MCP's own default
         assert _alive_with(marker)  # the server runs while the host does
 
         result = host.run_conversation(USER, [now], "scripted", "m", payload={"script": _script([
@@ -294,3 +297,16 @@ def test_the_tools_command_lists_mcp_tools(tmp_path: Path, marker: str) -> None:
     assert "time__get_current_time" in out.output
     assert "datamachine-mcp" in out.output
     assert _alive_with(marker) == []
+
+
+@pytest.mark.parametrize(("hints", "effects"), [
+    ({"readOnlyHint": True}, "read"),
+    ({"readOnlyHint": True, "idempotentHint": True}, "read"),
+    ({"idempotentHint": True, "destructiveHint": False}, "idempotent"),
+    ({"readOnlyHint": False}, "write"),
+    ({}, "write"),
+])
+def test_an_mcp_tool_s_annotations_are_its_effects(hints: dict[str, bool], effects: str) -> None:
+    from mcp.types import ToolAnnotations
+
+    assert datamachine_mcp.servers.mcp_effects(ToolAnnotations(**hints)) == effects
