@@ -1097,7 +1097,8 @@ class ConversationRun:
 
 # Budgets the product holds and counts itself (repeats; the loop never checks them): a run that
 # resumes makes them anew from the stored snapshot, never as loop budgets.
-_PRODUCT_HELD = frozenset({WALL_CLOCK, PROVIDER_RETRIES, COMPLETION_NUDGES, OUTPUT_RETRIES})
+_PRODUCT_HELD = frozenset({WALL_CLOCK, PROVIDER_RETRIES, COMPLETION_NUDGES, OUTPUT_RETRIES,
+                           STUCK_TURNS})
 
 _DIAGNOSTIC_DEFAULTS: dict[str, Any] = {
     "completion_nudge_count": 0, "completion_nudge": None, "blocker": None,

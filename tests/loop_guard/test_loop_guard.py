@@ -242,7 +242,20 @@ def test_a_stuck_run_pauses_for_a_person_and_goes_on_when_approved() -> None:
         done = host.resume(session, approve=True)
     assert done.status == "completed"
     assert done.final_content == "Paris it is."
-    assert done.budgets["stuck_turns"]["current"] == 0  # approved: the count started again
+    assert "stuck_turns" not in done.budgets  # approved: it started again, and never counted
+
+
+def test_after_an_approval_the_guard_counts_again_from_zero() -> None:
+    model = Model([call("lookup", city="Atlantis")])
+    with boot(model) as host:
+        paused, first = run(host, [lookup], confirmation="pause")
+        again = host.resume(paused.transcript_session_id, approve=True)
+    assert paused.turn_count == 4
+    assert again.status == "awaiting_confirmation"
+    assert again.pending["kind"] == "stuck"
+    # The resumed run's first call fails anew; three repeats of it spend the budget again.
+    assert again.turn_count == 4
+    assert again.budgets["stuck_turns"]["current"] == 3
 
 
 def test_a_stuck_run_declined_by_a_person_stops_with_its_summary() -> None:
