@@ -248,7 +248,7 @@ def test_a_stuck_run_pauses_for_a_person_and_goes_on_when_approved() -> None:
 def test_after_an_approval_the_guard_counts_again_from_zero() -> None:
     model = Model([call("lookup", city="Atlantis")])
     with boot(model) as host:
-        paused, first = run(host, [lookup], confirmation="pause")
+        paused, _ = run(host, [lookup], confirmation="pause")
         again = host.resume(paused.transcript_session_id, approve=True)
     assert paused.turn_count == 4
     assert again.status == "awaiting_confirmation"
