@@ -252,6 +252,7 @@ def test_after_an_approval_the_guard_counts_again_from_zero() -> None:
         again = host.resume(paused.transcript_session_id, approve=True)
     assert paused.turn_count == 4
     assert again.status == "awaiting_confirmation"
+    assert again.pending is not None
     assert again.pending["kind"] == "stuck"
     # The resumed run's first call fails anew; three repeats of it spend the budget again.
     assert again.turn_count == 4
