@@ -57,8 +57,10 @@ def _key(name: str, arguments: object) -> str:
 
 # A call as the guard keeps it: name, arguments, success (None: refused), error type, and
 # whether its result was new. Its key (name and canonical arguments) is spelled only when a
-# signal needs it: a healthy turn never does.
-_Call = tuple[str, object, bool | None, str | None, bool]
+# signal needs it: a healthy turn never does. A success's novelty (None until known) is
+# worked out, with the result it compares, only when a turn looks suspicious: see _spell.
+_Call = list[Any]  # [name, arguments, success, error type, new result, result to spell]
+_NAME, _ARGUMENTS, _SUCCESS, _ERROR, _NEW, _DATA = range(6)
 
 
 class LoopGuard:
@@ -86,6 +88,7 @@ class LoopGuard:
         # (tool, result) of every success: a result a tool gave before is nothing new.
         self.results: set[tuple[str, str]] = set()
         self.recent: deque[_Call] = deque(maxlen=4)  # the last four calls
+        self._unspelled: list[_Call] = []  # successes whose novelty is not known yet
         self.texts: set[str] = set()
         self.previous_text: str | None = None
         self.nudge: str | None = None  # for the next request only
@@ -109,36 +112,56 @@ class LoopGuard:
     def ran(self, name: str, arguments: object, result: Mapping[str, Any]) -> None:
         """A call of the watched turn ended with ``result`` (refused ones too); ``arguments``
         as the model sent them (a mapping, or anything a malformed call carried)."""
-        new = False
-        error: str | None = None
-        success: bool | None
+        call: _Call
         if result.get("success") is True:
-            success = True
-            # Spelled as Python does: the same tool gives the same key order, and a
-            # difference only makes a result look new.
-            found = (name, repr(result.get("data", result)))
-            results = self.results
-            if found not in results:
-                results.add(found)
-                new = True
+            call = [name, arguments, True, None, None, result.get("data", result)]
+            self._unspelled.append(call)
         else:
-            success = None if is_rejected(result) else False
             kind = result.get("error_type")
-            error = str(kind) if kind is not None else None
+            call = [name, arguments, None if is_rejected(result) else False,
+                    str(kind) if kind is not None else None, False, None]
         calls = self._calls
-        calls.append((name, arguments, success, error, new))
+        calls.append(call)
         if len(calls) < self._expected:
             return
-        if new and len(calls) == 1 and self.detect is None:
-            # The usual turn: one call, a new result. Progress: remembered, count back to 0.
+        if len(calls) == 1 and call[_SUCCESS] is True and self.detect is None \
+                and self._unsuspicious(call):
+            # The usual turn: one call that worked, in no pattern a signal looks for, and no
+            # count to reset. Remembered; whether its result was new is worked out if ever
+            # needed.
             self._expected = -1
-            self.recent.append(calls[0])
+            self.recent.append(call)
             self.previous_text = None
-            made = self.made
-            if made is not None and made.current():
-                made.set_current(0)
             return
         self._judge()
+
+    def _unsuspicious(self, call: _Call) -> bool:
+        """A successful ``call`` after the recent calls cannot make a signal, and there is
+        no count its progress would reset."""
+        made = self.made
+        if made is not None and made.current():
+            return False
+        recent = self.recent
+        if len(recent) < 3:
+            return True
+        # Not the second B of A, B, A, B: names and arguments (dict equality ignores key
+        # order, as the canonical key does) of the calls two apart differ.
+        before, last, first = recent[-2], recent[-1], recent[-3]
+        return not (before[_NAME] == call[_NAME] and last[_NAME] == first[_NAME]
+                    and before[_ARGUMENTS] == call[_ARGUMENTS]
+                    and last[_ARGUMENTS] == first[_ARGUMENTS])
+
+    def _spell(self) -> None:
+        """Work out, in the order they came, whether each success not judged yet gave its
+        tool a result it had not given before (spelled as Python does: the same tool gives
+        the same key order, and a difference only makes a result look new)."""
+        results = self.results
+        for call in self._unspelled:
+            found = (call[_NAME], repr(call[_DATA]))
+            call[_NEW] = found not in results
+            results.add(found)
+            call[_DATA] = None
+        self._unspelled.clear()
 
     def take_nudge(self) -> str | None:
         """The message for the coming request (then gone: it is never stored)."""
@@ -160,8 +183,10 @@ class LoopGuard:
     def _judge(self) -> None:
         calls, text = self._calls, self._text.strip()
         self._expected = -1  # judged: outcomes of calls that wait for a person come later
+        if self._unspelled:
+            self._spell()
         if calls:
-            progress = any(call[4] for call in calls)
+            progress = any(call[_NEW] for call in calls)
         else:
             progress = bool(text) and text not in self.texts
         # Progress wins over any signal.
@@ -180,20 +205,20 @@ class LoopGuard:
     def _builtin(self, calls: list[_Call], text: str) -> tuple[str | None, str | None]:
         hidden, failed = self.hidden, self.failed
         for call in calls:
-            if call[0] in hidden:
-                return HIDDEN_TOOL_CALLED, call[0]
+            if call[_NAME] in hidden:
+                return HIDDEN_TOOL_CALLED, call[_NAME]
         if failed:
             for call in calls:
-                if _key(call[0], call[1]) in failed:
-                    return REPEATED_FAILURE, call[0]
+                if _key(call[_NAME], call[_ARGUMENTS]) in failed:
+                    return REPEATED_FAILURE, call[_NAME]
         if calls:
             recent = [*self.recent, *calls][-4:]
-            if len(recent) == 4 and not recent[2][4] and not recent[3][4]:
+            if len(recent) == 4 and not recent[2][_NEW] and not recent[3][_NEW]:
                 # A, B, A, B where the second A and B brought nothing new (the first ones may
                 # have: they are what is being repeated).
-                a, b, a2, b2 = (_key(call[0], call[1]) for call in recent)
+                a, b, a2, b2 = (_key(call[_NAME], call[_ARGUMENTS]) for call in recent)
                 if a == a2 != b == b2:
-                    return ALTERNATING_CALLS, recent[3][0]
+                    return ALTERNATING_CALLS, recent[3][_NAME]
         elif text and text == self.previous_text:
             return REPEATED_TEXT, None
         return None, None
@@ -202,8 +227,8 @@ class LoopGuard:
         if calls:
             recent = self.recent
             for call in calls:
-                if call[2] is not True:
-                    self.failed.add(_key(call[0], call[1]))
+                if call[_SUCCESS] is not True:
+                    self.failed.add(_key(call[_NAME], call[_ARGUMENTS]))
                 recent.append(call)
             self.previous_text = None
         elif text:
@@ -212,8 +237,8 @@ class LoopGuard:
         if self.detect is not None:
             self.turns.append(GuardTurn(self._turn, self._text, tuple(
                 GuardCall(name, dict(arguments) if isinstance(arguments, Mapping) else {},
-                          _key(name, arguments), success, error, new)
-                for name, arguments, success, error, new in calls)))
+                          _key(name, arguments), success, error, bool(new))
+                for name, arguments, success, error, new, _ in calls)))
 
     def _asked(self) -> str | None:
         assert self.detect is not None
