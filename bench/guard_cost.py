@@ -83,7 +83,7 @@ def guard_alone(number: int = 200_000) -> float:
     def turn() -> None:
         count[0] += 1
         guard.answered(count[0], "", 1, budgets)
-        guard.ran("double", {"n": count[0]}, {"success": True, "data": count[0] * 2})
+        guard.ran("double", {"n": count[0]}, {"success": True, "data": count[0] * 2}, budgets)
 
     def nothing() -> None:
         count[0] += 1

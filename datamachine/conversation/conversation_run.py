@@ -362,7 +362,13 @@ class ConversationRun:
         ladder = parse_ladder(raw, where)
         if ladder is None:
             return None
-        stuck = self._later(STUCK_TURNS)
+        made_later = self._later(STUCK_TURNS)
+
+        def stuck() -> IterationBudget:
+            # No hard ceiling: a person who lets a stuck run go on resets the count, never
+            # extends it, so one is asked even at the clamp's top.
+            budget = made_later()
+            return IterationBudget(STUCK_TURNS, budget.ceiling(), budget.current())
         # Made now only for a resumed run that had it counting (or a person declined it);
         # else at the first signal.
         resumption, made = self.resumption, None
@@ -786,7 +792,7 @@ class ConversationRun:
         """The loop guard sees how the call ended; the completion rules have their word."""
         call = outcome.call
         if self.guard is not None:
-            self.guard.ran(call.name, call.parameters, outcome.result)
+            self.guard.ran(call.name, call.parameters, outcome.result, context.budgets)
         return self.completion.on_tool_result(call, outcome.result, context.turn)
 
     def estimate_request(self, messages: list[Message], context: TurnContext
@@ -917,7 +923,8 @@ class ConversationRun:
             calls, complete = [], True  # the consumer left: this turn's calls do not run
         elif not calls:
             continuation = self._natural_completion(messages, response.content, context)
-        if self.guard is not None and not complete:
+        if self.guard is not None and not complete and (calls or continuation):
+            # A turn that ends the run (an answer nothing follows) is not judged.
             self.guard.answered(context.turn, response.content, len(calls), context.budgets)
         pause = None
         if gate is not None and gate.pending is not None and (calls or continuation) \

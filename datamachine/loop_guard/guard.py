@@ -109,9 +109,15 @@ class LoopGuard:
         if not calls:
             self._judge()
 
-    def ran(self, name: str, arguments: object, result: Mapping[str, Any]) -> None:
+    def ran(self, name: str, arguments: object, result: Mapping[str, Any],
+            budgets: Mapping[str, IterationBudget]) -> None:
         """A call of the watched turn ended with ``result`` (refused ones too); ``arguments``
-        as the model sent them (a mapping, or anything a malformed call carried)."""
+        as the model sent them (a mapping, or anything a malformed call carried). A call
+        outside a watched turn (one a resumed run runs first, for its paused turn) is judged
+        on its own."""
+        if self._expected < 1:
+            self._expected, self._calls, self._text = 1, [], ""
+        self._budgets = budgets
         call: _Call
         if result.get("success") is True:
             call = [name, arguments, True, None, None, result.get("data", result)]
@@ -141,6 +147,9 @@ class LoopGuard:
         made = self.made
         if made is not None and made.current():
             return False
+        failed = self.failed
+        if failed and _key(call[_NAME], call[_ARGUMENTS]) in failed:
+            return False  # a call that failed before, made again
         recent = self.recent
         if len(recent) < 3:
             return True

@@ -138,7 +138,8 @@ def test_progress_resets_the_count_and_the_ladder() -> None:
     assert [(e["turn"], e["step"], e["count"]) for e in guard_events(events)] == [
         (2, "nudge", 1), (4, "nudge", 1)]  # turn 3 found something new: back to 0
     assert result.status == "completed"
-    assert result.budgets["stuck_turns"]["current"] == 0  # the answer was progress too
+    # The final answer ends the run: it is not judged, so the count stays where turn 4 left it.
+    assert result.budgets["stuck_turns"]["current"] == 1
 
 
 def test_two_calls_alternating_without_new_results_are_a_signal() -> None:
@@ -377,3 +378,69 @@ def test_against_the_openai_wire_format_on_a_loopback_server() -> None:
                     if m["role"] == "user" and "[LOOP GUARD" in str(m["content"])]
                    for body in bodies]
     assert [len(notes) for notes in guard_notes] == [0, 0, 1, 0, 0]
+
+
+# -- found by review: each failed before its fix ------------------------------------------------
+@tool(runtime={"requires_approval": True})
+def danger(n: int) -> str:
+    """Do something risky.
+
+    Args:
+        n: Which.
+    """
+    raise RuntimeError("refused by the backend")
+
+
+@tool
+def down(n: int) -> str:
+    """Always fails.
+
+    Args:
+        n: Which.
+    """
+    raise RuntimeError("down")
+
+
+def test_the_calls_a_resumed_run_runs_first_are_judged_once_each() -> None:
+    """They ran outside a watched turn: each is judged on its own, never re-judged with the
+    next, so one paused turn never counts as a repeated failure of itself."""
+    waiting = {"content": "", "tool_calls": [{"name": "danger", "parameters": {"n": 1}},
+                                             {"name": "down", "parameters": {"n": 2}},
+                                             {"name": "down", "parameters": {"n": 3}}]}
+    model = Model([waiting, say("ok, giving up"), say("done")])
+    with boot(model) as host:
+        paused, _ = run(host, [danger, down], confirmation="pause")
+        assert paused.pending is not None
+        done = host.resume(paused.transcript_session_id, approve=True)
+    assert done.status == "completed"
+    assert offered(model.requests[-1]) == ["danger", "down"]  # nothing hidden
+    assert not any(nudges(request) for request in model.requests)
+
+
+def test_a_call_that_failed_before_is_a_signal_even_when_it_now_works() -> None:
+    from agents_api import IterationBudget
+    from datamachine.loop_guard.guard import LoopGuard
+
+    seen: list[str] = []
+    guard = LoopGuard(lambda: IterationBudget("stuck_turns", 3), ("nudge",),
+                      emit=lambda event, data: seen.append(data["signal"]), hidden=set())
+    budgets: dict[str, IterationBudget] = {}
+    idle = {"success": True, "data": "idle"}
+    guard.answered(1, "", 1, budgets)
+    guard.ran("status", {}, idle, budgets)
+    guard.answered(2, "", 1, budgets)
+    guard.ran("status", {}, {"success": False, "error": "closed", "error_type": "x"}, budgets)
+    guard.answered(3, "", 1, budgets)
+    guard.ran("status", {}, dict(idle), budgets)  # works again, with what it gave before
+    assert seen == ["repeated_failure"]  # turn 3 repeats turn 2's failed call
+    assert budgets["stuck_turns"].current() == 1
+
+
+def test_a_person_is_asked_even_at_the_top_of_the_clamp() -> None:
+    model = Model([call("lookup", city="Atlantis")])
+    with boot(model) as host:
+        paused, _ = run(host, [lookup], max_turns=30, confirmation="pause",
+                        loop_guard=["nudge"], budget_ceilings={"stuck_turns": 20})
+    assert paused.status == "awaiting_confirmation"
+    assert paused.pending is not None
+    assert paused.pending["kind"] == "stuck"
