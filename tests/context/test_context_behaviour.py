@@ -15,24 +15,15 @@ import bootstrap
 import datamachine
 from datamachine import CompactedView, hookimpl
 from datamachine.host import Host
-from tests.context.windowed_server import WindowedModel, page
+from tests.context.windowed_server import WindowedModel, fetch_page, page, serving
 
 PROMPT = [{"role": "user", "content": "Read every page of the site, then say how many."}]
 
 
 @pytest.fixture
 def model() -> Iterator[WindowedModel]:
-    server = WindowedModel(calls=24, window=6000).start()
-    try:
+    with serving(calls=24, window=6000) as server:
         yield server
-    finally:
-        server.stop()
-
-
-@datamachine.tool
-def fetch_page(n: int) -> str:
-    """Fetch page ``n`` of the site."""
-    return page(n)
 
 
 @datamachine.tool

@@ -8,24 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 
-import datamachine
 from datamachine.host import Host
-from tests.context.windowed_server import WindowedModel, page
+from tests.context.windowed_server import WindowedModel, fetch_page, serving
 
 
 @pytest.fixture
 def model() -> Iterator[WindowedModel]:
-    server = WindowedModel(calls=8, window=6000).start()
-    try:
+    with serving(calls=8, window=6000) as server:
         yield server
-    finally:
-        server.stop()
-
-
-@datamachine.tool
-def fetch_page(n: int) -> str:
-    """Fetch page ``n`` of the site."""
-    return page(n)
 
 
 def test_a_chat_session_goes_on_from_its_stored_compaction(backend_host: Host,

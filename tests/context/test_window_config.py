@@ -18,16 +18,13 @@ from datamachine.context.window import (
 )
 from datamachine.errors import InvalidSetting, UsageError
 from datamachine.host import Host
-from tests.context.windowed_server import WindowedModel, page
+from tests.context.windowed_server import WindowedModel, page, serving
 
 
 @pytest.fixture
 def model() -> Iterator[WindowedModel]:
-    server = WindowedModel(calls=1).start()
-    try:
+    with serving(calls=1) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @datamachine.tool

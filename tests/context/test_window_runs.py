@@ -15,22 +15,13 @@ import pytest
 
 import datamachine
 from datamachine.host import Host
-from tests.context.windowed_server import FLAVOURS, WindowedModel, page
+from tests.context.windowed_server import FLAVOURS, WindowedModel, fetch_page, serving
 
 
 @pytest.fixture
 def model() -> Iterator[WindowedModel]:
-    server = WindowedModel().start()
-    try:
+    with serving() as server:
         yield server
-    finally:
-        server.stop()
-
-
-@datamachine.tool
-def fetch_page(n: int) -> str:
-    """Fetch page ``n`` of the site."""
-    return page(n)
 
 
 def _run(host: Host, model: WindowedModel, max_turns: int = 200,

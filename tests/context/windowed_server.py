@@ -27,9 +27,13 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import datamachine
 
 FLAVOURS = ("openai", "llama.cpp", "llama-cpp-python", "vllm")
 
@@ -182,6 +186,22 @@ def page(number: int, size: int = 5000) -> str:
     """Page ``number`` of the fetched site: ``size`` bytes of text."""
     line = f"page {number}: lorem ipsum dolor sit amet, consectetur adipiscing elit. "
     return (line * (size // len(line) + 1))[:size]
+
+
+@datamachine.tool
+def fetch_page(n: int) -> str:
+    """Fetch page ``n`` of the site."""
+    return page(n)
+
+
+@contextmanager
+def serving(**options: Any) -> Iterator[WindowedModel]:
+    """A started ``WindowedModel(**options)``, stopped on the way out (the tests' fixtures)."""
+    server = WindowedModel(**options).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _completion(content: str | None, prompt: int,
