@@ -65,7 +65,10 @@ class TurnContext(Mapping[str, object]):
     name (a live mapping: a tool may add one mid-run); ``session_id``: the transcript session,
     if the run stores one; ``deadline``: seconds left on the run's time rails, or None when it
     has none; ``mode`` and ``payload``: what the product runs (read-only; the generic loop
-    passes them through untouched); ``extra``: other keys given to ``run_loop(context=...)``.
+    passes them through untouched); ``extra``: other keys given to ``run_loop(context=...)``;
+    ``transcript``: the run's transcript writer while it holds the session's lock (None: the
+    run stores no transcript), for a hook that must write under that lock before it acts
+    (the product stores a tool call's intent through it); not a mapping key.
 
     It is also a read-only mapping of those names (``context["turn"]``), the shape callables
     written for ``run_loop`` have always received; ``deadline``, ``mode`` and ``payload`` are
@@ -79,6 +82,7 @@ class TurnContext(Mapping[str, object]):
     mode: str = ""
     payload: Mapping[str, object] = EMPTY
     extra: Mapping[str, object] = EMPTY
+    transcript: TranscriptWriter | None = None
 
     def __getitem__(self, key: str) -> object:
         if key == "turn":
@@ -112,7 +116,7 @@ class TurnContext(Mapping[str, object]):
     def with_turn(self, turn: int, deadline: float | None) -> TurnContext:
         """The same run's context for another turn."""
         return TurnContext(turn, self.budgets, self.session_id, deadline, self.mode,
-                           self.payload, self.extra)
+                           self.payload, self.extra, self.transcript)
 
     def as_dict(self) -> dict[str, object]:
         """The context as a new dict (what ``run_loop``'s callables receive)."""

@@ -201,6 +201,9 @@ class LoopRun:
         """The run, start to finish: its decided end (see :meth:`RunStop.decided`)."""
         if not (yield from self._acquire_lock()):
             return self._contended()
+        transcript = self.transcript
+        if transcript is not None and not isinstance(transcript, LegacyTranscript):
+            self.context = replace(self.context, transcript=transcript)
         try:
             declined = self.budgets.get(self.settings.stop_on_budget or "")
             if declined is not None:  # a person said no: nothing else is asked or run
@@ -586,7 +589,7 @@ class LoopRun:
         if timed or context is None or context.turn != number:
             context = TurnContext(number, base.budgets, base.session_id,
                                   self._deadline_left() if timed else None,
-                                  base.mode, base.payload, base.extra)
+                                  base.mode, base.payload, base.extra, base.transcript)
         self._next = None
         if self.emitter.listening:
             self.emitter.emit("turn_started", {

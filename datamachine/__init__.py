@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from datamachine.errors import (
         AmbiguousIdPrefix,
         BootError,
+        CallNotInDoubt,
         ChainCycle,
         ChainDepthExceeded,
         ChatSessionExists,
@@ -126,6 +127,7 @@ _EXPORTS: dict[str, str] = {
     "RequestTooLarge": "datamachine.errors",
     "ScriptExhausted": "datamachine.errors",
     "SessionAborted": "datamachine.errors",
+    "CallNotInDoubt": "datamachine.errors",
     "SessionAwaitingConfirmation": "datamachine.errors",
     "SessionNotPaused": "datamachine.errors",
     "TranscriptNotFound": "datamachine.errors",
@@ -165,6 +167,7 @@ __all__ = [
     "AmbiguousIdPrefix",
     "BootError",
     "BudgetSpec",
+    "CallNotInDoubt",
     "ChainCycle",
     "ChainDepthExceeded",
     "ChatSessionExists",

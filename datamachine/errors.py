@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AmbiguousIdPrefix",
     "BootError",
+    "CallNotInDoubt",
     "ChainCycle",
     "ChainDepthExceeded",
     "ChatSessionExists",
@@ -145,6 +146,20 @@ class SessionNotPaused(DataMachineError):
         super().__init__(message)
         self.session_id = session_id
         self.status = status
+
+
+class CallNotInDoubt(DataMachineError):
+    """``resolve`` named a call whose outcome is not in doubt: never stored as an intent, or
+    settled already (its result is stored). ``in_doubt``: the session's calls that are."""
+
+    code = "call_not_in_doubt"
+
+    def __init__(self, message: str, *, session_id: str, call_id: str,
+                 in_doubt: list[str]) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.call_id = call_id
+        self.in_doubt = in_doubt
 
 
 class UnknownProvider(UsageError):

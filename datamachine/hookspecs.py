@@ -18,6 +18,7 @@ from datamachine.observe import RunInfo, RunObserver
 from datamachine.providers.base import ProviderRequest, ProviderResponse
 from datamachine.registry import BudgetSpec
 from datamachine.setting_spec import SettingSpec
+from datamachine.tools.definition import Tool
 
 hookspec = pluggy.HookspecMarker("datamachine")
 hookimpl = pluggy.HookimplMarker("datamachine")
@@ -96,6 +97,15 @@ def detect_stuck(turns: list[GuardTurn], context: dict[str, Any]) -> str | None:
 @hookspec(firstresult=True)
 def confirm_continuation(budget: IterationBudget, context: dict[str, Any]) -> bool | None:
     """A soft limit was reached: True = continue, False = stop, None = no UI (headless default)."""
+
+
+@hookspec(firstresult=True)
+def reconcile_tool_call(tool: Tool | None, call: dict[str, Any], idempotency_key: str) -> Any:
+    """A call's outcome is in doubt: a run died after a ``write`` call (or an approved one)
+    started and before its result was stored (DESIGN.md 24). Look it up where the tool acted
+    (by ``idempotency_key``, or by ``call["parameters"]``) and return what the call returned
+    to settle it without running it again; None when you cannot tell (a person is asked next).
+    ``tool`` is None when no loaded tool has the call's name any more."""
 
 
 @hookspec

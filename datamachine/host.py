@@ -324,6 +324,28 @@ class Host(Services):
         return raise_if_refused(await drive_async(resume_steps(
             self, session_id, approve, extend_by, tools, payload, pause_id=pause_id)))
 
+    def resolve(self, session_id: str, call_id: str, result: Any, tools: Any = None, *,
+                payload: dict[str, Any] | None = None) -> ConversationResult:
+        """Say what an in-doubt call did (DESIGN.md 24) and go on like :meth:`resume`: the call
+        is settled with ``result`` (what the tool would have returned) without running again,
+        and the run goes on from there. For a run paused with ``pending.kind ==
+        "tool_in_doubt"`` (``call_id``: ``pending["tool_call"]["id"]``) or a session a run
+        died on with the call unsettled. Raises CallNotInDoubt for a call that is not."""
+        from agents_api.drive import drive_sync
+        from datamachine.conversation.resuming import resolve_steps
+
+        return raise_if_refused(drive_sync(resolve_steps(
+            self, session_id, call_id, result, tools, payload)))
+
+    async def aresolve(self, session_id: str, call_id: str, result: Any, tools: Any = None, *,
+                       payload: dict[str, Any] | None = None) -> ConversationResult:
+        """Async twin of :meth:`resolve`."""
+        from agents_api.drive import drive_async
+        from datamachine.conversation.resuming import resolve_steps
+
+        return raise_if_refused(await drive_async(resolve_steps(
+            self, session_id, call_id, result, tools, payload)))
+
     def close(self) -> None:
         """Stop what plugins started (``host_closing``), close the providers' connection pools
         and the database connection; the host is unusable afterwards."""

@@ -28,6 +28,7 @@ from datamachine.conversation.sessions import (
     limit_notice,
     pause_before_run,
     refuse_if_paused,
+    unsettled_plan,
 )
 from datamachine.errors import (
     ChatSessionNotFound,
@@ -205,7 +206,7 @@ def chat_steps(services: Services, session_id: str, new_messages: list[dict[str,
             provider, model, mode,
             {**(payload or {}), "transcript_session_id": session_id}, max_turns, False,
             writer=writer, turn_gate=gate, cumulative_base=writer.stored_turns(),
-            on_text=on_text)
+            on_text=on_text, in_doubt=unsettled_plan(services, writer))
         return (yield from run.steps())
     except (LockLost, HookFailed) as exc:  # at the limit's question, before the run
         return failed_before_run(services, session_id, exc, mode, provider, model, payload)

@@ -89,6 +89,7 @@ from datamachine.providers.overflow import CONTEXT_OVERFLOW
 from datamachine.providers.wire_provider import WireProvider
 from datamachine.settings import SettingsSnapshot
 from datamachine.tools.executor import ToolExecutor
+from datamachine.tools.in_doubt import InDoubt, waiting_calls
 from datamachine.tools.results import is_rejected
 
 if TYPE_CHECKING:
@@ -112,7 +113,8 @@ class ConversationRun:
     turn (a chat session's limit); ``cumulative_base``: the session's turns before this run;
     ``resumption``: where a paused run stopped, for the run that resumes it; ``on_text``: where
     the model's text goes as it arrives (a streamed run); ``between_turns``: what a streamed run
-    waits for before each turn (its consumer to take the events so far).
+    waits for before each turn (its consumer to take the events so far); ``in_doubt``: the
+    calls a run that died left unsettled (DESIGN.md 24), handled before anything else.
     """
 
     def __init__(self, services: Services, spec: RunSpec, *,
@@ -120,7 +122,8 @@ class ConversationRun:
                  cumulative_base: int = 0, resumption: Resumption | None = None,
                  on_text: Callable[[str], None] | None = None,
                  between_turns: Callable[[], Awaitable[None]] | None = None,
-                 settings: SettingsSnapshot | None = None) -> None:
+                 settings: SettingsSnapshot | None = None,
+                 in_doubt: InDoubt | None = None) -> None:
         self.services = services
         # Read once: the whole run (its set-up, its requests) sees these values.
         self.settings = settings if settings is not None else services.settings.snapshot()
@@ -129,6 +132,7 @@ class ConversationRun:
         self.turn_gate = turn_gate
         self.cumulative_base = cumulative_base
         self.resumption = resumption
+        self.in_doubt = in_doubt
         # What opening a chat session reported (its limit clamped) comes first.
         self.warnings: list[str] = list(turn_gate.warnings) if turn_gate is not None else []
         runtime = spec.runtime
@@ -613,7 +617,9 @@ class ConversationRun:
             host=self.services, closed_tools=self.closed_tools, hidden_tools=self.hidden_tools,
             pauses=self.confirmation.pauses, ceiling_overrides=self.ceiling_overrides,
             approved_call=resumption.approved_call if resumption is not None else None,
-            declined_call=resumption.declined_call if resumption is not None else None)
+            declined_call=resumption.declined_call if resumption is not None else None,
+            approval_id=resumption.approval_id if resumption is not None else None,
+            turn_base=self.cumulative_base, in_doubt=self.in_doubt)
 
     def _transcript(self) -> tuple[Any, Any, str | None]:
         """(persister, lock, session id): the payload's, else the host's store."""
@@ -679,7 +685,9 @@ class ConversationRun:
             session_id=self.session_id, ttl=runtime.transcript_lock_ttl,
             request={"provider": spec.provider, "model": spec.model, "mode": spec.mode,
                      "token_name": runtime.token_name},
-            pending_calls=(resumption.pending_calls if resumption is not None else ()),
+            pending_calls=(resumption.pending_calls if resumption is not None
+                           else waiting_calls(list(self.in_doubt.intents.values()))
+                           if self.in_doubt is not None else ()),
             stop_on_budget=resumption.declined_budget if resumption is not None else None)
 
     # -- the loop's hooks -------------------------------------------------------------------

@@ -168,7 +168,8 @@ class Resumption:
     ``budgets``: the paused run's budget snapshots (counts and ceilings carry on);
     ``extend``: the budget an approval extends and by how much; ``declined_budget``: the spent
     budget that was not extended (the run stops on it); ``approved_call`` / ``declined_call``:
-    the call id a person answered; ``pending_calls``: the calls that waited, run first.
+    the call id a person answered; ``approval_id``: the pause that answer was for (an approved
+    call's intent stores it); ``pending_calls``: the calls that waited, run first.
     """
 
     budgets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -177,3 +178,4 @@ class Resumption:
     declined_budget: str | None = None
     approved_call: str | None = None
     declined_call: str | None = None
+    approval_id: str | None = None

@@ -49,21 +49,24 @@ from datamachine.conversation.sessions import (
     pause_before_run,
     refuse_if_paused,
     settle_without_run,
+    unsettled_plan,
 )
 from datamachine.conversation.spec import normalize_tools
-from datamachine.errors import SessionNotPaused, UsageError
+from datamachine.errors import CallNotInDoubt, SessionNotPaused, UsageError
 from datamachine.payload_keys import DEFAULT_LOCK_TTL
 from datamachine.registry import MAX_METERED_VALUE, validate_budget_value
 from datamachine.storage.chat_sessions import record_limit_answer
 from datamachine.storage.transcript_writer import TranscriptWriter
 from datamachine.storage.transcripts import Transcript
 from datamachine.tools import Tool
+from datamachine.tools.in_doubt import InDoubt, waiting_calls
 from datamachine.tools.results import REJECTED
 
 if TYPE_CHECKING:
     from datamachine.host import Services
 
-__all__ = ["TranscriptFinished", "check_recorded_modes", "continuation_steps", "resume_steps"]
+__all__ = ["TranscriptFinished", "check_recorded_modes", "continuation_steps", "resolve_steps",
+           "resume_steps"]
 
 
 class TranscriptFinished(Exception):
@@ -134,7 +137,8 @@ def continuation_steps(
             {**(payload or {}), "transcript_session_id": session_id,
              **({"output_type": output_type} if output_type is not None else {})},
             extend_by, writer=writer, turn_gate=gate,
-            cumulative_base=record.cumulative_turn_count)
+            cumulative_base=record.cumulative_turn_count,
+            in_doubt=unsettled_plan(services, writer))
         return (yield from run.steps())
     except (LockLost, HookFailed) as exc:  # at the limit's question, before the run
         return failed_before_run(services, session_id, exc, known.mode or "pipeline", provider,
@@ -196,7 +200,16 @@ def resume_steps(services: Services, session_id: str, approve: bool,
         offered = _tools(services, pending, tools, kept.tools if kept is not None else None)
         run_payload = {**(kept.payload if kept is not None else {}), "confirmation": "pause",
                        **(payload or {}), "transcript_session_id": session_id}
-        resumption = _answer(writer, record, pending, gate, approve, extend_by)
+        in_doubt = unsettled_plan(services, writer)
+        if in_doubt is not None and _answered_already(pending, in_doubt):
+            # The answer's run died after the answer was used: that answer is spent, and
+            # what it started is in doubt (asked anew, below).
+            resumption: Resumption | None = Resumption(
+                budgets=record.budgets, pending_calls=waiting_calls(
+                    list(in_doubt.intents.values()),
+                    tuple(dict(call) for call in pending.get("tool_calls") or ())))
+        else:
+            resumption = _answer(writer, record, pending, gate, approve, extend_by)
         if resumption is None:  # declined at a chat limit: the session is aborted
             assert gate is not None
             return _declined_limit(services, writer, record, pending, gate, run_payload)
@@ -205,7 +218,7 @@ def resume_steps(services: Services, session_id: str, approve: bool,
             record.provider or services.default_provider(None), record.model or "",
             record.mode or "pipeline", run_payload, None, False, writer=writer,
             turn_gate=gate, cumulative_base=record.cumulative_turn_count,
-            resumption=resumption)
+            resumption=resumption, in_doubt=in_doubt)
         paused_runs(services).forget(session_id)
         return (yield from run.steps())
     except (LockLost, HookFailed) as exc:  # the lock was lost while the answer was written
@@ -213,6 +226,83 @@ def resume_steps(services: Services, session_id: str, approve: bool,
                                  record.provider, record.model, payload)
     finally:
         writer.release()  # the run frees the lock itself; this covers the paths before it
+
+
+def resolve_steps(services: Services, session_id: str, call_id: str, result: Any,
+                  tools: Any = None, payload: dict[str, Any] | None = None
+                  ) -> Steps[ConversationResult]:
+    """Record what an in-doubt call did (``result``, as the tool would have returned it) and go
+    on like ``resume`` (as steps): the call is settled without running, the session's other
+    unsettled calls are handled as a run that goes on handles them, then the model reads the
+    result. The session may be paused on the call (``pending.kind == "tool_in_doubt"``) or
+    only left unsettled by a run that died. ``tools=None``: the paused run's tools by name
+    (none for a session that is not paused). Raises :class:`CallNotInDoubt` when the call's
+    outcome is not in doubt.
+    """
+    _check_resolve(session_id, call_id, result)
+    ttl = check_session_payload(payload).transcript_lock_ttl
+    store = services.transcripts
+    known = store.summary(session_id)  # an unknown id fails before any write
+    token = store.acquire(session_id, ttl)
+    if token is None:
+        return contention_result(services, session_id, known.mode or "pipeline", None, None,
+                                 payload)
+    try:
+        record = store.get_transcript(session_id)  # read now that nothing can change it
+        gate = chat_gate(services, session_id, pause=True)
+    except BaseException:  # an aborted chat session: give the lock back
+        store.release(session_id, token)
+        raise
+    writer = store.open_writer(session_id, token, ttl,
+                               on_turn=gate.write if gate is not None else None)
+    try:
+        in_doubt = unsettled_plan(services, writer)
+        if in_doubt is None or call_id not in in_doubt.intents:
+            found = sorted(in_doubt.intents) if in_doubt is not None else []
+            raise CallNotInDoubt(
+                f"Call {call_id!r} of session {session_id!r} is not in doubt: its result is "
+                "stored, or it never stored an intent. "
+                + (f"Calls in doubt there: {', '.join(found)}." if found
+                   else "No call of that session is in doubt."),
+                session_id=session_id, call_id=call_id, in_doubt=found)
+        in_doubt.resolved[call_id] = result
+        pending = stored_pending(record.status, record.result)
+        kept = (paused_runs(services).get(session_id, pending.get("pause_id"))
+                if pending is not None else None)
+        offered = (_tools(services, pending, tools, kept.tools if kept is not None else None)
+                   if pending is not None else normalize_tools(tools))
+        run_payload = {**(kept.payload if kept is not None else {}), "confirmation": "pause",
+                       **(payload or {}), "transcript_session_id": session_id}
+        resumption = None
+        if pending is not None:  # the paused run's counts go on, its waiting calls with it
+            resumption = Resumption(budgets=record.budgets, pending_calls=waiting_calls(
+                list(in_doubt.intents.values()),
+                tuple(dict(call) for call in pending.get("tool_calls") or ())))
+        run = ConversationRun.create(
+            services, record.messages, offered,
+            record.provider or services.default_provider(None), record.model or "",
+            record.mode or "pipeline", run_payload, None, False, writer=writer,
+            turn_gate=gate, cumulative_base=record.cumulative_turn_count,
+            resumption=resumption, in_doubt=in_doubt)
+        paused_runs(services).forget(session_id)
+        return (yield from run.steps())
+    except (LockLost, HookFailed) as exc:
+        return failed_before_run(services, session_id, exc, record.mode or "pipeline",
+                                 record.provider, record.model, payload)
+    finally:
+        writer.release()  # the run frees the lock itself; this covers the paths before it
+
+
+def _check_resolve(session_id: object, call_id: object, result: object) -> None:
+    if not isinstance(session_id, str) or not session_id.strip():
+        raise UsageError("session_id must be the id of the session whose call is in doubt "
+                         "(a non-empty string).")
+    if not isinstance(call_id, str) or not call_id:
+        raise UsageError("call_id must be the id of the call in doubt (a non-empty string: "
+                         "result.pending['tool_call']['id']).")
+    if result is None:
+        raise UsageError("result must say what the call did (what the tool would have "
+                         "returned: a string or a dict), not None.")
 
 
 def _check_arguments(session_id: object, approve: object, extend_by: object) -> None:
@@ -269,17 +359,28 @@ def _answer(writer: TranscriptWriter, record: Transcript, pending: Mapping[str, 
         if not approve:
             return None
         return Resumption(budgets=budgets, pending_calls=waiting)
-    if kind == "tool_approval":
+    if kind in ("tool_approval", "tool_in_doubt"):
         call = pending.get("tool_call") or {}
         call_id = str(call.get("id") or "")
         return Resumption(budgets=budgets, pending_calls=waiting,
                           approved_call=call_id if approve else None,
-                          declined_call=None if approve else call_id)
+                          declined_call=None if approve else call_id,
+                          approval_id=str(pending.get("pause_id") or "") or None)
     name = str(pending.get("budget") or "")
     if not approve:
         return Resumption(budgets=budgets, declined_budget=name)
     by = extend_by or pending.get("extend_by") or budgets.get(name, {}).get("ceiling") or 1
     return Resumption(budgets=budgets, pending_calls=waiting, extend=(name, int(by)))
+
+
+def _answered_already(pending: Mapping[str, Any], in_doubt: InDoubt) -> bool:
+    """Whether the stored question was answered already and the run that answer started died
+    with calls unsettled: every question but an in-doubt one is settled before any call
+    runs, and an in-doubt question whose approval an intent carries was used up."""
+    if pending.get("kind") != "tool_in_doubt":
+        return True
+    pause_id = pending.get("pause_id")
+    return any(intent.approval == pause_id for intent in in_doubt.intents.values())
 
 
 def _declined_limit(services: Services, writer: TranscriptWriter, record: Transcript,

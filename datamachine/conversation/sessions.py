@@ -33,6 +33,7 @@ from datamachine.errors import SessionAwaitingConfirmation, TranscriptNotFound, 
 from datamachine.payload_keys import RuntimeOptions
 from datamachine.storage.chat_sessions import MaxTurns
 from datamachine.storage.transcript_writer import TranscriptWriter
+from datamachine.tools.in_doubt import InDoubt
 
 if TYPE_CHECKING:
     from datamachine.conversation.chat import ChatTurnGate
@@ -121,6 +122,19 @@ def failed_before_run(services: Services, session_id: str, exc: Exception, mode:
     emit_outside_run(services, payload, "failed", {**_terminal(result, label),
                                                    "session_id": session_id})
     return result
+
+
+def unsettled_plan(services: Services, writer: TranscriptWriter) -> InDoubt | None:
+    """The calls a run that died left unsettled on the writer's session (read under its lock),
+    for the run that goes on (DESIGN.md 24); None when there are none. A call whose tool the
+    run does not offer is run again (or reconciled) with the host's tool of that name."""
+    found = writer.unsettled_intents()
+    if not found:
+        return None
+    registered = services.tools.tools()
+    return InDoubt({intent.call_id: intent for intent in found},
+                   {intent.tool_name: registered[intent.tool_name] for intent in found
+                    if intent.tool_name in registered})
 
 
 def settle_without_run(services: Services, writer: TranscriptWriter, messages: list[Message],

@@ -41,7 +41,7 @@ MIGRATION_SET = "datamachine"
 MIGRATION_NAMES = ("m001_settings", "m002_transcripts", "m003_transcript_locks",
                    "m004_chat_sessions", "m005_jobs", "m006_api_tokens", "m007_spend",
                    "m008_token_claims", "m009_rejected_mark", "m010_run_viewer",
-                   "m011_compactions", "m012_job_outcome")
+                   "m011_compactions", "m012_job_outcome", "m013_tool_intents")
 
 
 class DatabaseHandle:

@@ -197,6 +197,22 @@ PG_MIGRATIONS: dict[str, tuple[str, ...]] = {
         "ALTER TABLE jobs ADD COLUMN budget text",
         "ALTER TABLE jobs ADD COLUMN budgets text NOT NULL DEFAULT '{}'",
     ),
+    # As SQLite's m013_tool_intents.
+    "m013_tool_intents": (
+        f"""CREATE TABLE tool_intents (
+            session_id {_ID} NOT NULL REFERENCES transcripts (id) ON DELETE CASCADE,
+            idempotency_key text NOT NULL,
+            call_id text NOT NULL,
+            turn bigint NOT NULL,
+            tool_name text NOT NULL,
+            arguments text NOT NULL,
+            effects text NOT NULL,
+            approval text,
+            state text NOT NULL,
+            created_at double precision NOT NULL,
+            settled_at double precision,
+            PRIMARY KEY (session_id, idempotency_key))""",
+    ),
 }
 
 _RECORD = ("CREATE TABLE IF NOT EXISTS datamachine_migrations (name text PRIMARY KEY, "

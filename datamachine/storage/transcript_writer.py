@@ -6,6 +6,10 @@ A writer belongs to one run and holds that run's lock token. Every write it make
 nothing more and gets :class:`~agents_api.errors.LockLost`, so two runs never interleave one
 session. A chat session's turn count moves in the same transaction as the turn it counts
 (``on_turn``), so a crash never leaves the count ahead of the stored turns.
+
+A writer also holds its run's open tool intents (DESIGN.md 24): ``record_intent`` stores one
+before an effectful call runs, and the write that stores the call's result settles it in the
+same commit, so an intent is pending exactly while nobody knows whether its call happened.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from agents_api import clock
+from datamachine.storage import tool_intents as intents
 from datamachine.storage import transcript_rows as rows
 from datamachine.storage._tx import Conn, Connected, connection_lock, db_label, immediate, snapshot
 from datamachine.storage.locks import (
@@ -55,6 +60,8 @@ class TranscriptWriter:
         # persist() said of the lock it freed in its own commit.
         self._proven_at: float | None = None
         self._released: bool | None = None
+        # Call id -> idempotency key of this run's pending intents (settled with the result).
+        self._open: dict[str, str] = {}
 
     def history(self) -> list[dict[str, Any]]:
         """The session's stored messages (envelope dicts, in order); call it holding the lock,
@@ -74,14 +81,19 @@ class TranscriptWriter:
     def begin(self, messages: Sequence[rows.MessageLike],
               request: Mapping[str, Any] | None = None) -> None:
         """Store the run's starting messages beyond the stored ones (before its first turn)."""
-        self._write("start a transcript",
-                    lambda conn, now: rows.start(conn, self.session_id, messages,
-                                                 dict(request or {}), now))
+        def write(conn: Conn, now: float) -> None:
+            if self._open:
+                self._settle(conn, messages[self._stored_count(conn):], now)
+            rows.start(conn, self.session_id, messages, dict(request or {}), now)
+
+        self._write("start a transcript", write)
 
     def append_turn(self, turn: int, messages: Sequence[rows.MessageLike]) -> None:
         """Store one finished turn and its counts, all or nothing."""
         def write(conn: Conn, now: float) -> None:
             rows.append(conn, self.session_id, turn, messages, now)
+            if self._open:
+                self._settle(conn, messages, now)
             if self._on_turn is not None:
                 self._on_turn(conn, turn, now)
 
@@ -93,6 +105,33 @@ class TranscriptWriter:
         as its turns. ``action`` names the write in a DatabaseError."""
         value: T = self._write(action, body)
         return value
+
+    def record_intent(self, intent: intents.Intent) -> None:
+        """Store ``intent`` before its call runs (a transaction that proves the lock: a run
+        that lost its lock stores nothing and gets LockLost, and must not run the call)."""
+        self._write("store a tool call's intent",
+                    lambda conn, now: intents.store(conn, self.session_id, intent, now))
+        self._open[intent.call_id] = intent.idempotency_key
+
+    def unsettled_intents(self) -> list[intents.Intent]:
+        """The session's intents whose calls' outcomes were never stored (a run died between
+        the intent and its turn), oldest first; call it holding the lock. The result this run
+        stores for one of them settles it."""
+        with snapshot(self._db, self._lock, self._label) as conn:
+            found = intents.unsettled(conn, self.session_id)
+        for intent in found:
+            self._open[intent.call_id] = intent.idempotency_key
+        return found
+
+    def _settle(self, conn: Conn, messages: Sequence[rows.MessageLike], now: float) -> None:
+        open_intents = self._open
+        keys = [open_intents.pop(call_id) for call_id in intents.result_call_ids(messages)
+                if call_id in open_intents]
+        intents.settle(conn, self.session_id, keys, now)
+
+    def _stored_count(self, conn: Conn) -> int:
+        counts = rows.read_counts(conn, self.session_id)
+        return counts.message_count if counts is not None else 0
 
     def renew(self) -> None:
         """Extend the lock (LockLost if it was taken over); free right after a turn's write,
@@ -112,6 +151,8 @@ class TranscriptWriter:
             return self.session_id  # another run holds the session: write nothing
 
         def write(conn: Conn, now: float) -> bool | None:
+            if self._open:
+                self._settle(conn, messages[self._stored_count(conn):], now)
             rows.finish(conn, self.session_id, messages, dict(request or {}), result, now)
             if self.token is None:
                 return None

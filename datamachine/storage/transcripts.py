@@ -50,6 +50,7 @@ from datamachine.storage._tx import (
     snapshot,
 )
 from datamachine.storage.locks import TranscriptLocks, check_session_id, prove
+from datamachine.storage.tool_intents import Intent, unsettled
 from datamachine.storage.transcript_writer import TranscriptWriter, TurnHook
 
 __all__ = ["MAX_PAGE", "MAX_TURN", "TRANSCRIPT_STATUSES", "Transcript", "TranscriptPage",
@@ -378,6 +379,14 @@ class TranscriptStore:
         check_session_id(session_id)
         with snapshot(self._db, self._lock, self._label) as conn:
             return self._summary(self._row(conn, session_id))
+
+    def unsettled_intents(self, session_id: str) -> list[Intent]:
+        """The session's calls whose outcome is in doubt or about to be settled: intents
+        stored before an effectful call ran whose result was never stored (a run died
+        between the two, or is running the call now), oldest first (DESIGN.md 24)."""
+        check_session_id(session_id)
+        with snapshot(self._db, self._lock, self._label) as conn:
+            return unsettled(conn, session_id)
 
     def get_transcript(self, session_id: str) -> Transcript:
         """Metadata and messages of one transcript; TranscriptNotFound if unknown."""

@@ -16,9 +16,17 @@ from typing import Any
 
 from agents_api import IterationBudget
 
-__all__ = ["ToolContext"]
+__all__ = ["ToolContext", "idempotency_key"]
 
 BudgetFactory = Callable[[str], IterationBudget]
+
+
+def idempotency_key(session_id: str | None, turn: int, call_id: str, tool_name: str) -> str:
+    """The key of one call: the session, the turn (counted over the session's runs, so two
+    runs' first turns differ), the call id and the tool, hashed to a short ASCII string that
+    any service's idempotency header takes."""
+    seed = f"{session_id or ''}\x1f{turn}\x1f{call_id}\x1f{tool_name}"
+    return "dm-" + hashlib.blake2b(seed.encode(), digest_size=16).hexdigest()
 
 
 class ToolContext:
@@ -33,8 +41,8 @@ class ToolContext:
     key to hand a service downstream so it does the work once however often it is asked.
     """
 
-    __slots__ = ("_budget_factory", "_budgets", "engine_data", "host", "mode", "modes",
-                 "payload", "session_id", "tool_call_id", "tool_name", "turn")
+    __slots__ = ("_budget_factory", "_budgets", "_key", "_turn_base", "engine_data", "host",
+                 "mode", "modes", "payload", "session_id", "tool_call_id", "tool_name", "turn")
 
     def __init__(
         self,
@@ -50,6 +58,8 @@ class ToolContext:
         tool_call_id: str = "",
         session_id: str | None = None,
         host: Any = None,
+        idempotency_key: str | None = None,
+        turn_base: int = 0,
     ) -> None:
         # The executor hands one read-only view to every call; wrap anything else once here.
         self.payload: Mapping[str, Any] = (
@@ -67,6 +77,8 @@ class ToolContext:
         self.host = host
         self._budgets = budgets
         self._budget_factory = budget_factory
+        self._key = idempotency_key
+        self._turn_base = turn_base  # the session's turns before this run
 
     def budget(self, name: str) -> IterationBudget:
         """The run's budget ``name``; call ``increment()`` on it for each unit of work.
@@ -85,11 +97,13 @@ class ToolContext:
     @property
     def idempotency_key(self) -> str:
         """A non-empty key of this call, the same for every attempt of it (a run that goes on
-        after a crash asks again with the same key) and different for another call: derived
-        from the session, the turn and the call id. Send it where the service takes one (an
-        ``Idempotency-Key`` header, a request id)."""
-        seed = f"{self.session_id or ''}\x1f{self.turn}\x1f{self.tool_call_id}\x1f{self.tool_name}"
-        return "dm-" + hashlib.blake2b(seed.encode(), digest_size=16).hexdigest()
+        after a crash asks again with the key its intent stored) and different for another
+        call: derived from the session, the turn and the call id. Send it where the service
+        takes one (an ``Idempotency-Key`` header, a request id)."""
+        if self._key is None:
+            self._key = idempotency_key(self.session_id, self._turn_base + self.turn,
+                                        self.tool_call_id, self.tool_name)
+        return self._key
 
     def __repr__(self) -> str:
         return (f"ToolContext(tool_name={self.tool_name!r}, mode={self.mode!r}, "

@@ -22,11 +22,13 @@ from agents_api import IterationBudget, Message, Pause
 from agents_api.drive import awaitable
 from datamachine.payload_keys import RUNTIME_KEYS
 from datamachine.registry import IterationBudgetRegistry
+from datamachine.storage.tool_intents import Intent
 from datamachine.tools.arguments import INVALID_ARGUMENTS, arguments_problem, coerce_parameters
-from datamachine.tools.context import ToolContext
+from datamachine.tools.context import ToolContext, idempotency_key
 from datamachine.tools.definition import Tool
 from datamachine.tools.duplicates import check_duplicate
 from datamachine.tools.history import TranscriptIndex, canonical_json
+from datamachine.tools.in_doubt import InDoubt, in_doubt_failure, not_done
 from datamachine.tools.registry import normalize_tools
 from datamachine.tools.results import (
     failed_result,
@@ -66,7 +68,16 @@ class ToolExecutor:
     whether a ``requires_approval`` tool pauses the run (``confirmation="pause"``) instead of
     asking ``confirm_continuation``. ``ceiling_overrides``: payload ``budget_ceilings``, for
     budgets tools create. ``approved_call`` / ``declined_call``: the call id a person answered
-    (a resumed run).
+    (a resumed run); ``approval_id``: the id of the pause that answer was for (an approved
+    call's intent stores it: the approval is used up when the call starts). ``turn_base``: the
+    session's turns before this run (idempotency keys count turns over the session);
+    ``in_doubt``: the calls a run that died left unsettled, handled before anything else
+    (see :mod:`datamachine.tools.in_doubt`).
+
+    Before a call of an ``idempotent`` or ``write`` tool, or any approved call, runs, its
+    intent is stored through the turn context's ``transcript`` (when the run stores one that
+    can: the host's store), in a transaction that proves the run's lock; a call whose intent
+    cannot be stored does not run.
 
     Calling it returns the result dict for a sync tool and an awaitable of it for an async tool,
     so a run of sync tools never needs an event loop.
@@ -89,6 +100,9 @@ class ToolExecutor:
         ceiling_overrides: Mapping[str, int] | None = None,
         approved_call: str | None = None,
         declined_call: str | None = None,
+        approval_id: str | None = None,
+        turn_base: int = 0,
+        in_doubt: InDoubt | None = None,
     ) -> None:
         # A run's tools come checked already (RunSpec); anything else is checked here.
         self.tools: dict[str, Tool] = (tools if type(tools) is dict and all(
@@ -122,11 +136,14 @@ class ToolExecutor:
         self.pauses: Callable[[], bool] = pauses if pauses is not None else _never
         self.approved_call = approved_call
         self.declined_call = declined_call
+        self.approval_id = approval_id
+        self.turn_base = turn_base
+        self.in_doubt = in_doubt if in_doubt is not None and in_doubt.intents else None
         self.ceiling_overrides: Mapping[str, int] = ceiling_overrides or {}
-        # Per tool: (tool, validator, wants_context), read once per run (each read checks the
-        # tool's values against what they were worked out from); the identity check notices a
-        # swapped tool.
-        self._compiled: dict[str, tuple[Tool, ArgumentValidator, bool]] = {}
+        # Per tool: (tool, validator, wants_context, effects), read once per run (each read
+        # checks the tool's values against what they were worked out from); the identity
+        # check notices a swapped tool.
+        self._compiled: dict[str, tuple[Tool, ArgumentValidator, bool, str]] = {}
 
     def __call__(
         self, tool_call: Mapping[str, Any], context: Mapping[str, Any]
@@ -155,6 +172,8 @@ class ToolExecutor:
         tracked = messages is not None
         if messages is not None:
             self.index.sync(messages)
+        if self.in_doubt is not None and call_id in self.in_doubt.intents:
+            return self._unsettled(self.in_doubt, call_id, tracked, context)
         params = raw if type(raw) is dict else coerce_parameters(raw)
 
         tool = self.tools.get(name)
@@ -177,20 +196,38 @@ class ToolExecutor:
 
         rejection = self._refusal(tool, key, params, call_id, context)
         if rejection is not None:
+            if isinstance(rejection, str):  # approved by a person: runs, its intent says so
+                return self._run(tool, params, call_id, tracked, context, approval=rejection)
             if isinstance(rejection, Pause):
                 return rejection  # nothing ran: the call waits for a person
             return self._done(tracked, call_id, rejection)
+        return self._run(tool, params, call_id, tracked, context)
 
+    def _run(self, tool: Tool, params: dict[str, Any], call_id: str, tracked: bool,
+             context: Mapping[str, Any], *, approval: str | None = None,
+             intent_key: str | None = None
+             ) -> ToolResult | Awaitable[ToolResult]:
+        """Check the arguments and run the tool (its intent stored first when it has effects
+        or was approved). ``intent_key``: the key an unsettled call's intent stored."""
+        name = tool.name
         compiled = self._compiled.get(name)
         if compiled is None or compiled[0] is not tool:
-            compiled = self._compiled[name] = (tool, tool.validator, tool.wants_context)
+            compiled = self._compiled[name] = (tool, tool.validator, tool.wants_context,
+                                               tool.effects)
         try:
             arguments = compiled[1].validate(params)
         except ParameterError as exc:
             return self._done(tracked, call_id, failed_result(
                 name, params, exc.message, exc.error_type, **exc.extra))
+        key = intent_key
+        if approval is not None or compiled[3] != "read":
+            key = key or self._key(name, call_id, context)
+            unstored = self._store_intent(Intent(
+                call_id, name, params, key, compiled[3], _turn(context), approval), context)
+            if unstored is not None:
+                return self._done(tracked, call_id, unstored)
         if compiled[2]:
-            arguments["context"] = self._context(tool, call_id, context)
+            arguments["context"] = self._context(tool, call_id, context, key)
 
         try:
             value = tool.function(**arguments)
@@ -201,11 +238,89 @@ class ToolExecutor:
         result = self._normalize(tool, value, params)
         return result if tracked else self._done(tracked, call_id, result)
 
+    def _key(self, name: str, call_id: str, context: Mapping[str, Any]) -> str:
+        session_id = context.get("session_id")
+        return idempotency_key(session_id if isinstance(session_id, str) else None,
+                               self.turn_base + _turn(context), call_id, name)
+
+    @staticmethod
+    def _store_intent(intent: Intent, context: Mapping[str, Any]) -> ToolResult | None:
+        """Store the call's intent through the run's transcript (when it keeps intents);
+        a failed result, and the call does not run, when it could not be stored."""
+        record = getattr(getattr(context, "transcript", None), "record_intent", None)
+        if record is None:
+            return None  # a run that stores no transcript, or a store of the caller's
+        try:
+            record(intent)
+        except Exception as exc:
+            logger.warning("datamachine: the intent of call %r (%s) could not be stored",
+                           intent.call_id, intent.tool_name, exc_info=True)
+            return failed_result(
+                intent.tool_name, intent.arguments,
+                f"Tool '{intent.tool_name}' was not run: what it was about to do could not be "
+                f"stored first ({type(exc).__name__}: {exc}), and a call with side effects "
+                "only runs once its intent is stored.", "intent_not_stored")
+        return None
+
+    def _unsettled(self, plan: InDoubt, call_id: str, tracked: bool,
+                   context: Mapping[str, Any]) -> ToolResult | Pause | Awaitable[ToolResult]:
+        """An unsettled call of a run that died (see :mod:`datamachine.tools.in_doubt`)."""
+        intent = plan.intents.pop(call_id)
+        params = dict(intent.arguments)
+        tool = self.tools.get(intent.tool_name) or plan.tools.get(intent.tool_name)
+        if call_id in plan.resolved:  # a person said what happened
+            result = normalize_return(plan.resolved.pop(call_id), intent.tool_name, params)
+            return self._done(tracked, call_id, {**result, "resolved": True})
+        if call_id == self.declined_call:
+            self.declined_call = None
+            return self._done(tracked, call_id, not_done(intent))
+        if call_id == self.approved_call:
+            self.approved_call = None
+            return self._again(tool, intent, tracked, context, self.approval_id or "asked")
+        if not intent.in_doubt:
+            return self._again(tool, intent, tracked, context, None)
+        call = plan.call(call_id) if call_id in plan.intents else {
+            "id": intent.call_id, "name": intent.tool_name, "parameters": params}
+        if self.host is not None:
+            found = self.host.first("reconcile_tool_call", tool=tool, call=call,
+                                    idempotency_key=intent.idempotency_key)
+            if found is not None:  # settled without running it
+                result = normalize_return(found, intent.tool_name, params)
+                return self._done(tracked, call_id, {**result, "reconciled": True})
+        if self.pauses():
+            return Pause({"kind": "tool_in_doubt", "budget": None, "tool_call": call,
+                          "effects": intent.effects,
+                          "idempotency_key": intent.idempotency_key})
+        answer = None
+        if self.host is not None:
+            budgets = context.get("budgets")
+            budget = budgets.get("tool_calls") if isinstance(budgets, Mapping) else None
+            answer = self.host.first("confirm_continuation", budget=budget, context={
+                "kind": "tool_in_doubt", "session_id": context.get("session_id"),
+                "tool_call": call, "effects": intent.effects,
+                "idempotency_key": intent.idempotency_key})
+        if answer is True:
+            return self._again(tool, intent, tracked, context, "asked")
+        if answer is False:
+            return self._done(tracked, call_id, not_done(intent))
+        return self._done(tracked, call_id, in_doubt_failure(intent))
+
+    def _again(self, tool: Tool | None, intent: Intent, tracked: bool,
+               context: Mapping[str, Any], approval: str | None
+               ) -> ToolResult | Awaitable[ToolResult]:
+        """Run an unsettled call once more, with the key its intent stored."""
+        if tool is None:
+            return self._done(tracked, intent.call_id, in_doubt_failure(
+                intent, f"this run has no tool '{intent.tool_name}' to run it with"))
+        return self._run(tool, dict(intent.arguments), intent.call_id, tracked, context,
+                         approval=approval, intent_key=intent.idempotency_key)
+
     def _refusal(self, tool: Tool, key: str, params: dict[str, Any], call_id: str,
-                 context: Mapping[str, Any]) -> ToolResult | Pause | None:
+                 context: Mapping[str, Any]) -> ToolResult | Pause | str | None:
         """Why this call must not run, as its (rejected) result; None when it may: a session
         that was aborted at its limit, a tool wrap-up closed, a duplicate, a runtime rule, an
-        approval not given. A :class:`Pause` when the approval is to be asked later."""
+        approval not given. A :class:`Pause` when the approval is to be asked later; a string
+        when a person approved it (what approved it: a pause id, or ``"asked"``)."""
         name = tool.name
         if call_id and call_id == self.declined_call:
             self.declined_call = None  # one answer, for the one call that waited
@@ -222,7 +337,7 @@ class ToolExecutor:
         return rejection
 
     def _approval(self, tool: Tool, params: dict[str, Any], call_id: str,
-                  context: Mapping[str, Any]) -> ToolResult | Pause | None:
+                  context: Mapping[str, Any]) -> ToolResult | Pause | str:
         """Ask ``confirm_continuation`` (``kind="tool_approval"``); only a yes lets it run.
         In ``pause`` mode the run stops instead, and a person's later answer (``resume``)
         arrives as ``approved_call`` / ``declined_call``."""
@@ -232,7 +347,7 @@ class ToolExecutor:
             # One approval, for the one call that waited (it runs first on resume): a later
             # call that happens to reuse the id is asked again.
             self.approved_call = None
-            return None
+            return self.approval_id or "asked"
         if self.pauses():
             return Pause({"kind": "tool_approval", "budget": None, "tool_call": call})
         elif self.host is not None:
@@ -242,7 +357,7 @@ class ToolExecutor:
                 "kind": "tool_approval", "session_id": context.get("session_id"),
                 "tool_call": call})
         if answer is True:
-            return None
+            return "asked"
         why = "was declined" if answer is False else "needs approval, and nobody approved it"
         return _declined(tool.name, params, why)
 
@@ -280,7 +395,8 @@ class ToolExecutor:
                                      result.get("success") is True, is_rejected(result))
         return result
 
-    def _context(self, tool: Tool, call_id: str, context: Mapping[str, Any]) -> ToolContext:
+    def _context(self, tool: Tool, call_id: str, context: Mapping[str, Any],
+                 key: str | None = None) -> ToolContext:
         budgets = context.get("budgets")
         if not isinstance(budgets, MutableMapping):
             budgets = self._own_budgets
@@ -298,6 +414,8 @@ class ToolExecutor:
             tool_call_id=call_id,
             session_id=session_id if isinstance(session_id, str) else None,
             host=self.host,
+            idempotency_key=key,
+            turn_base=self.turn_base,
         )
 
     def _create_budget(self, name: str) -> IterationBudget:
@@ -307,6 +425,11 @@ class ToolExecutor:
 
 def _never() -> bool:
     return False
+
+
+def _turn(context: Mapping[str, Any]) -> int:
+    turn = context.get("turn")
+    return turn if type(turn) is int else 0
 
 
 TOOLS_CLOSED = "tools_closed"

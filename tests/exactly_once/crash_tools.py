@@ -1,0 +1,102 @@
+"""Tools with side effects, and a model that calls them, for the exactly-once tests.
+
+Each effectful tool appends one line to a ledger (a list in this process, and the file named
+by ``LEDGER_FILE`` when set, so a test can read what a killed process did): the tool's name,
+its argument and the call's idempotency key. ``CRASH`` makes the next effectful call die
+right after its side effect, as a process killed there would (a BaseException nothing in the
+run catches: its turn is never stored).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from datamachine import ToolContext, hookimpl, tool
+
+LEDGER: list[dict[str, str]] = []
+CRASH = {"after_effect": False}
+
+
+class Crash(BaseException):
+    """The process died here (in-process stand-in for kill -9; the real one is in
+    test_kill_points.py)."""
+
+
+def _effect(name: str, value: str, context: ToolContext) -> None:
+    line = {"tool": name, "value": value, "key": context.idempotency_key}
+    LEDGER.append(line)
+    path = os.environ.get("LEDGER_FILE")
+    if path:
+        with Path(path).open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(line) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+    if CRASH["after_effect"]:
+        CRASH["after_effect"] = False
+        raise Crash(f"died after {name}({value})")
+
+
+@tool(effects="write")
+def send(to: str, context: ToolContext) -> str:
+    """Send a message (must never be sent twice unasked).
+
+    Args:
+        to: Who gets it.
+    """
+    _effect("send", to, context)
+    return f"sent to {to}"
+
+
+@tool(effects="idempotent")
+def charge(cents: int, context: ToolContext) -> str:
+    """Charge a card (the payment service dedupes by key).
+
+    Args:
+        cents: How much.
+    """
+    _effect("charge", str(cents), context)
+    return f"charged {cents}"
+
+
+@tool
+def look(q: str) -> str:
+    """Look something up (no side effect).
+
+    Args:
+        q: What to look up.
+    """
+    return f"found {q}"
+
+
+TOOLS = [send, charge, look]
+
+
+class Planner:
+    """A sensible model working through ``plan`` (turns, each a list of calls ``{"name",
+    "parameters"}``): it never asks for a call it has asked for before (whatever its result
+    said, an in-doubt one included), asks for the rest of the first turn not done yet, and
+    when every call was asked answers with the last result it read."""
+
+    def __init__(self, plan: list[list[dict[str, Any]]]) -> None:
+        self.plan = plan
+        self.requests = 0
+
+    @hookimpl
+    def text_result(self, request: Any) -> dict[str, Any]:
+        self.requests += 1
+        asked = {_signature(call) for message in request.messages
+                 for call in message.get("tool_calls") or ()}
+        for turn in self.plan:
+            left = [call for call in turn if _signature(call) not in asked]
+            if left:
+                return {"content": "", "tool_calls": [
+                    {"id": f"r{self.requests}c{n}", **call} for n, call in enumerate(left)]}
+        results = [m for m in request.messages if m["role"] == "tool"]
+        return {"content": f"final: {results[-1]['content'] if results else ''}"}
+
+
+def _signature(call: dict[str, Any]) -> str:
+    return json.dumps([call.get("name"), call.get("parameters")], sort_keys=True)

@@ -1,0 +1,296 @@
+"""Exactly once, or in doubt (DESIGN.md 24), in one process: a run dies right after a tool's
+side effect (a BaseException nothing catches, so its turn is never stored, as with kill -9;
+the real kills are in test_kill_points.py) and every path that goes on is checked."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import bootstrap
+from datamachine import CallNotInDoubt, SessionAwaitingConfirmation, Tool, hookimpl
+from datamachine.host import Host
+from tests.exactly_once.crash_tools import CRASH, LEDGER, TOOLS, Crash, Planner
+
+SEND = {"name": "send", "parameters": {"to": "ada"}}
+CHARGE = {"name": "charge", "parameters": {"cents": 500}}
+LOOK = {"name": "look", "parameters": {"q": "weather"}}
+USER = [{"role": "user", "content": "do it"}]
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> Iterator[None]:
+    LEDGER.clear()
+    CRASH["after_effect"] = False
+    yield
+    CRASH["after_effect"] = False
+
+
+def boot(*plugins: object, pause: bool = False) -> Host:
+    host = bootstrap.boot(":memory:", plugins=list(plugins), load_entrypoints=False)
+    if pause:
+        host.settings.set("confirmation", "pause")
+    return host
+
+
+def crash_run(host: Host, session: str = "s1", tools: list[Any] = TOOLS,
+              payload: dict[str, Any] | None = None) -> None:
+    """Run until the first effectful call's side effect, and die there."""
+    CRASH["after_effect"] = True
+    with pytest.raises(Crash):
+        host.run_conversation(USER, tools, "scripted", "m",
+                              payload={"transcript_session_id": session, **(payload or {})})
+    assert not CRASH["after_effect"]
+
+
+def pending_intents(host: Host, session: str = "s1") -> list[Any]:
+    return host.transcripts.unsettled_intents(session)
+
+
+def results(result: Any) -> list[dict[str, Any]]:
+    return [m.payload for m in result.messages if m.type == "tool_result"]
+
+
+def test_a_settled_call_leaves_no_intent_and_a_read_call_stores_none() -> None:
+    with boot(Planner([[LOOK], [SEND]])) as host:
+        result = host.run_conversation(USER, TOOLS, "scripted", "m",
+                                       payload={"transcript_session_id": "s1"})
+        rows = host.db.conn.execute("SELECT tool_name, state FROM tool_intents").fetchall()
+        assert pending_intents(host) == []
+    assert result.status == "completed"
+    assert [tuple(row) for row in rows] == [("send", "settled")]  # look stored nothing
+
+
+def test_a_write_call_found_unsettled_is_reported_in_doubt_with_nobody_to_ask() -> None:
+    planner = Planner([[SEND]])
+    with boot(planner) as host:
+        crash_run(host)
+        [intent] = pending_intents(host)
+        assert (intent.tool_name, intent.effects, intent.arguments) == (
+            "send", "write", {"to": "ada"})
+        result = host.continue_conversation("s1", 3, TOOLS)
+        assert pending_intents(host) == []  # the stored result settled it
+    assert len(LEDGER) == 1  # never run again
+    [told] = results(result)
+    assert told["error_type"] == "tool_in_doubt"
+    assert told["idempotency_key"] == LEDGER[0]["key"]
+    assert "may or may not have run" in result.final_content
+    assert result.status == "completed"
+
+
+def test_pause_mode_pauses_in_doubt_before_the_model_is_asked_and_approve_runs_it_again(
+) -> None:
+    planner = Planner([[SEND]])
+    with boot(planner, pause=True) as host:
+        crash_run(host)
+        asked_before = planner.requests
+        paused = host.continue_conversation("s1", 3, TOOLS)
+        assert paused.status == "awaiting_confirmation"
+        assert paused.pending is not None
+        assert paused.pending["kind"] == "tool_in_doubt"
+        assert paused.pending["tool_call"] == {"id": "r1c0", "name": "send",
+                                               "parameters": {"to": "ada"}}
+        assert paused.pending["effects"] == "write"
+        assert planner.requests == asked_before  # the model was not asked
+        with pytest.raises(SessionAwaitingConfirmation):
+            host.continue_conversation("s1", 3, TOOLS)
+        done = host.resume("s1", True, pause_id=paused.pending["pause_id"])
+        assert pending_intents(host) == []
+    assert done.status == "completed"
+    assert [line["key"] for line in LEDGER] == [LEDGER[0]["key"]] * 2  # approved: once more
+    assert done.final_content == "final: sent to ada"
+
+
+def test_decline_records_the_call_as_not_done() -> None:
+    with boot(Planner([[SEND]]), pause=True) as host:
+        crash_run(host)
+        paused = host.continue_conversation("s1", 3, TOOLS)
+        done = host.resume("s1", False)
+        assert pending_intents(host) == []
+    assert paused.status == "awaiting_confirmation"
+    assert len(LEDGER) == 1
+    assert results(done)[-1]["error_type"] == "tool_not_done"
+    assert done.status == "completed"
+
+
+def test_resolve_records_what_happened_and_goes_on_like_resume() -> None:
+    with boot(Planner([[SEND]]), pause=True) as host:
+        crash_run(host)
+        paused = host.continue_conversation("s1", 3, TOOLS)
+        assert paused.pending is not None
+        call_id = paused.pending["tool_call"]["id"]
+        done = host.resolve("s1", call_id, "sent to ada at 10:02 (seen in the outbox)")
+        assert pending_intents(host) == []
+        with pytest.raises(CallNotInDoubt, match="is not in doubt") as refused:
+            host.resolve("s1", call_id, "again")
+    assert refused.value.in_doubt == []
+    assert len(LEDGER) == 1
+    assert results(done)[-1]["resolved"] is True
+    assert done.final_content == "final: sent to ada at 10:02 (seen in the outbox)"
+
+
+def test_resolve_works_on_a_session_a_run_died_on_before_anyone_paused_it() -> None:
+    with boot(Planner([[SEND]])) as host:
+        crash_run(host)
+        [intent] = pending_intents(host)
+        done = host.resolve("s1", intent.call_id, {"success": True, "result": "sent"})
+    assert done.status == "completed"
+    assert len(LEDGER) == 1
+
+
+def test_an_idempotent_call_runs_again_with_its_key_even_in_pause_mode() -> None:
+    with boot(Planner([[CHARGE]]), pause=True) as host:
+        crash_run(host)
+        done = host.continue_conversation("s1", 3, TOOLS)
+        assert pending_intents(host) == []
+    assert done.status == "completed"
+    assert [line["tool"] for line in LEDGER] == ["charge", "charge"]
+    assert LEDGER[0]["key"] == LEDGER[1]["key"]
+
+
+class Reconciler:
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.asked: list[tuple[Any, dict[str, Any], str]] = []
+
+    @hookimpl
+    def reconcile_tool_call(self, tool: Tool | None, call: dict[str, Any],
+                            idempotency_key: str) -> Any:
+        self.asked.append((tool, call, idempotency_key))
+        return self.answer
+
+
+def test_the_reconcile_hook_settles_a_call_without_running_it() -> None:
+    reconciler = Reconciler("sent to ada (found in the provider's log)")
+    with boot(Planner([[SEND]]), reconciler, pause=True) as host:
+        crash_run(host)
+        done = host.continue_conversation("s1", 3, TOOLS)
+        assert pending_intents(host) == []
+    [(tool, call, key)] = reconciler.asked
+    assert tool is not None
+    assert tool.name == "send"
+    assert call == {"id": "r1c0", "name": "send", "parameters": {"to": "ada"}}
+    assert key == LEDGER[0]["key"]
+    assert len(LEDGER) == 1
+    assert done.status == "completed"  # settled: never in doubt, nobody asked
+    assert results(done)[-1]["reconciled"] is True
+
+
+def test_a_reconcile_hook_without_an_answer_leaves_the_call_in_doubt() -> None:
+    with boot(Planner([[SEND]]), Reconciler(None), pause=True) as host:
+        crash_run(host)
+        paused = host.continue_conversation("s1", 3, TOOLS)
+    assert paused.pending is not None
+    assert paused.pending["kind"] == "tool_in_doubt"
+
+
+class Answer:
+    def __init__(self, answer: bool | None) -> None:
+        self.answer = answer
+        self.asked: list[dict[str, Any]] = []
+
+    @hookimpl
+    def confirm_continuation(self, budget: Any, context: dict[str, Any]) -> bool | None:
+        self.asked.append(context)
+        return self.answer
+
+
+@pytest.mark.parametrize(("answer", "runs", "error_type"), [
+    (True, 2, None), (False, 1, "tool_not_done"), (None, 1, "tool_in_doubt")])
+def test_ask_mode_asks_confirm_continuation_with_kind_tool_in_doubt(
+        answer: bool | None, runs: int, error_type: str | None) -> None:
+    person = Answer(answer)
+    with boot(Planner([[SEND]]), person) as host:
+        crash_run(host)
+        done = host.continue_conversation("s1", 3, TOOLS)
+    [asked] = person.asked
+    assert asked["kind"] == "tool_in_doubt"
+    assert asked["tool_call"]["name"] == "send"
+    assert asked["idempotency_key"] == LEDGER[0]["key"]
+    assert len(LEDGER) == runs
+    assert results(done)[-1].get("error_type") == error_type
+
+
+APPROVED_READ = Tool(name="publish", description="Publish a post.",
+                     function=lambda title: _published(title),
+                     runtime={"requires_approval": True})
+
+
+def _published(title: str) -> str:
+    LEDGER.append({"tool": "publish", "value": title, "key": ""})
+    if CRASH["after_effect"]:
+        CRASH["after_effect"] = False
+        raise Crash("died after publish")
+    return f"published {title}"
+
+
+def test_an_approval_is_used_up_when_its_call_starts() -> None:
+    """A read tool that needs approval: approved, it starts, the process dies; answering the
+    stale question again does not run it a second time: it is in doubt."""
+    publish = {"name": "publish", "parameters": {"title": "hello"}}
+    with boot(Planner([[publish]]), pause=True) as host:
+        first = host.run_conversation(USER, [APPROVED_READ], "scripted", "m",
+                                      payload={"transcript_session_id": "s1"})
+        assert first.pending is not None
+        assert first.pending["kind"] == "tool_approval"
+        CRASH["after_effect"] = True
+        with pytest.raises(Crash):
+            host.resume("s1", True)
+        assert len(LEDGER) == 1
+        # The same answer, given again (the tools again: the process that held them died).
+        again = host.resume("s1", True, tools=[APPROVED_READ])
+        assert len(LEDGER) == 1  # not run twice on one approval
+        assert again.status == "awaiting_confirmation"
+        assert again.pending is not None
+        assert again.pending["kind"] == "tool_in_doubt"
+        done = host.resume("s1", True, tools=[APPROVED_READ])  # for the in-doubt question
+    assert len(LEDGER) == 2
+    assert done.final_content == "final: published hello"
+
+
+def test_a_chat_message_to_a_session_left_in_doubt_handles_the_call_first() -> None:
+    planner = Planner([[SEND]])
+    with boot(planner, pause=True) as host:
+        host.chat_sessions.create(session_id="c1")
+        CRASH["after_effect"] = True
+        with pytest.raises(Crash):
+            host.chat("c1", "send it", TOOLS)
+        paused = host.chat("c1", "did it go?", TOOLS)
+        assert paused.status == "awaiting_confirmation"
+        assert paused.pending is not None
+        assert paused.pending["kind"] == "tool_in_doubt"
+        with pytest.raises(SessionAwaitingConfirmation):
+            host.chat("c1", "hello?", TOOLS)
+        done = host.resume("c1", False)
+    assert len(LEDGER) == 1
+    assert done.status == "completed"
+
+
+def test_two_runs_of_one_session_give_the_same_call_id_different_keys() -> None:
+    with boot(Planner([[SEND]])) as host:
+        host.run_conversation(USER, TOOLS, "scripted", "m",
+                              payload={"transcript_session_id": "s1"})
+        host.run_conversation(USER, TOOLS, "scripted", "m",
+                              payload={"transcript_session_id": "s2"})
+    assert LEDGER[0]["key"] != LEDGER[1]["key"]  # other sessions
+    from datamachine.tools.context import idempotency_key
+
+    assert idempotency_key("s", 1, "c", "send") != idempotency_key("s", 2, "c", "send")
+
+
+def test_a_call_whose_intent_cannot_be_stored_does_not_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from datamachine.errors import DatabaseError
+    from datamachine.storage.transcript_writer import TranscriptWriter
+
+    def refuse(self: TranscriptWriter, intent: Any) -> None:
+        raise DatabaseError("disk full")
+
+    monkeypatch.setattr(TranscriptWriter, "record_intent", refuse)
+    with boot(Planner([[SEND]])) as host:
+        result = host.run_conversation(USER, TOOLS, "scripted", "m",
+                                       payload={"transcript_session_id": "s1"})
+    assert LEDGER == []
+    assert results(result)[0]["error_type"] == "intent_not_stored"
