@@ -18,6 +18,8 @@ from datamachine import ToolContext, hookimpl, tool
 
 LEDGER: list[dict[str, str]] = []
 CRASH = {"after_effect": False}
+# Called before and after each side effect (the kill-point counter of kill_child.py).
+POINTS: list[Any] = []
 
 
 class Crash(BaseException):
@@ -26,6 +28,8 @@ class Crash(BaseException):
 
 
 def _effect(name: str, value: str, context: ToolContext) -> None:
+    for point in POINTS:
+        point()
     line = {"tool": name, "value": value, "key": context.idempotency_key}
     LEDGER.append(line)
     path = os.environ.get("LEDGER_FILE")
@@ -34,6 +38,8 @@ def _effect(name: str, value: str, context: ToolContext) -> None:
             handle.write(json.dumps(line) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+    for point in POINTS:
+        point()
     if CRASH["after_effect"]:
         CRASH["after_effect"] = False
         raise Crash(f"died after {name}({value})")
@@ -71,7 +77,27 @@ def look(q: str) -> str:
     return f"found {q}"
 
 
+@tool(effects="write", runtime={"requires_approval": True})
+def publish(title: str, context: ToolContext) -> str:
+    """Publish a post (a person approves it first).
+
+    Args:
+        title: The post's title.
+    """
+    _effect("publish", title, context)
+    return f"published {title}"
+
+
 TOOLS = [send, charge, look]
+ALL_TOOLS = [send, charge, look, publish]
+
+
+class CrashTools:
+    """Registers the tools, as a plugin would (a job's worker finds them by name)."""
+
+    @hookimpl
+    def register_tools(self) -> list[Any]:
+        return list(ALL_TOOLS)
 
 
 class Planner:

@@ -28,8 +28,8 @@ def _clean() -> Iterator[None]:
     CRASH["after_effect"] = False
 
 
-def boot(*plugins: object, pause: bool = False) -> Host:
-    host = bootstrap.boot(":memory:", plugins=list(plugins), load_entrypoints=False)
+def boot(*plugins: object, pause: bool = False, db: str = ":memory:") -> Host:
+    host = bootstrap.boot(db, plugins=list(plugins), load_entrypoints=False)
     if pause:
         host.settings.set("confirmation", "pause")
     return host
@@ -81,9 +81,9 @@ def test_a_write_call_found_unsettled_is_reported_in_doubt_with_nobody_to_ask() 
 
 
 def test_pause_mode_pauses_in_doubt_before_the_model_is_asked_and_approve_runs_it_again(
-) -> None:
+        db_target: str) -> None:
     planner = Planner([[SEND]])
-    with boot(planner, pause=True) as host:
+    with boot(planner, pause=True, db=db_target) as host:
         crash_run(host)
         asked_before = planner.requests
         paused = host.continue_conversation("s1", 3, TOOLS)
@@ -115,8 +115,8 @@ def test_decline_records_the_call_as_not_done() -> None:
     assert done.status == "completed"
 
 
-def test_resolve_records_what_happened_and_goes_on_like_resume() -> None:
-    with boot(Planner([[SEND]]), pause=True) as host:
+def test_resolve_records_what_happened_and_goes_on_like_resume(db_target: str) -> None:
+    with boot(Planner([[SEND]]), pause=True, db=db_target) as host:
         crash_run(host)
         paused = host.continue_conversation("s1", 3, TOOLS)
         assert paused.pending is not None
@@ -140,8 +140,8 @@ def test_resolve_works_on_a_session_a_run_died_on_before_anyone_paused_it() -> N
     assert len(LEDGER) == 1
 
 
-def test_an_idempotent_call_runs_again_with_its_key_even_in_pause_mode() -> None:
-    with boot(Planner([[CHARGE]]), pause=True) as host:
+def test_an_idempotent_call_runs_again_with_its_key_even_in_pause_mode(db_target: str) -> None:
+    with boot(Planner([[CHARGE]]), pause=True, db=db_target) as host:
         crash_run(host)
         done = host.continue_conversation("s1", 3, TOOLS)
         assert pending_intents(host) == []
@@ -226,11 +226,11 @@ def _published(title: str) -> str:
     return f"published {title}"
 
 
-def test_an_approval_is_used_up_when_its_call_starts() -> None:
+def test_an_approval_is_used_up_when_its_call_starts(db_target: str) -> None:
     """A read tool that needs approval: approved, it starts, the process dies; answering the
     stale question again does not run it a second time: it is in doubt."""
     publish = {"name": "publish", "parameters": {"title": "hello"}}
-    with boot(Planner([[publish]]), pause=True) as host:
+    with boot(Planner([[publish]]), pause=True, db=db_target) as host:
         first = host.run_conversation(USER, [APPROVED_READ], "scripted", "m",
                                       payload={"transcript_session_id": "s1"})
         assert first.pending is not None
