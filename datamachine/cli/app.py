@@ -145,6 +145,7 @@ def _register_builtin_commands() -> None:
     cli.add_command(chat_cmd.chat)
     cli.add_command(continue_cmd.continue_)
     cli.add_command(resume_cmd.resume)
+    cli.add_command(resume_cmd.resolve)
     cli.add_command(spend_cmd.spend)
     cli.add_command(settings_cmd.settings)
     cli.add_command(tools_cmd.tools)

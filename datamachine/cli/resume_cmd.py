@@ -1,7 +1,10 @@
-"""``datamachine resume SESSION --approve|--decline``: answer a paused run (DESIGN.md 16)."""
+"""A person's answer from the command line: ``datamachine resume SESSION --approve|--decline``
+answers a paused run (DESIGN.md 16); ``datamachine resolve SESSION CALL RESULT`` says what a
+call in doubt did (DESIGN.md 24)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,7 @@ from datamachine.cli.output import print_run_summary
 from datamachine.cli.provider_notice import read_script
 from datamachine.cli.run_cmd import parse_max_turns
 
-__all__ = ["resume"]
+__all__ = ["resolve", "resume"]
 
 
 @click.command()
@@ -41,3 +44,39 @@ def resume(state: State, session: str, approve: bool, extend_by: int | None,
     else:
         print_run_summary("Resumed", result, host)
     raise SystemExit(exit_code_for(result.status, result.budget))
+
+
+@click.command()
+@click.argument("session")
+@click.argument("call_id")
+@click.argument("result")
+@click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="JSON or YAML script for the scripted provider's run that goes on.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON.")
+@click.pass_obj
+@handle_errors
+def resolve(state: State, session: str, call_id: str, result: str, script: Path | None,
+            as_json: bool) -> None:
+    """Say what the in-doubt call CALL_ID of SESSION did (RESULT: what the tool would have
+    returned; a JSON object or list is read as JSON, anything else is text), settle it without
+    running it again, and go on like resume."""
+    host = state.host
+    session_id = host.transcripts.resolve(session)
+    payload: dict[str, Any] = {"script": read_script(script)} if script is not None else {}
+    answered = host.resolve(session_id, call_id, _result_value(result), payload=payload)
+    if as_json:
+        click.echo(pretty_json(answered.model_dump(mode="json")))
+    else:
+        print_run_summary("Resolved", answered, host)
+    raise SystemExit(exit_code_for(answered.status, answered.budget))
+
+
+def _result_value(text: str) -> Any:
+    """RESULT as the tool would have returned it: JSON for an object or a list, else text."""
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise click.BadParameter(f"RESULT looks like JSON but is not: {exc}.",
+                                     param_hint="RESULT") from None
+    return text

@@ -7,14 +7,16 @@ are real runs of the real loop, stored by the real stores:
 - "research": searches forever, under budget pressure, until its turn budget stops it;
 - "delete": calls ``delete_file``, which needs approval: with ``confirmation="pause"`` the run
   pauses, and the viewer's Approve button resumes it;
-- "hostile": answers with HTML and script, which the viewer must show as text.
+- "hostile": answers with HTML and script, which the viewer must show as text;
+- "doubt" (made by :func:`doubt_run` for the tests that need it): mails Ada, and the process
+  dies right after the mail went out; the run that goes on pauses with the call in doubt.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from datamachine import ProviderRequest, Tool, hookimpl, tool
 from datamachine.host import Host
 from datamachine.server.app import create_app
 from tests.a2a.live import LiveServer
+from tests.exactly_once.crash_tools import CRASH, LEDGER, Crash, send
 
 HOSTILE = ('<script>window.pwned = 1</script><img src="x" onerror="window.pwned = 2">'
            '<b>bold?</b>')
@@ -70,7 +73,7 @@ class ViewerModel:
 
     @hookimpl
     def register_tools(self) -> list[Any]:
-        return [lookup_weather, search_web, DELETE_FILE]
+        return [lookup_weather, search_web, DELETE_FILE, send]
 
     @hookimpl
     def text_result(self, request: ProviderRequest) -> Any:
@@ -101,6 +104,11 @@ class ViewerModel:
         if prompt.startswith("Wipe"):  # a tool of the program's own, not the site's
             return {"content": "", "tool_calls": [
                 {"id": "w1", "name": "wipe_disk", "parameters": {}}]}
+        if prompt.startswith("Mail"):
+            if last["role"] == "tool":
+                return {"content": f"Done: {last['content']}"}
+            return {"content": "", "tool_calls": [
+                {"id": "m1", "name": "send", "parameters": {"to": "ada"}}]}
         if prompt.startswith("Delete"):
             if last["role"] == "tool":
                 return {"content": f"Done: {last['content']}"}
@@ -187,12 +195,32 @@ def make_runs(host: Host) -> dict[str, str]:
     }
 
 
+def doubt_run(host: Host) -> str:
+    """A run that died right after its mail went out, then went on with
+    ``confirmation="pause"``: it waits with the call in doubt. Its session id."""
+    CRASH["after_effect"] = True
+    with suppress(Crash):
+        host.run_conversation([{"role": "user", "content": "Mail Ada the report."}], [send],
+                              "scripted", "stand-in", mode="chat",
+                              payload={"transcript_session_id": "doubt-run"})
+    assert not CRASH["after_effect"], "the run did not reach its mail"
+    host.settings.set("confirmation", "pause")
+    try:
+        paused = host.continue_conversation("doubt-run", 3, [send])
+    finally:
+        host.settings.delete("confirmation")
+    assert paused.pending is not None
+    assert paused.pending["kind"] == "tool_in_doubt"
+    return "doubt-run"
+
+
 @contextmanager
 def viewer_site(tmp_path: Path, *, ui_open: bool = False,
                 db: str | None = None) -> Iterator[ViewerSite]:
     """Boot, fill and serve a site (on ``db``, else a new SQLite file); stop and close it at
     the end."""
     DELETED.clear()
+    LEDGER.clear()
     host = bootstrap.boot(db_path=db or tmp_path / "viewer.db", plugins=[ViewerModel()],
                           load_entrypoints=False)
     try:

@@ -16,7 +16,8 @@ from typing import Any
 
 from PIL import Image
 
-from tests.viewer.site import DELETED, ViewerSite, http_run
+from tests.exactly_once.crash_tools import LEDGER
+from tests.viewer.site import DELETED, ViewerSite, doubt_run, http_run
 
 WIDE = {"width": 1280, "height": 860}
 PHONE = {"width": 390, "height": 844}
@@ -90,6 +91,29 @@ def test_approve_resumes_a_paused_run(browser: Any, site: ViewerSite, shots: Pat
     assert page.locator(".badge").first.inner_text() == "completed"
     assert "Done: deleted /tmp/old.log" in page.locator(".verdict").inner_text()
     assert DELETED == ["/tmp/old.log"]
+    page.close()
+
+
+def test_a_call_in_doubt_is_recorded_from_the_viewer(browser: Any, site: ViewerSite,
+                                                     shots: Path) -> None:
+    session = doubt_run(site.host)
+    page = browser.new_page(viewport=WIDE)
+    _log_in(page, site)
+    page.goto(f"{site.url}/ui/run?id={session}")
+    card = page.locator(".pending")
+    assert "may or may not have happened" in card.inner_text()
+    assert card.locator("button").all_inner_texts() == [
+        "It did not happen: run it again", "It did not happen: do not run it",
+        "Record it and go on"]
+    page.screenshot(path=shots / "viewer-in-doubt.png", full_page=True)
+    page.fill("form.resolve input[name=result]", "sent at 10:02, seen in the outbox")
+    page.click("button.resolve")
+    page.wait_for_url(f"{site.url}/ui/run?id={session}&answered=resolved")
+    assert page.locator(".notice").inner_text() == (
+        "Recorded: the call is settled and the run went on.")
+    assert page.locator(".pending").count() == 0
+    assert "Done: sent at 10:02, seen in the outbox" in page.locator(".verdict").inner_text()
+    assert len(LEDGER) == 1  # the mail went out once, before the crash
     page.close()
 
 

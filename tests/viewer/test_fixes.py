@@ -11,7 +11,8 @@ import pytest
 
 from datamachine.server.ui import present
 from tests.a2a.test_cli import _serve, invoke
-from tests.viewer.site import DELETED, ViewerSite, csrf_of, logged_in
+from tests.exactly_once.crash_tools import LEDGER
+from tests.viewer.site import DELETED, ViewerSite, csrf_of, doubt_run, logged_in
 
 
 def test_a_served_viewer_logs_logins_and_answers(tmp_path: Path) -> None:
@@ -216,3 +217,24 @@ def test_viewer_origin_is_compared_as_browsers_send_origins(site: ViewerSite) ->
                          headers={"Origin": "https://runs.example.com"})
     assert answer.status_code == 303
     assert "secure" in answer.headers["set-cookie"].lower()
+
+
+def test_run_it_again_answers_a_call_in_doubt_and_a_late_record_is_refused(
+        site: ViewerSite) -> None:
+    session = doubt_run(site.host)
+    client = logged_in(site)
+    page = client.get(f"/ui/run?id={session}").text
+    pause = re.search(r'name="pause" value="([^"]+)"', page)
+    call = re.search(r'name="call" value="([^"]+)"', page)
+    assert pause is not None
+    assert call is not None
+    answer = client.post("/ui/resume", data={"id": session, "answer": "approve",
+                                             "pause": pause.group(1), "csrf": csrf_of(page)})
+    assert answer.status_code == 303
+    assert len(LEDGER) == 2  # a person said run it again
+    assert site.host.transcripts.summary(session).status == "completed"
+    late = client.post("/ui/resolve", data={"id": session, "call": call.group(1),
+                                            "result": "sent", "csrf": csrf_of(page)})
+    assert late.status_code == 409
+    assert "not in doubt any more" in late.text
+    assert len(LEDGER) == 2

@@ -26,6 +26,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from datamachine.errors import (
+    CallNotInDoubt,
     ChatSessionNotFound,
     DataMachineError,
     SessionNotPaused,
@@ -105,6 +106,7 @@ class RunViewer:
             # The id goes in the query, never the path: an id may hold "/" or be "..".
             Route("/run", self.run_page, methods=["GET"]),
             Route("/resume", self.resume, methods=["POST"]),
+            Route("/resolve", self.resolve, methods=["POST"]),
             Route("/viewer.css", self.css, methods=["GET"]),
             Route("/favicon.ico", self.no_icon, methods=["GET"]),
         ]
@@ -365,7 +367,8 @@ class RunViewer:
         async def action(session: Session) -> Response:
             context = await anyio.to_thread.run_sync(self._run_context, session_id)
             notice = {"approved": "Approved: the run went on.",
-                      "declined": "Declined: the run was told no."}.get(
+                      "declined": "Declined: the run was told no.",
+                      "resolved": "Recorded: the call is settled and the run went on."}.get(
                 request.query_params.get("answered", ""))
             return self._page(request, session, "run.html", notice=notice, **context)
         return await self._guard(request, action)
@@ -383,6 +386,39 @@ class RunViewer:
             except _Refused as refused:
                 raise _Refused(refused.status, refused.message,
                                "/ui/run?" + urlencode({"id": session_id})) from None
+        return await self._guard(request, action)
+
+    async def resolve(self, request: Request) -> Response:
+        """Say what a call in doubt did (``host.resolve``), then show the run again."""
+        async def action(session: Session) -> Response:
+            form = await self._form(request, session)
+            session_id, call_id = form.get("id", ""), form.get("call", "")
+            result = (form.get("result") or "").strip()
+            back = "/ui/run?" + urlencode({"id": session_id})
+            if not session_id or not call_id:
+                raise _Refused(400, "The form names no run (id) or no call (call).")
+            if not result:
+                raise _Refused(400, "Say what the call did (result).", back)
+            who = session.token_name or "the open viewer"
+            try:
+                answered = await anyio.to_thread.run_sync(
+                    lambda: self.host.resolve(session_id, call_id, result))
+            except CallNotInDoubt:
+                raise _Refused(409, "That call is not in doubt any more (its result was "
+                                    "recorded already). Nothing was done: look at the run "
+                                    "again.", back) from None
+            except TranscriptNotFound:
+                raise _Refused(404, f"No run is stored under {session_id!r}.") from None
+            except DataMachineError as exc:
+                raise _Refused(409, f"The call could not be recorded: {exc}", back) from None
+            if answered.status == "transcript_lock_contention":
+                raise _Refused(409, "Someone else is answering or running this session "
+                                    "right now; nothing was done. Reload the run in a "
+                                    "moment.", back)
+            logger.info("datamachine: run viewer: %s recorded what call %r of %r did; the "
+                        "run ended %s", who, call_id, session_id, answered.status)
+            return self._redirect(request, session, "/ui/run?" + urlencode(
+                {"id": session_id, "answered": "resolved"}))
         return await self._guard(request, action)
 
     async def _answer(self, request: Request, session: Session, session_id: str,

@@ -178,7 +178,7 @@ def pending_view(pending: object) -> dict[str, Any] | None:
     tool_call = None
     if isinstance(call, dict):
         parameters = call.get("parameters")
-        tool_call = {"name": str(call.get("name", "?")),
+        tool_call = {"name": str(call.get("name", "?")), "id": str(call.get("id") or ""),
                      "parameters": _pretty(parameters if parameters is not None else {})}
     pause_id = pending.get("pause_id")
     return {"kind": str(pending.get("kind") or ""), "budget": pending.get("budget"),
