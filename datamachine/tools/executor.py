@@ -163,20 +163,24 @@ class ToolExecutor:
         return self.execute(name, call_id, tool_call.get("parameters"), messages, context)
 
     def execute(self, name: str, call_id: str, raw: Any, messages: Sequence[Message] | None,
-                context: Mapping[str, Any]) -> ToolResult | Pause | Awaitable[ToolResult]:
+                context: Mapping[str, Any], *, again: tuple[Intent, Tool] | None = None,
+                approval: str | None = None) -> ToolResult | Pause | Awaitable[ToolResult]:
         """Run one call (tool ``name``, its id and ``raw`` parameters as the model sent them):
         known tool → decodable arguments → duplicate check → runtime rules → argument check
-        against the schema → the tool. ``messages``: the run's live transcript, which holds
-        the call's envelope (without one the executor keeps its own record of calls);
-        ``context``: the turn's (its budgets, turn and session)."""
+        against the schema → its intent stored (an effectful or approved call) → the tool.
+        ``messages``: the run's live transcript, which holds the call's envelope (without one
+        the executor keeps its own record of calls); ``context``: the turn's (its budgets, turn
+        and session). ``again``: the intent of a call a run that died left unsettled and its
+        tool, run once more with its key (``approval``: what let it run again); see
+        :mod:`datamachine.tools.in_doubt`."""
         tracked = messages is not None
         if messages is not None:
             self.index.sync(messages)
-        if self.in_doubt is not None and call_id in self.in_doubt.intents:
-            return self._unsettled(self.in_doubt, call_id, tracked, context)
+        if again is None and self.in_doubt is not None and call_id in self.in_doubt.intents:
+            return self._unsettled(self.in_doubt, call_id, messages, context)
         params = raw if type(raw) is dict else coerce_parameters(raw)
 
-        tool = self.tools.get(name)
+        tool = self.tools.get(name) if again is None else again[1]
         if tool is None:
             available = sorted(self.tools)
             listing = ", ".join(available) if available else "none (this run has no tools)"
@@ -188,28 +192,19 @@ class ToolExecutor:
             # Arguments the provider could not decode: the model reads why and may retry.
             return self._done(tracked, call_id, failed_result(
                 name, None, arguments_problem(name, raw), INVALID_ARGUMENTS))
-        key = self.index.open_key(call_id) if tracked else None
-        if key is None:
-            key = canonical_json(params)
+        # The call's spelling: the envelope's (tracked), else worked out here.
+        key = (self.index.open_key(call_id) if tracked else None) or canonical_json(params)
         if not tracked:
             self.index.record_call(call_id, name, params)
 
-        rejection = self._refusal(tool, key, params, call_id, context)
-        if rejection is not None:
-            if isinstance(rejection, str):  # approved by a person: runs, its intent says so
-                return self._run(tool, params, call_id, tracked, context, approval=rejection)
-            if isinstance(rejection, Pause):
-                return rejection  # nothing ran: the call waits for a person
-            return self._done(tracked, call_id, rejection)
-        return self._run(tool, params, call_id, tracked, context)
+        # A call run again was checked when it was first made.
+        rejection = self._refusal(tool, key, params, call_id, context) if again is None else None
+        if isinstance(rejection, str):
+            approval = rejection  # a person approved it: its intent says so
+        elif rejection is not None:  # nothing ran: a refusal, or a Pause (it waits)
+            return rejection if isinstance(rejection, Pause) else self._done(
+                tracked, call_id, rejection)
 
-    def _run(self, tool: Tool, params: dict[str, Any], call_id: str, tracked: bool,
-             context: Mapping[str, Any], *, approval: str | None = None,
-             intent_key: str | None = None
-             ) -> ToolResult | Awaitable[ToolResult]:
-        """Check the arguments and run the tool (its intent stored first when it has effects
-        or was approved). ``intent_key``: the key an unsettled call's intent stored."""
-        name = tool.name
         compiled = self._compiled.get(name)
         if compiled is None or compiled[0] is not tool:
             compiled = self._compiled[name] = (tool, tool.validator, tool.wants_context,
@@ -219,15 +214,17 @@ class ToolExecutor:
         except ParameterError as exc:
             return self._done(tracked, call_id, failed_result(
                 name, params, exc.message, exc.error_type, **exc.extra))
-        key = intent_key
+        intent_key = None
         if approval is not None or compiled[3] != "read":
-            key = key or self._key(name, call_id, context)
+            intent_key = (again[0].idempotency_key if again is not None
+                          else self._key(name, call_id, context))
             unstored = self._store_intent(Intent(
-                call_id, name, params, key, compiled[3], _turn(context), approval), context)
+                call_id, name, params, intent_key, compiled[3], _turn(context), approval),
+                context)
             if unstored is not None:
                 return self._done(tracked, call_id, unstored)
         if compiled[2]:
-            arguments["context"] = self._context(tool, call_id, context, key)
+            arguments["context"] = self._context(tool, call_id, context, intent_key)
 
         try:
             value = tool.function(**arguments)
@@ -262,10 +259,11 @@ class ToolExecutor:
                 "only runs once its intent is stored.", "intent_not_stored")
         return None
 
-    def _unsettled(self, plan: InDoubt, call_id: str, tracked: bool,
+    def _unsettled(self, plan: InDoubt, call_id: str, messages: Sequence[Message] | None,
                    context: Mapping[str, Any]) -> ToolResult | Pause | Awaitable[ToolResult]:
         """An unsettled call of a run that died (see :mod:`datamachine.tools.in_doubt`)."""
         intent = plan.intents.pop(call_id)
+        tracked = messages is not None
         params = dict(intent.arguments)
         tool = self.tools.get(intent.tool_name) or plan.tools.get(intent.tool_name)
         if call_id in plan.resolved:  # a person said what happened
@@ -276,9 +274,9 @@ class ToolExecutor:
             return self._done(tracked, call_id, not_done(intent))
         if call_id == self.approved_call:
             self.approved_call = None
-            return self._again(tool, intent, tracked, context, self.approval_id or "asked")
+            return self._again(tool, intent, messages, context, self.approval_id or "asked")
         if not intent.in_doubt:
-            return self._again(tool, intent, tracked, context, None)
+            return self._again(tool, intent, messages, context, None)
         call = plan.call(call_id) if call_id in plan.intents else {
             "id": intent.call_id, "name": intent.tool_name, "parameters": params}
         if self.host is not None:
@@ -300,20 +298,20 @@ class ToolExecutor:
                 "tool_call": call, "effects": intent.effects,
                 "idempotency_key": intent.idempotency_key})
         if answer is True:
-            return self._again(tool, intent, tracked, context, "asked")
+            return self._again(tool, intent, messages, context, "asked")
         if answer is False:
             return self._done(tracked, call_id, not_done(intent))
         return self._done(tracked, call_id, in_doubt_failure(intent))
 
-    def _again(self, tool: Tool | None, intent: Intent, tracked: bool,
+    def _again(self, tool: Tool | None, intent: Intent, messages: Sequence[Message] | None,
                context: Mapping[str, Any], approval: str | None
-               ) -> ToolResult | Awaitable[ToolResult]:
+               ) -> ToolResult | Pause | Awaitable[ToolResult]:
         """Run an unsettled call once more, with the key its intent stored."""
         if tool is None:
-            return self._done(tracked, intent.call_id, in_doubt_failure(
+            return self._done(messages is not None, intent.call_id, in_doubt_failure(
                 intent, f"this run has no tool '{intent.tool_name}' to run it with"))
-        return self._run(tool, dict(intent.arguments), intent.call_id, tracked, context,
-                         approval=approval, intent_key=intent.idempotency_key)
+        return self.execute(intent.tool_name, intent.call_id, dict(intent.arguments),
+                            messages, context, again=(intent, tool), approval=approval)
 
     def _refusal(self, tool: Tool, key: str, params: dict[str, Any], call_id: str,
                  context: Mapping[str, Any]) -> ToolResult | Pause | str | None:

@@ -524,3 +524,34 @@ def test_a_mode_no_plugin_declared_is_refused_before_anything_runs(site: Site) -
     assert "'nope' is not a known mode" in body["message"]
     assert site.model.requests == []
     assert site.host.transcripts.list() == []
+
+
+def test_a_chat_message_to_a_session_a_run_died_on_settles_the_call_in_doubt_first(
+        site: Site) -> None:
+    """DESIGN.md 24 over /chat: the session's last run stored a write call's intent and died
+    before its result; the next message pauses in doubt before the model is asked."""
+    from datamachine.storage.tool_intents import Intent
+
+    session_id = post(site, {"message": "one"}).json()["transcript_session_id"]
+    store = site.host.transcripts
+    token = store.acquire(session_id, 60)
+    assert token is not None
+    writer = store.open_writer(session_id, token, 60)
+    writer.record_intent(Intent("c9", "send", {"to": "ada"}, "dm-k9", "write", 2))
+    writer.release()  # the run died here; its lock would have run out
+    asked = len(site.model.requests)
+    paused = post(site, {"message": "two", "session_id": session_id, "confirmation": "pause"})
+    assert paused.status_code == 200, paused.text
+    body = paused.json()
+    assert body["status"] == "awaiting_confirmation"
+    assert body["pending"]["kind"] == "tool_in_doubt"
+    assert body["pending"]["tool_call"] == {"id": "c9", "name": "send",
+                                            "parameters": {"to": "ada"}}
+    assert len(site.model.requests) == asked  # the model is not asked while it is in doubt
+    assert_error(post(site, {"message": "three", "session_id": session_id}), 409,
+                 "session_awaiting_confirmation")
+    declined = post(site, {"session_id": session_id, "resume": {"approve": False}})
+    assert declined.status_code == 200, declined.text
+    told = [m["payload"] for m in declined.json()["messages"] if m["type"] == "tool_result"]
+    assert told[-1]["error_type"] == "tool_not_done"
+    assert store.unsettled_intents(session_id) == []

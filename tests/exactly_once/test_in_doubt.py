@@ -4,13 +4,14 @@ the real kills are in test_kill_points.py) and every path that goes on is checke
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import bootstrap
-from datamachine import CallNotInDoubt, SessionAwaitingConfirmation, Tool, hookimpl
+from datamachine import CallNotInDoubt, SessionAwaitingConfirmation, Tool, ToolContext, hookimpl
 from datamachine.host import Host
 from tests.exactly_once.crash_tools import CRASH, LEDGER, TOOLS, Crash, Planner
 
@@ -294,3 +295,30 @@ def test_a_call_whose_intent_cannot_be_stored_does_not_run(
                                        payload={"transcript_session_id": "s1"})
     assert LEDGER == []
     assert results(result)[0]["error_type"] == "intent_not_stored"
+
+
+async def _post(to: str, context: ToolContext) -> str:
+    LEDGER.append({"tool": "post", "value": to, "key": context.idempotency_key})
+    if CRASH["after_effect"]:
+        CRASH["after_effect"] = False
+        raise Crash("died after post")
+    return f"posted to {to}"
+
+
+POST = Tool(name="post", description="Post a message.", function=_post,
+            runtime={"effects": "write"})
+
+
+def test_an_async_write_tool_is_in_doubt_and_runs_again_when_approved() -> None:
+    plan = [[{"name": "post", "parameters": {"to": "ada"}}]]
+    with boot(Planner(plan), pause=True) as host:
+        CRASH["after_effect"] = True
+        with pytest.raises(Crash):
+            asyncio.run(host.arun_conversation(USER, [POST], "scripted", "m",
+                                               payload={"transcript_session_id": "s1"}))
+        paused = asyncio.run(host.acontinue_conversation("s1", 3, [POST]))
+        assert paused.pending is not None
+        assert paused.pending["kind"] == "tool_in_doubt"
+        done = asyncio.run(host.aresume("s1", True, tools=[POST]))
+    assert done.final_content == "final: posted to ada"
+    assert [line["key"] for line in LEDGER] == [LEDGER[0]["key"]] * 2
