@@ -619,7 +619,7 @@ class ConversationRun:
             approved_call=resumption.approved_call if resumption is not None else None,
             declined_call=resumption.declined_call if resumption is not None else None,
             approval_id=resumption.approval_id if resumption is not None else None,
-            turn_base=self.cumulative_base, in_doubt=self.in_doubt)
+            in_doubt=self.in_doubt)
 
     def _transcript(self) -> tuple[Any, Any, str | None]:
         """(persister, lock, session id): the payload's, else the host's store."""
@@ -686,7 +686,7 @@ class ConversationRun:
             request={"provider": spec.provider, "model": spec.model, "mode": spec.mode,
                      "token_name": runtime.token_name},
             pending_calls=(resumption.pending_calls if resumption is not None
-                           else waiting_calls(list(self.in_doubt.intents.values()))
+                           else waiting_calls(self.in_doubt.intents)
                            if self.in_doubt is not None else ()),
             stop_on_budget=resumption.declined_budget if resumption is not None else None)
 

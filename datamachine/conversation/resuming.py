@@ -201,15 +201,9 @@ def resume_steps(services: Services, session_id: str, approve: bool,
         run_payload = {**(kept.payload if kept is not None else {}), "confirmation": "pause",
                        **(payload or {}), "transcript_session_id": session_id}
         in_doubt = unsettled_plan(services, writer)
-        if in_doubt is not None and _answered_already(pending, in_doubt):
-            # The answer's run died after the answer was used: that answer is spent, and
-            # what it started is in doubt (asked anew, below).
-            resumption: Resumption | None = Resumption(
-                budgets=record.budgets, pending_calls=waiting_calls(
-                    list(in_doubt.intents.values()),
-                    tuple(dict(call) for call in pending.get("tool_calls") or ())))
-        else:
-            resumption = _answer(writer, record, pending, gate, approve, extend_by)
+        resumption = _answer(writer, record, pending, gate, approve, extend_by,
+                             in_doubt if in_doubt is not None
+                             and _answered_already(pending, in_doubt) else None)
         if resumption is None:  # declined at a chat limit: the session is aborted
             assert gate is not None
             return _declined_limit(services, writer, record, pending, gate, run_payload)
@@ -257,8 +251,8 @@ def resolve_steps(services: Services, session_id: str, call_id: str, result: Any
                                on_turn=gate.write if gate is not None else None)
     try:
         in_doubt = unsettled_plan(services, writer)
-        if in_doubt is None or call_id not in in_doubt.intents:
-            found = sorted(in_doubt.intents) if in_doubt is not None else []
+        if in_doubt is None or not in_doubt.waits(call_id):
+            found = in_doubt.call_ids() if in_doubt is not None else []
             raise CallNotInDoubt(
                 f"Call {call_id!r} of session {session_id!r} is not in doubt: its result is "
                 "stored, or it never stored an intent. "
@@ -273,11 +267,14 @@ def resolve_steps(services: Services, session_id: str, call_id: str, result: Any
                    if pending is not None else normalize_tools(tools))
         run_payload = {**(kept.payload if kept is not None else {}), "confirmation": "pause",
                        **(payload or {}), "transcript_session_id": session_id}
-        resumption = None
-        if pending is not None:  # the paused run's counts go on, its waiting calls with it
-            resumption = Resumption(budgets=record.budgets, pending_calls=waiting_calls(
-                list(in_doubt.intents.values()),
-                tuple(dict(call) for call in pending.get("tool_calls") or ())))
+        # The resolved call first: another call that pauses again must not leave the
+        # answer unused.
+        first = [intent for intent in in_doubt.intents if intent.call_id == call_id][:1]
+        calls = waiting_calls([*first, *(i for i in in_doubt.intents if i not in first)],
+                              tuple(dict(call) for call in (pending or {}).get("tool_calls")
+                                    or ()))
+        resumption = Resumption(budgets=record.budgets if pending is not None else {},
+                                pending_calls=calls)
         run = ConversationRun.create(
             services, record.messages, offered,
             record.provider or services.default_provider(None), record.model or "",
@@ -345,11 +342,17 @@ def _tools(services: Services, pending: Mapping[str, Any], given: Any,
 
 
 def _answer(writer: TranscriptWriter, record: Transcript, pending: Mapping[str, Any],
-            gate: ChatTurnGate | None, approve: bool,
-            extend_by: int | None) -> Resumption | None:
-    """Apply the answer; how the run resumes, or None for a chat limit declined."""
+            gate: ChatTurnGate | None, approve: bool, extend_by: int | None,
+            spent: InDoubt | None = None) -> Resumption | None:
+    """Apply the answer; how the run resumes, or None for a chat limit declined.
+
+    ``spent``: the calls a run this question's earlier answer started left in doubt when it
+    died (see :func:`_answered_already`): they come first, and an answer about a call does
+    not apply to them (they are asked anew); a budget's or a limit's answer still does."""
     budgets = record.budgets
     waiting = tuple(dict(call) for call in pending.get("tool_calls") or ())
+    if spent is not None:
+        waiting = waiting_calls(spent.intents, waiting)
     kind = pending.get("kind")
     if kind == "chat_turn_limit" and gate is not None:
         writer.write("answer a chat session's turn limit",
@@ -358,6 +361,8 @@ def _answer(writer: TranscriptWriter, record: Transcript, pending: Mapping[str, 
         gate.answered(approve)
         if not approve:
             return None
+        return Resumption(budgets=budgets, pending_calls=waiting)
+    if kind in ("tool_approval", "tool_in_doubt") and spent is not None:
         return Resumption(budgets=budgets, pending_calls=waiting)
     if kind in ("tool_approval", "tool_in_doubt"):
         call = pending.get("tool_call") or {}
@@ -380,7 +385,7 @@ def _answered_already(pending: Mapping[str, Any], in_doubt: InDoubt) -> bool:
     if pending.get("kind") != "tool_in_doubt":
         return True
     pause_id = pending.get("pause_id")
-    return any(intent.approval == pause_id for intent in in_doubt.intents.values())
+    return any(intent.approval == pause_id for intent in in_doubt.intents)
 
 
 def _declined_limit(services: Services, writer: TranscriptWriter, record: Transcript,

@@ -132,7 +132,7 @@ def unsettled_plan(services: Services, writer: TranscriptWriter) -> InDoubt | No
     if not found:
         return None
     registered = services.tools.tools()
-    return InDoubt({intent.call_id: intent for intent in found},
+    return InDoubt(found,
                    {intent.tool_name: registered[intent.tool_name] for intent in found
                     if intent.tool_name in registered})
 

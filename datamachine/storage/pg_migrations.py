@@ -202,6 +202,7 @@ PG_MIGRATIONS: dict[str, tuple[str, ...]] = {
         f"""CREATE TABLE tool_intents (
             session_id {_ID} NOT NULL REFERENCES transcripts (id) ON DELETE CASCADE,
             idempotency_key text NOT NULL,
+            seq bigint NOT NULL,
             call_id text NOT NULL,
             turn bigint NOT NULL,
             tool_name text NOT NULL,

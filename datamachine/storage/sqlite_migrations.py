@@ -345,7 +345,8 @@ def m013_tool_intents(db: Database) -> None:
     """``tool_intents`` (DESIGN.md 24): what a run was about to do before each call of an
     ``idempotent`` or ``write`` tool (or an approved call), stored before the call runs and
     settled in the commit that stores its result: the session, the call's idempotency key
-    (one row per call, however often it runs), its id, turn and tool, its canonical
+    (one row per call, however often it runs), ``seq`` (the order the session's intents were
+    first stored in), its id, turn and tool, its canonical
     ``arguments``, the tool's ``effects``, the ``approval`` that let it run (a pause id,
     ``asked``, or NULL), ``state`` (``pending`` or ``settled``) and when each happened. A
     ``pending`` row that a run finds when it goes on is a call whose outcome is unknown."""
@@ -354,6 +355,7 @@ def m013_tool_intents(db: Database) -> None:
         CREATE TABLE tool_intents (
             session_id TEXT NOT NULL REFERENCES transcripts (id) ON DELETE CASCADE,
             idempotency_key TEXT NOT NULL,
+            seq INTEGER NOT NULL,
             call_id TEXT NOT NULL,
             turn INTEGER NOT NULL,
             tool_name TEXT NOT NULL,

@@ -16,13 +16,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents_api.jsontext import compact_json
 from datamachine.storage._tx import Conn, query, write_later, write_many_later
 
 __all__ = ["PENDING", "SETTLED", "Intent", "settle", "store", "unsettled"]
 
 PENDING = "pending"
 SETTLED = "settled"
+# The error_type of a call the run's time limit cut off (agents_api's loop writes it).
+CUT_OFF = "deadline_exceeded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,15 +59,28 @@ class Intent:
 
 def store(conn: Conn, session_id: str, intent: Intent, now: float) -> None:
     """Store ``intent`` as pending (again, for a call run once more: same key, same row)."""
+    # ``seq`` numbers the session's intents in the order they were first stored: a run that
+    # goes on meets its unsettled calls in the order they ran, whatever the clock said.
     write_later(
         conn,
-        "INSERT INTO tool_intents (session_id, idempotency_key, call_id, turn, tool_name, "
+        "INSERT INTO tool_intents (session_id, idempotency_key, seq, call_id, turn, tool_name, "
         "arguments, effects, approval, state, created_at, settled_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL) "
-        "ON CONFLICT (session_id, idempotency_key) DO UPDATE SET state = excluded.state, "
-        "approval = excluded.approval, created_at = excluded.created_at, settled_at = NULL",
-        [session_id, intent.idempotency_key, intent.call_id, intent.turn, intent.tool_name,
-         compact_json(intent.arguments), intent.effects, intent.approval, PENDING, now])
+        "VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM tool_intents WHERE "
+        "session_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, NULL) "
+        "ON CONFLICT (session_id, idempotency_key) DO UPDATE SET call_id = excluded.call_id, "
+        "turn = excluded.turn, tool_name = excluded.tool_name, "
+        "arguments = excluded.arguments, effects = excluded.effects, "
+        "approval = excluded.approval, state = excluded.state, "
+        "created_at = excluded.created_at, settled_at = NULL",
+        [session_id, intent.idempotency_key, session_id, intent.call_id, intent.turn,
+         intent.tool_name, canonical(intent.arguments), intent.effects, intent.approval,
+         PENDING, now])
+
+
+def canonical(arguments: dict[str, Any]) -> str:
+    """The arguments as canonical JSON (keys sorted, no spaces): one call, one spelling."""
+    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=str)
 
 
 def settle(conn: Conn, session_id: str, keys: Sequence[str], now: float) -> None:
@@ -83,24 +97,29 @@ def unsettled(conn: Conn, session_id: str) -> list[Intent]:
     """The session's pending intents, oldest first."""
     found = query(conn, "SELECT call_id, tool_name, arguments, idempotency_key, effects, turn, "
                         "approval FROM tool_intents WHERE session_id = ? AND state = ? "
-                        "ORDER BY created_at, idempotency_key", [session_id, PENDING])
+                        "ORDER BY seq", [session_id, PENDING])
     return [Intent(row["call_id"], row["tool_name"], _arguments(row["arguments"]),
                    row["idempotency_key"], row["effects"], int(row["turn"]), row["approval"])
             for row in found]
 
 
-def result_call_ids(messages: Iterable[Any]) -> list[str]:
-    """The call ids of the tool results among ``messages`` (Message objects or envelopes)."""
+def result_calls(messages: Iterable[Any]) -> list[tuple[str, bool]]:
+    """The tool results among ``messages`` (Message objects or envelopes), in order: each
+    one's call id, and whether the run's time limit cut the call off (it may still be
+    running, so its outcome is unknown)."""
     found = []
     for message in messages:
         if isinstance(message, dict):
             kind, metadata = message.get("type"), message.get("metadata")
+            payload = message.get("payload")
         else:
             kind, metadata = getattr(message, "type", None), getattr(message, "metadata", None)
+            payload = getattr(message, "payload", None)
         if kind == "tool_result" and isinstance(metadata, dict):
             call_id = metadata.get("tool_call_id")
             if isinstance(call_id, str) and call_id:
-                found.append(call_id)
+                cut_off = isinstance(payload, dict) and payload.get("error_type") == CUT_OFF
+                found.append((call_id, cut_off))
     return found
 
 

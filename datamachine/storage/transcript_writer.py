@@ -60,8 +60,10 @@ class TranscriptWriter:
         # persist() said of the lock it freed in its own commit.
         self._proven_at: float | None = None
         self._released: bool | None = None
-        # Call id -> idempotency key of this run's pending intents (settled with the result).
-        self._open: dict[str, str] = {}
+        # Call id -> the idempotency keys of this run's pending intents with that id, in the
+        # order their calls run (a provider may give one turn's calls one id): each result
+        # of that id settles the first.
+        self._open: dict[str, list[str]] = {}
 
     def history(self) -> list[dict[str, Any]]:
         """The session's stored messages (envelope dicts, in order); call it holding the lock,
@@ -111,7 +113,7 @@ class TranscriptWriter:
         that lost its lock stores nothing and gets LockLost, and must not run the call)."""
         self._write("store a tool call's intent",
                     lambda conn, now: intents.store(conn, self.session_id, intent, now))
-        self._open[intent.call_id] = intent.idempotency_key
+        self._queue(intent)
 
     def unsettled_intents(self) -> list[intents.Intent]:
         """The session's intents whose calls' outcomes were never stored (a run died between
@@ -120,13 +122,27 @@ class TranscriptWriter:
         with snapshot(self._db, self._lock, self._label) as conn:
             found = intents.unsettled(conn, self.session_id)
         for intent in found:
-            self._open[intent.call_id] = intent.idempotency_key
+            self._queue(intent)
         return found
 
+    def _queue(self, intent: intents.Intent) -> None:
+        keys = self._open.setdefault(intent.call_id, [])
+        if intent.idempotency_key not in keys:  # a call run again is queued once
+            keys.append(intent.idempotency_key)
+
     def _settle(self, conn: Conn, messages: Sequence[rows.MessageLike], now: float) -> None:
-        open_intents = self._open
-        keys = [open_intents.pop(call_id) for call_id in intents.result_call_ids(messages)
-                if call_id in open_intents]
+        """Settle the intents whose calls' results are among ``messages``; a call the run's
+        time limit cut off may still be running, so its intent stays pending (in doubt)."""
+        open_intents, keys = self._open, []
+        for call_id, cut_off in intents.result_calls(messages):
+            queued = open_intents.get(call_id)
+            if not queued:
+                continue
+            key = queued.pop(0)
+            if not queued:
+                del open_intents[call_id]
+            if not cut_off:
+                keys.append(key)
         intents.settle(conn, self.session_id, keys, now)
 
     def _stored_count(self, conn: Conn) -> int:

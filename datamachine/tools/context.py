@@ -21,11 +21,14 @@ __all__ = ["ToolContext", "idempotency_key"]
 BudgetFactory = Callable[[str], IterationBudget]
 
 
-def idempotency_key(session_id: str | None, turn: int, call_id: str, tool_name: str) -> str:
-    """The key of one call: the session, the turn (counted over the session's runs, so two
-    runs' first turns differ), the call id and the tool, hashed to a short ASCII string that
-    any service's idempotency header takes."""
-    seed = f"{session_id or ''}\x1f{turn}\x1f{call_id}\x1f{tool_name}"
+def idempotency_key(session_id: str | None, run_id: str, turn: int, call_id: str,
+                    tool_name: str) -> str:
+    """The key of one call: the session, the run (a random id each run draws: a run that
+    died is not counted, so the next one's turns and a provider's made-up call ids repeat
+    its own), the turn, the call id and the tool, hashed to a short ASCII string that any
+    service's idempotency header takes. A call run again after a crash is given the key its
+    intent stored, never a new one."""
+    seed = f"{session_id or ''}\x1f{run_id}\x1f{turn}\x1f{call_id}\x1f{tool_name}"
     return "dm-" + hashlib.blake2b(seed.encode(), digest_size=16).hexdigest()
 
 
@@ -41,7 +44,7 @@ class ToolContext:
     key to hand a service downstream so it does the work once however often it is asked.
     """
 
-    __slots__ = ("_budget_factory", "_budgets", "_key", "_turn_base", "engine_data", "host",
+    __slots__ = ("_budget_factory", "_budgets", "_key", "_run_id", "engine_data", "host",
                  "mode", "modes", "payload", "session_id", "tool_call_id", "tool_name", "turn")
 
     def __init__(
@@ -59,7 +62,7 @@ class ToolContext:
         session_id: str | None = None,
         host: Any = None,
         idempotency_key: str | None = None,
-        turn_base: int = 0,
+        run_id: str = "",
     ) -> None:
         # The executor hands one read-only view to every call; wrap anything else once here.
         self.payload: Mapping[str, Any] = (
@@ -78,7 +81,7 @@ class ToolContext:
         self._budgets = budgets
         self._budget_factory = budget_factory
         self._key = idempotency_key
-        self._turn_base = turn_base  # the session's turns before this run
+        self._run_id = run_id
 
     def budget(self, name: str) -> IterationBudget:
         """The run's budget ``name``; call ``increment()`` on it for each unit of work.
@@ -98,10 +101,10 @@ class ToolContext:
     def idempotency_key(self) -> str:
         """A non-empty key of this call, the same for every attempt of it (a run that goes on
         after a crash asks again with the key its intent stored) and different for another
-        call: derived from the session, the turn and the call id. Send it where the service
-        takes one (an ``Idempotency-Key`` header, a request id)."""
+        call: derived from the session, the run, the turn and the call id. Send it where the
+        service takes one (an ``Idempotency-Key`` header, a request id)."""
         if self._key is None:
-            self._key = idempotency_key(self.session_id, self._turn_base + self.turn,
+            self._key = idempotency_key(self.session_id, self._run_id, self.turn,
                                         self.tool_call_id, self.tool_name)
         return self._key
 

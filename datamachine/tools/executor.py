@@ -14,6 +14,7 @@ transcript grows), its rule state and its engine data.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -69,10 +70,11 @@ class ToolExecutor:
     asking ``confirm_continuation``. ``ceiling_overrides``: payload ``budget_ceilings``, for
     budgets tools create. ``approved_call`` / ``declined_call``: the call id a person answered
     (a resumed run); ``approval_id``: the id of the pause that answer was for (an approved
-    call's intent stores it: the approval is used up when the call starts). ``turn_base``: the
-    session's turns before this run (idempotency keys count turns over the session);
-    ``in_doubt``: the calls a run that died left unsettled, handled before anything else
-    (see :mod:`datamachine.tools.in_doubt`).
+    call's intent stores it: the approval is used up when the call starts). ``run_id``: what
+    tells this run's calls from another run's with the same turn and call id in their
+    idempotency keys (default: a random id, drawn when first needed); ``in_doubt``: the calls
+    a run that died left unsettled, handled before anything else (see
+    :mod:`datamachine.tools.in_doubt`).
 
     Before a call of an ``idempotent`` or ``write`` tool, or any approved call, runs, its
     intent is stored through the turn context's ``transcript`` (when the run stores one that
@@ -101,7 +103,7 @@ class ToolExecutor:
         approved_call: str | None = None,
         declined_call: str | None = None,
         approval_id: str | None = None,
-        turn_base: int = 0,
+        run_id: str | None = None,
         in_doubt: InDoubt | None = None,
     ) -> None:
         # A run's tools come checked already (RunSpec); anything else is checked here.
@@ -137,8 +139,8 @@ class ToolExecutor:
         self.approved_call = approved_call
         self.declined_call = declined_call
         self.approval_id = approval_id
-        self.turn_base = turn_base
-        self.in_doubt = in_doubt if in_doubt is not None and in_doubt.intents else None
+        self._run_id = run_id
+        self.in_doubt = in_doubt if in_doubt is not None and in_doubt.call_ids() else None
         self.ceiling_overrides: Mapping[str, int] = ceiling_overrides or {}
         # Per tool: (tool, validator, wants_context, effects), read once per run (each read
         # checks the tool's values against what they were worked out from); the identity
@@ -176,7 +178,7 @@ class ToolExecutor:
         tracked = messages is not None
         if messages is not None:
             self.index.sync(messages)
-        if again is None and self.in_doubt is not None and call_id in self.in_doubt.intents:
+        if again is None and self.in_doubt is not None and self.in_doubt.waits(call_id):
             return self._unsettled(self.in_doubt, call_id, messages, context)
         params = raw if type(raw) is dict else coerce_parameters(raw)
 
@@ -238,7 +240,14 @@ class ToolExecutor:
     def _key(self, name: str, call_id: str, context: Mapping[str, Any]) -> str:
         session_id = context.get("session_id")
         return idempotency_key(session_id if isinstance(session_id, str) else None,
-                               self.turn_base + _turn(context), call_id, name)
+                               self.run_id, _turn(context), call_id, name)
+
+    @property
+    def run_id(self) -> str:
+        """This run's part of its calls' idempotency keys (drawn once, when first needed)."""
+        if self._run_id is None:
+            self._run_id = uuid.uuid4().hex
+        return self._run_id
 
     @staticmethod
     def _store_intent(intent: Intent, context: Mapping[str, Any]) -> ToolResult | None:
@@ -262,7 +271,7 @@ class ToolExecutor:
     def _unsettled(self, plan: InDoubt, call_id: str, messages: Sequence[Message] | None,
                    context: Mapping[str, Any]) -> ToolResult | Pause | Awaitable[ToolResult]:
         """An unsettled call of a run that died (see :mod:`datamachine.tools.in_doubt`)."""
-        intent = plan.intents.pop(call_id)
+        intent = plan.take(call_id)
         tracked = messages is not None
         params = dict(intent.arguments)
         tool = self.tools.get(intent.tool_name) or plan.tools.get(intent.tool_name)
@@ -277,31 +286,40 @@ class ToolExecutor:
             return self._again(tool, intent, messages, context, self.approval_id or "asked")
         if not intent.in_doubt:
             return self._again(tool, intent, messages, context, None)
-        call = plan.call(call_id) if call_id in plan.intents else {
-            "id": intent.call_id, "name": intent.tool_name, "parameters": params}
-        if self.host is not None:
-            found = self.host.first("reconcile_tool_call", tool=tool, call=call,
-                                    idempotency_key=intent.idempotency_key)
-            if found is not None:  # settled without running it
-                result = normalize_return(found, intent.tool_name, params)
-                return self._done(tracked, call_id, {**result, "reconciled": True})
+        call = {"id": intent.call_id, "name": intent.tool_name, "parameters": params}
+        found = self._ask("reconcile_tool_call", tool=tool, call=call,
+                          idempotency_key=intent.idempotency_key)
+        if found is not None:  # settled without running it
+            result = normalize_return(found, intent.tool_name, params)
+            return self._done(tracked, call_id, {**result, "reconciled": True})
         if self.pauses():
             return Pause({"kind": "tool_in_doubt", "budget": None, "tool_call": call,
                           "effects": intent.effects,
                           "idempotency_key": intent.idempotency_key})
-        answer = None
-        if self.host is not None:
-            budgets = context.get("budgets")
-            budget = budgets.get("tool_calls") if isinstance(budgets, Mapping) else None
-            answer = self.host.first("confirm_continuation", budget=budget, context={
-                "kind": "tool_in_doubt", "session_id": context.get("session_id"),
-                "tool_call": call, "effects": intent.effects,
-                "idempotency_key": intent.idempotency_key})
+        budgets = context.get("budgets")
+        answer = self._ask(
+            "confirm_continuation",
+            budget=budgets.get("tool_calls") if isinstance(budgets, Mapping) else None,
+            context={"kind": "tool_in_doubt", "session_id": context.get("session_id"),
+                     "tool_call": call, "effects": intent.effects,
+                     "idempotency_key": intent.idempotency_key})
         if answer is True:
             return self._again(tool, intent, messages, context, "asked")
         if answer is False:
             return self._done(tracked, call_id, not_done(intent))
         return self._done(tracked, call_id, in_doubt_failure(intent))
+
+    def _ask(self, hook: str, **arguments: Any) -> Any:
+        """A hook's answer about a call in doubt; one that raises counts as no answer (logged),
+        so the call still goes to a person, never settled by the error."""
+        if self.host is None:
+            return None
+        try:
+            return self.host.first(hook, **arguments)
+        except Exception:
+            logger.warning("datamachine: %s raised for a call in doubt; treated as no answer",
+                           hook, exc_info=True)
+            return None
 
     def _again(self, tool: Tool | None, intent: Intent, messages: Sequence[Message] | None,
                context: Mapping[str, Any], approval: str | None
@@ -413,7 +431,7 @@ class ToolExecutor:
             session_id=session_id if isinstance(session_id, str) else None,
             host=self.host,
             idempotency_key=key,
-            turn_base=self.turn_base,
+            run_id=self.run_id,
         )
 
     def _create_budget(self, name: str) -> IterationBudget:

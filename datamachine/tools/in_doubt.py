@@ -19,6 +19,7 @@ A person's answer arrives as the executor's ``approved_call`` (run it again),
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,20 +39,37 @@ NOT_DONE = "tool_not_done"
 class InDoubt:
     """The unsettled calls a run goes on with (see the module docstring).
 
-    ``intents``: by call id, taken out as each is handled; ``tools``: tools the run does not
-    offer but an unsettled call needs (the host's, by name); ``resolved``: call id -> what a
-    person said happened (``host.resolve``).
+    ``intents``: in the order they were stored; ``tools``: tools the run does not offer but an
+    unsettled call needs (the host's, by name); ``resolved``: call id -> what a person said
+    happened (``host.resolve``). Calls are found by id; a turn whose calls shared an id (a
+    provider that numbers them "0" every time) gives them back in order.
     """
 
-    intents: dict[str, Intent]
+    intents: list[Intent]
     tools: dict[str, Tool] = field(default_factory=dict)
     resolved: dict[str, Any] = field(default_factory=dict)
+    _waiting: dict[str, deque[Intent]] = field(init=False, repr=False)
 
-    def call(self, call_id: str) -> dict[str, Any]:
-        """The call of the unsettled intent ``call_id`` as a pause shows it."""
-        intent = self.intents[call_id]
-        return {"id": intent.call_id, "name": intent.tool_name,
-                "parameters": dict(intent.arguments)}
+    def __post_init__(self) -> None:
+        self._waiting = {}
+        for intent in self.intents:
+            self._waiting.setdefault(intent.call_id, deque()).append(intent)
+
+    def waits(self, call_id: str) -> bool:
+        """Whether a call of this id is still unsettled here."""
+        return call_id in self._waiting
+
+    def take(self, call_id: str) -> Intent:
+        """The first unsettled call of this id, taken out (the executor handles it now)."""
+        found = self._waiting[call_id]
+        intent = found.popleft()
+        if not found:
+            del self._waiting[call_id]
+        return intent
+
+    def call_ids(self) -> list[str]:
+        """The ids of the calls still unsettled, in order."""
+        return [intent.call_id for intent in self.intents if intent.call_id in self._waiting]
 
 
 def waiting_calls(intents: list[Intent], waiting: tuple[dict[str, Any], ...] = ()

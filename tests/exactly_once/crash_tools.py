@@ -2,9 +2,9 @@
 
 Each effectful tool appends one line to a ledger (a list in this process, and the file named
 by ``LEDGER_FILE`` when set, so a test can read what a killed process did): the tool's name,
-its argument and the call's idempotency key. ``CRASH`` makes the next effectful call die
-right after its side effect, as a process killed there would (a BaseException nothing in the
-run catches: its turn is never stored).
+its argument and the call's idempotency key. ``CRASH`` makes the next effectful call (or the
+Nth) die right after its side effect, as a process killed there would (a BaseException
+nothing in the run catches: its turn is never stored).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from datamachine import ToolContext, hookimpl, tool
 
 LEDGER: list[dict[str, str]] = []
-CRASH = {"after_effect": False}
+CRASH: dict[str, bool | int] = {"after_effect": False}
 # Called before and after each side effect (the kill-point counter of kill_child.py).
 POINTS: list[Any] = []
 
@@ -40,7 +40,11 @@ def _effect(name: str, value: str, context: ToolContext) -> None:
             os.fsync(handle.fileno())
     for point in POINTS:
         point()
-    if CRASH["after_effect"]:
+    left = CRASH["after_effect"]  # True: die after this effect; N: after the Nth from now
+    if left:
+        if left is not True and left > 1:
+            CRASH["after_effect"] = left - 1
+            return
         CRASH["after_effect"] = False
         raise Crash(f"died after {name}({value})")
 
@@ -106,9 +110,12 @@ class Planner:
     said, an in-doubt one included), asks for the rest of the first turn not done yet, and
     when every call was asked answers with the last result it read."""
 
-    def __init__(self, plan: list[list[dict[str, Any]]]) -> None:
+    def __init__(self, plan: list[list[dict[str, Any]]], *, ids: str | None = "r") -> None:
         self.plan = plan
         self.requests = 0
+        # None: calls without ids (the provider numbers them call_<turn>_<n>, the same in
+        # every run); "same": every call of a turn has the id "0".
+        self.ids = ids
 
     @hookimpl
     def text_result(self, request: Any) -> dict[str, Any]:
@@ -119,9 +126,15 @@ class Planner:
             left = [call for call in turn if _signature(call) not in asked]
             if left:
                 return {"content": "", "tool_calls": [
-                    {"id": f"r{self.requests}c{n}", **call} for n, call in enumerate(left)]}
+                    {**self._id(n), **call} for n, call in enumerate(left)]}
         results = [m for m in request.messages if m["role"] == "tool"]
         return {"content": f"final: {results[-1]['content'] if results else ''}"}
+
+
+    def _id(self, n: int) -> dict[str, str]:
+        if self.ids is None:
+            return {}
+        return {"id": "0" if self.ids == "same" else f"r{self.requests}c{n}"}
 
 
 def _signature(call: dict[str, Any]) -> str:

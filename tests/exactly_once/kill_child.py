@@ -128,11 +128,16 @@ def settle(host: Host, spec: dict[str, Any], log: list[dict[str, Any]]) -> None:
         summary = host.transcripts.get_transcript(session)
         if summary.status == "awaiting_confirmation":
             pending = summary.result.get("pending") or {}
-            approve = pending.get("kind") != "tool_in_doubt" or rng.random() < 0.5
-            result = host.resume(session, approve, tools=ALL_TOOLS)
-            log.append({"did": "resume", "kind": pending.get("kind"),
-                        "call": (pending.get("tool_call") or {}).get("id"),
-                        "approve": approve, "status": result.status,
+            call = (pending.get("tool_call") or {}).get("id")
+            answer = "approve" if pending.get("kind") != "tool_in_doubt" else rng.choice(
+                ["approve", "decline", "resolve"])
+            if answer == "resolve":  # someone looked: it happened
+                result = host.resolve(session, str(call), "done, as the service's log shows",
+                                      tools=ALL_TOOLS)
+            else:
+                result = host.resume(session, answer == "approve", tools=ALL_TOOLS)
+            log.append({"did": answer, "kind": pending.get("kind"), "call": call,
+                        "approve": answer == "approve", "status": result.status,
                         "pending": result.pending})
         elif summary.status in ("running", "interrupted"):
             result = host.continue_conversation(session, 10, ALL_TOOLS)

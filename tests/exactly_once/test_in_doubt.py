@@ -269,16 +269,104 @@ def test_a_chat_message_to_a_session_left_in_doubt_handles_the_call_first() -> N
     assert done.status == "completed"
 
 
-def test_two_runs_of_one_session_give_the_same_call_id_different_keys() -> None:
-    with boot(Planner([[SEND]])) as host:
-        host.run_conversation(USER, TOOLS, "scripted", "m",
-                              payload={"transcript_session_id": "s1"})
-        host.run_conversation(USER, TOOLS, "scripted", "m",
-                              payload={"transcript_session_id": "s2"})
-    assert LEDGER[0]["key"] != LEDGER[1]["key"]  # other sessions
-    from datamachine.tools.context import idempotency_key
+def test_a_call_id_the_provider_reuses_after_a_crash_gets_its_own_key_and_intent() -> None:
+    """Calls without ids are numbered call_<turn>_<n> in every run, and a turn that died is
+    not counted: the next run's first call has the dead one's id and turn. Its key and its
+    intent must still be its own."""
+    plan = [[SEND], [{"name": "send", "parameters": {"to": "bob"}}]]
+    with boot(Planner(plan, ids=None)) as host:
+        crash_run(host)
+        [ada] = pending_intents(host)
+        CRASH["after_effect"] = True
+        with pytest.raises(Crash):  # reports ada's call in doubt, then dies in bob's
+            host.continue_conversation("s1", 3, TOOLS)
+        [bob] = pending_intents(host)
+    assert ada.call_id == bob.call_id == "call_1_1"
+    assert ada.idempotency_key != bob.idempotency_key
+    assert bob.arguments == {"to": "bob"}
+    assert [line["key"] for line in LEDGER] == [ada.idempotency_key, bob.idempotency_key]
 
-    assert idempotency_key("s", 1, "c", "send") != idempotency_key("s", 2, "c", "send")
+
+def test_calls_of_one_turn_that_share_an_id_are_each_settled() -> None:
+    plan = [[SEND, CHARGE]]
+    with boot(Planner(plan, ids="same")) as host:
+        result = host.run_conversation(USER, TOOLS, "scripted", "m",
+                                       payload={"transcript_session_id": "s1"})
+        assert pending_intents(host) == []
+    assert result.status == "completed"
+    assert len({line["key"] for line in LEDGER}) == 2
+
+
+def test_the_second_of_two_calls_in_doubt_can_be_resolved_first() -> None:
+    plan = [[SEND, {"name": "send", "parameters": {"to": "bob"}}]]
+    with boot(Planner(plan), pause=True) as host:
+        CRASH["after_effect"] = True
+        with pytest.raises(Crash):
+            host.run_conversation(USER, TOOLS, "scripted", "m",
+                                  payload={"transcript_session_id": "s1"})
+        # Dies in ada's call; continue pauses on it. Bob's call never started (no intent).
+        paused = host.continue_conversation("s1", 3, TOOLS)
+        assert paused.pending is not None
+        [ada] = pending_intents(host)
+        done = host.resolve("s1", ada.call_id, "sent to ada")
+        assert pending_intents(host) == []
+    assert done.status == "completed"
+    assert [line["value"] for line in LEDGER] == ["ada", "bob"]
+
+
+def test_a_resolve_is_never_lost_behind_another_call_in_doubt() -> None:
+    plan = [[SEND, {"name": "send", "parameters": {"to": "bob"}}]]
+    with boot(Planner(plan), pause=True) as host:
+        CRASH["after_effect"] = 2
+        with pytest.raises(Crash):  # ada's mail goes out, bob's too, and the process dies
+            host.run_conversation(USER, TOOLS, "scripted", "m",
+                                  payload={"transcript_session_id": "s1"})
+        ada, bob = pending_intents(host)
+        assert (ada.arguments, bob.arguments) == ({"to": "ada"}, {"to": "bob"})
+        # The person answers for bob first; ada, still in doubt, pauses the run again.
+        answered = host.resolve("s1", bob.call_id, "sent to bob")
+        assert answered.status == "awaiting_confirmation"
+        assert answered.pending is not None
+        assert answered.pending["tool_call"]["id"] == ada.call_id
+        assert [i.call_id for i in pending_intents(host)] == [ada.call_id]
+        done = host.resolve("s1", ada.call_id, "sent to ada")
+    assert done.status == "completed"
+    assert [line["value"] for line in LEDGER] == ["ada", "bob"]
+
+
+def test_a_crash_after_a_budget_extension_is_not_stuck_on_the_budget() -> None:
+    with boot(Planner([[LOOK, SEND]]), pause=True) as host:
+        paused = host.run_conversation(
+            USER, TOOLS, "scripted", "m",
+            payload={"transcript_session_id": "s1", "budget_ceilings": {"tool_calls": 1}})
+        assert paused.pending is not None
+        assert paused.pending["kind"] == "budget"
+        CRASH["after_effect"] = True
+        with pytest.raises(Crash):  # extended; send runs and the process dies
+            host.resume("s1", True, extend_by=5, tools=TOOLS)
+        again = host.resume("s1", True, extend_by=5, tools=TOOLS)
+        assert again.pending is not None
+        assert again.pending["kind"] == "tool_in_doubt"  # not the budget again
+        done = host.resume("s1", False, tools=TOOLS)
+    assert done.status == "completed"
+    assert len(LEDGER) == 1
+
+
+class Broken:
+    @hookimpl
+    def reconcile_tool_call(self, tool: Any, call: Any, idempotency_key: str) -> Any:
+        raise ConnectionError("the mail log is down")
+
+
+def test_a_reconcile_hook_that_raises_leaves_the_call_to_a_person() -> None:
+    planner = Planner([[SEND]])
+    with boot(planner, Broken(), pause=True) as host:
+        crash_run(host)
+        asked = planner.requests
+        paused = host.continue_conversation("s1", 3, TOOLS)
+    assert paused.pending is not None
+    assert paused.pending["kind"] == "tool_in_doubt"
+    assert planner.requests == asked
 
 
 def test_a_call_whose_intent_cannot_be_stored_does_not_run(
@@ -322,3 +410,27 @@ def test_an_async_write_tool_is_in_doubt_and_runs_again_when_approved() -> None:
         done = asyncio.run(host.aresume("s1", True, tools=[POST]))
     assert done.final_content == "final: posted to ada"
     assert [line["key"] for line in LEDGER] == [LEDGER[0]["key"]] * 2
+
+
+def test_a_call_the_time_limit_cut_off_stays_in_doubt() -> None:
+    """The loop gives up on a call at the run's time limit, but a sync tool may still be
+    running in its thread: its stored result ("did not finish") must not settle it."""
+    from agents_api import Message
+    from datamachine.storage.tool_intents import Intent
+
+    with boot() as host:
+        store = host.transcripts
+        token = store.acquire("s1", 60)
+        assert token is not None
+        writer = store.open_writer("s1", token, 60)
+        writer.begin([Message.text("user", "go")], {})
+        writer.record_intent(Intent("c1", "send", {"to": "ada"}, "dm-1", "write", 1))
+        writer.record_intent(Intent("c2", "send", {"to": "bob"}, "dm-2", "write", 1))
+        cut = {"success": False, "error": "did not finish", "error_type": "deadline_exceeded"}
+        writer.append_turn(1, [
+            Message.tool_call("send", {"to": "ada"}, 1, "c1"),
+            Message.tool_result("send", cut, 1, "c1", "did not finish"),
+            Message.tool_call("send", {"to": "bob"}, 1, "c2"),
+            Message.tool_result("send", {"success": True, "result": "sent"}, 1, "c2", "sent")])
+        writer.release()
+        assert [intent.call_id for intent in store.unsettled_intents("s1")] == ["c1"]
