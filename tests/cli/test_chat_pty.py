@@ -21,6 +21,17 @@ def spawn(db: Path, *args: str) -> pexpect.spawn:
     return child
 
 
+def _signal_state(pid: int | None) -> str:
+    """The signal masks of a process (None: this one), as /proc shows them."""
+    status = Path(f"/proc/{pid or 'self'}/status")
+    try:
+        lines = status.read_text().splitlines()
+    except OSError as exc:
+        return f"unreadable ({exc})"
+    return ", ".join(line.replace("\t", " ") for line in lines
+                     if line.startswith(("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")))
+
+
 def finish(child: pexpect.spawn) -> int:
     child.expect(pexpect.EOF)
     child.close()
@@ -64,7 +75,11 @@ def test_ctrl_c_mid_run_exits_cleanly_and_keeps_the_transcript(tmp_path: Path) -
     child.sendline("take your time")
     child.expect(r"turn 1/25")  # the live progress line: the run is in flight
     child.sendintr()
-    child.expect("Interrupted; finished turns are saved.")
+    try:
+        child.expect("Interrupted; finished turns are saved.")
+    except pexpect.TIMEOUT:  # say why: a signal blocked or ignored, or a handler that ate it
+        raise AssertionError(f"Ctrl-C was not acted on: {_signal_state(child.pid)}; test "
+                             f"process: {_signal_state(None)}") from None
     assert finish(child) == 130
     with bootstrap.boot(db, load_entrypoints=False) as host:
         record = host.transcripts.get_transcript(session_id)

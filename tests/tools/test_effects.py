@@ -92,7 +92,9 @@ def test_a_tool_reads_its_key_in_a_run_one_key_per_call() -> None:
     with bootstrap.boot(":memory:", load_entrypoints=False) as host:
         result = host.run_conversation([{"role": "user", "content": "pay"}], [charge],
                                        "scripted", "m", payload={"script": script})
+        stored = host.db.conn.execute(
+            "SELECT idempotency_key, state FROM tool_intents ORDER BY seq").fetchall()
     assert result.status == "completed"
     assert len(set(seen)) == len(seen) == 2
-    session = result.transcript_session_id
-    assert seen[0] == _context(session, 1, "c1", "charge").idempotency_key
+    # The key each call saw is the one its intent stored before it ran (and settled).
+    assert [tuple(row) for row in stored] == [(seen[0], "settled"), (seen[1], "settled")]
