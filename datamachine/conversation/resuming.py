@@ -26,7 +26,7 @@ Both take the session's lock before they read it (:mod:`.sessions`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agents_api import LockLost, Message
 from agents_api.drive import Steps
@@ -174,28 +174,19 @@ def resume_steps(services: Services, session_id: str, approve: bool,
     if pause_id is not None and not isinstance(pause_id, str):
         raise UsageError(f"pause_id must be the pause's id (result.pending['pause_id']), got "
                          f"{type(pause_id).__name__}.")
-    ttl = check_session_payload(payload).transcript_lock_ttl
-    store = services.transcripts
-    known = store.summary(session_id)  # an unknown id fails before any write
-    token = store.acquire(session_id, ttl)
-    if token is None:
-        return contention_result(services, session_id, known.mode or "pipeline", None, None,
-                                 payload)
-    try:
-        record = store.get_transcript(session_id)  # read now that nothing can change it
+
+    def read(record: Transcript) -> dict[str, Any]:
         pending = _pending(record)
         if pause_id is not None and pending.get("pause_id") != pause_id:
             raise SessionNotPaused(
                 f"Session {session_id!r} is not waiting for the answer to pause {pause_id!r} "
                 "any more: it was answered and paused again. Read its pending question again "
                 "before answering.", session_id=session_id, status=record.status)
-        gate = chat_gate(services, session_id, pause=True)
-    except BaseException:  # not paused, or an aborted chat session: give the lock back
-        store.release(session_id, token)
-        raise
-    writer = store.open_writer(session_id, token, ttl,
-                               on_turn=gate.write if gate is not None else None)
-    try:
+        return pending
+
+    def answer(record: Transcript, pending: dict[str, Any] | None, gate: ChatTurnGate | None,
+               writer: TranscriptWriter) -> Steps[ConversationResult]:
+        assert pending is not None
         kept = paused_runs(services).get(session_id, pending.get("pause_id"))
         offered = _tools(services, pending, tools, kept.tools if kept is not None else None)
         run_payload = {**(kept.payload if kept is not None else {}), "confirmation": "pause",
@@ -207,19 +198,11 @@ def resume_steps(services: Services, session_id: str, approve: bool,
         if resumption is None:  # declined at a chat limit: the session is aborted
             assert gate is not None
             return _declined_limit(services, writer, record, pending, gate, run_payload)
-        run = ConversationRun.create(
-            services, record.messages, offered,
-            record.provider or services.default_provider(None), record.model or "",
-            record.mode or "pipeline", run_payload, None, False, writer=writer,
-            turn_gate=gate, cumulative_base=record.cumulative_turn_count,
-            resumption=resumption, in_doubt=in_doubt)
-        paused_runs(services).forget(session_id)
+        run = _going_on(services, record, offered, run_payload, writer, gate, resumption,
+                        in_doubt)
         return (yield from run.steps())
-    except (LockLost, HookFailed) as exc:  # the lock was lost while the answer was written
-        return failed_before_run(services, session_id, exc, record.mode or "pipeline",
-                                 record.provider, record.model, payload)
-    finally:
-        writer.release()  # the run frees the lock itself; this covers the paths before it
+
+    return (yield from _answering(services, session_id, payload, read, answer))
 
 
 def resolve_steps(services: Services, session_id: str, call_id: str, result: Any,
@@ -234,22 +217,13 @@ def resolve_steps(services: Services, session_id: str, call_id: str, result: Any
     outcome is not in doubt.
     """
     _check_resolve(session_id, call_id, result)
-    ttl = check_session_payload(payload).transcript_lock_ttl
-    store = services.transcripts
-    known = store.summary(session_id)  # an unknown id fails before any write
-    token = store.acquire(session_id, ttl)
-    if token is None:
-        return contention_result(services, session_id, known.mode or "pipeline", None, None,
-                                 payload)
-    try:
-        record = store.get_transcript(session_id)  # read now that nothing can change it
-        gate = chat_gate(services, session_id, pause=True)
-    except BaseException:  # an aborted chat session: give the lock back
-        store.release(session_id, token)
-        raise
-    writer = store.open_writer(session_id, token, ttl,
-                               on_turn=gate.write if gate is not None else None)
-    try:
+
+    def read(record: Transcript) -> dict[str, Any] | None:
+        return stored_pending(record.status, record.result)
+
+    def record_it(record: Transcript, pending: dict[str, Any] | None,
+                  gate: ChatTurnGate | None,
+                  writer: TranscriptWriter) -> Steps[ConversationResult]:
         in_doubt = unsettled_plan(services, writer)
         if in_doubt is None or not in_doubt.waits(call_id):
             found = in_doubt.call_ids() if in_doubt is not None else []
@@ -260,7 +234,6 @@ def resolve_steps(services: Services, session_id: str, call_id: str, result: Any
                    else "No call of that session is in doubt."),
                 session_id=session_id, call_id=call_id, in_doubt=found)
         in_doubt.resolved[call_id] = result
-        pending = stored_pending(record.status, record.result)
         kept = (paused_runs(services).get(session_id, pending.get("pause_id"))
                 if pending is not None else None)
         offered = (_tools(services, pending, tools, kept.tools if kept is not None else None)
@@ -275,19 +248,59 @@ def resolve_steps(services: Services, session_id: str, call_id: str, result: Any
                                     or ()))
         resumption = Resumption(budgets=record.budgets if pending is not None else {},
                                 pending_calls=calls)
-        run = ConversationRun.create(
-            services, record.messages, offered,
-            record.provider or services.default_provider(None), record.model or "",
-            record.mode or "pipeline", run_payload, None, False, writer=writer,
-            turn_gate=gate, cumulative_base=record.cumulative_turn_count,
-            resumption=resumption, in_doubt=in_doubt)
-        paused_runs(services).forget(session_id)
+        run = _going_on(services, record, offered, run_payload, writer, gate, resumption,
+                        in_doubt)
         return (yield from run.steps())
-    except (LockLost, HookFailed) as exc:
+
+    return (yield from _answering(services, session_id, payload, read, record_it))
+
+
+PendingT = TypeVar("PendingT", bound="dict[str, Any] | None")
+
+
+def _answering(services: Services, session_id: str, payload: dict[str, Any] | None,
+               read: Callable[[Transcript], PendingT],
+               go_on: Callable[[Transcript, PendingT, ChatTurnGate | None, TranscriptWriter],
+                               Steps[ConversationResult]]) -> Steps[ConversationResult]:
+    """A person's answer to a session, under its lock: take the lock (contention: a result,
+    nothing run), ``read`` the stored record (it may refuse: the lock is given back), open the
+    writer, and ``go_on``; a lock lost while the answer is written ends it as a failed run."""
+    ttl = check_session_payload(payload).transcript_lock_ttl
+    store = services.transcripts
+    known = store.summary(session_id)  # an unknown id fails before any write
+    token = store.acquire(session_id, ttl)
+    if token is None:
+        return contention_result(services, session_id, known.mode or "pipeline", None, None,
+                                 payload)
+    try:
+        record = store.get_transcript(session_id)  # read now that nothing can change it
+        found = read(record)
+        gate = chat_gate(services, session_id, pause=True)
+    except BaseException:  # not paused, or an aborted chat session: give the lock back
+        store.release(session_id, token)
+        raise
+    writer = store.open_writer(session_id, token, ttl,
+                               on_turn=gate.write if gate is not None else None)
+    try:
+        return (yield from go_on(record, found, gate, writer))
+    except (LockLost, HookFailed) as exc:  # the lock was lost while the answer was written
         return failed_before_run(services, session_id, exc, record.mode or "pipeline",
                                  record.provider, record.model, payload)
     finally:
         writer.release()  # the run frees the lock itself; this covers the paths before it
+
+
+def _going_on(services: Services, record: Transcript, tools: dict[str, Tool],
+              payload: dict[str, Any], writer: TranscriptWriter, gate: ChatTurnGate | None,
+              resumption: Resumption, in_doubt: InDoubt | None) -> ConversationRun:
+    """The run that goes on from the answered session, as it was recorded."""
+    run = ConversationRun.create(
+        services, record.messages, tools, record.provider or services.default_provider(None),
+        record.model or "", record.mode or "pipeline", payload, None, False, writer=writer,
+        turn_gate=gate, cumulative_base=record.cumulative_turn_count, resumption=resumption,
+        in_doubt=in_doubt)
+    paused_runs(services).forget(record.id)
+    return run
 
 
 def _check_resolve(session_id: object, call_id: object, result: object) -> None:

@@ -14,6 +14,7 @@ import bootstrap
 from datamachine import CallNotInDoubt, SessionAwaitingConfirmation, Tool, ToolContext, hookimpl
 from datamachine.host import Host
 from tests.exactly_once.crash_tools import CRASH, LEDGER, TOOLS, Crash, Planner
+from tests.tools.test_approval import Approver
 
 SEND = {"name": "send", "parameters": {"to": "ada"}}
 CHARGE = {"name": "charge", "parameters": {"cents": 500}}
@@ -187,22 +188,11 @@ def test_a_reconcile_hook_without_an_answer_leaves_the_call_in_doubt() -> None:
     assert paused.pending["kind"] == "tool_in_doubt"
 
 
-class Answer:
-    def __init__(self, answer: bool | None) -> None:
-        self.answer = answer
-        self.asked: list[dict[str, Any]] = []
-
-    @hookimpl
-    def confirm_continuation(self, budget: Any, context: dict[str, Any]) -> bool | None:
-        self.asked.append(context)
-        return self.answer
-
-
 @pytest.mark.parametrize(("answer", "runs", "error_type"), [
     (True, 2, None), (False, 1, "tool_not_done"), (None, 1, "tool_in_doubt")])
 def test_ask_mode_asks_confirm_continuation_with_kind_tool_in_doubt(
         answer: bool | None, runs: int, error_type: str | None) -> None:
-    person = Answer(answer)
+    person = Approver(answer)
     with boot(Planner([[SEND]]), person) as host:
         crash_run(host)
         done = host.continue_conversation("s1", 3, TOOLS)
