@@ -10,6 +10,7 @@ import pexpect
 import pytest
 
 import bootstrap
+from tests.cli.terminal import as_at_a_terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def spawn(db: Path, *args: str) -> pexpect.spawn:
     child = pexpect.spawn(sys.executable, ["-m", "datamachine", "--db", str(db), "chat", *args],
                           cwd=str(ROOT), encoding="utf-8", timeout=30,
-                          env={"PATH": "/usr/bin:/bin", "TERM": "xterm", "COLUMNS": "120"})
+                          env={"PATH": "/usr/bin:/bin", "TERM": "xterm", "COLUMNS": "120"},
+                          preexec_fn=as_at_a_terminal)
     return child
 
 

@@ -17,6 +17,7 @@ import pytest
 
 import bootstrap
 from agents_api.drive import drive_sync
+from tests.cli.terminal import as_at_a_terminal
 from tests.providers.fake_openai import FakeOpenAIServer, Reply, chunk, completion
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +48,8 @@ def _spawn(tmp_path: Path, *args: str) -> tuple[pexpect.spawn, io.StringIO]:
     seen = io.StringIO()
     child = pexpect.spawn(sys.executable, ["-m", "datamachine", "--db", str(tmp_path / "x.db"),
                                            *args],
-                          cwd=str(ROOT), encoding="utf-8", timeout=30, env=_env(tmp_path))
+                          cwd=str(ROOT), encoding="utf-8", timeout=30, env=_env(tmp_path),
+                          preexec_fn=as_at_a_terminal)
     child.logfile_read = seen
     return child, seen
 
