@@ -170,6 +170,9 @@ class ConversationRun:
         self.guard = self._loop_guard()
         if self.guard is not None and self.guard.made is not None:
             self.budgets.append(self.guard.made)  # else it joins when it first counts
+        declined = self._declined_budget()
+        if declined is not None:
+            self.budgets.append(declined)
         # The model's context window (None: unknown, and no context budget until a provider
         # says a prompt was too long).
         self.context_budget = self._context_budget()
@@ -320,6 +323,19 @@ class ConversationRun:
         if wall_clock is not None:
             budgets.append(wall_clock)
         return budgets
+
+    def _declined_budget(self) -> IterationBudget | None:
+        """The budget a person declined to extend, when this run would not make it itself
+        (the loop guard switched off since the pause, a budget a tool makes on first use):
+        the loop stops the run on it, so a "no" is never ignored."""
+        name = self.resumption.declined_budget if self.resumption is not None else None
+        if name is None or name in {b.name() for b in [self.turn_budget, *self.budgets]}:
+            return None
+        if not self.services.budgets.is_registered(name):
+            # Its plugin is gone: the stored snapshot still names it and what it counted.
+            return _restored(IterationBudget(name, 1, 1), self.resumption.budgets.get(name)
+                             if self.resumption is not None else None)
+        return self._later(name)()
 
     def _carried_budgets(self, present: set[str]) -> list[IterationBudget]:
         """Budgets the paused run had beyond those a run starts with (one a tool created, a

@@ -260,6 +260,22 @@ def test_after_an_approval_the_guard_counts_again_from_zero() -> None:
     assert again.budgets["stuck_turns"]["current"] == 3
 
 
+def test_a_decline_stops_the_run_even_with_the_guard_switched_off_since_the_pause() -> None:
+    """Before: the resumed run had no stuck_turns budget (the guard was off), so the loop had
+    nothing to stop on, ignored the "no" and ran on until its turns were spent."""
+    model = Model([call("lookup", city="Atlantis")])
+    with boot(model) as host:
+        paused, _ = run(host, [lookup], confirmation="pause")
+        host.settings.set("loop_guard", "off")
+        asked = len(model.turn_requests())
+        done = host.resume(paused.transcript_session_id, approve=False)
+    assert (done.status, done.budget, done.flags) == (
+        "budget_exceeded", "stuck_turns", ["max_stuck_turns_reached"])
+    assert done.turn_count == 0
+    assert len(model.turn_requests()) == asked  # nothing more was asked of the model
+    assert done.final_content == "Summary: Atlantis could not be found."
+
+
 def test_a_stuck_run_declined_by_a_person_stops_with_its_summary() -> None:
     model = Model([call("lookup", city="Atlantis")])
     with boot(model) as host:
