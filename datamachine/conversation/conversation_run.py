@@ -166,7 +166,10 @@ class ConversationRun:
         self.budgets = self._other_budgets()
         # The tools the loop guard took away for the rest of the run (the executor refuses
         # them), and the guard (None: loop_guard "off").
-        self.hidden_tools: set[str] = set()
+        # A resumed run goes on without what its paused run took away ("for the rest of the
+        # run", DESIGN 23).
+        self.hidden_tools: set[str] = set(resumption.hidden_tools if resumption is not None
+                                          else ())
         self.guard = self._loop_guard()
         if self.guard is not None and self.guard.made is not None:
             self.budgets.append(self.guard.made)  # else it joins when it first counts
@@ -999,6 +1002,8 @@ class ConversationRun:
             # What resuming needs beyond the loop's word: the tools to offer again, by name.
             pending_extra = {"tools": sorted(self.completion.tools),
                              "pause_id": uuid.uuid4().hex}
+            if self.hidden_tools:
+                pending_extra["hidden_tools"] = sorted(self.hidden_tools)
         verdict, self.diagnostics = self._decide(
             stop, summary=summary, summary_usage=usage, pending_extra=pending_extra,
             warnings=[*self.warnings, *self.completion.warnings],

@@ -169,7 +169,8 @@ class Resumption:
     ``extend``: the budget an approval extends and by how much; ``declined_budget``: the spent
     budget that was not extended (the run stops on it); ``approved_call`` / ``declined_call``:
     the call id a person answered; ``approval_id``: the pause that answer was for (an approved
-    call's intent stores it); ``pending_calls``: the calls that waited, run first.
+    call's intent stores it); ``pending_calls``: the calls that waited, run first;
+    ``hidden_tools``: the tools the loop guard had taken away (they stay away).
     """
 
     budgets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -179,3 +180,4 @@ class Resumption:
     approved_call: str | None = None
     declined_call: str | None = None
     approval_id: str | None = None
+    hidden_tools: tuple[str, ...] = ()

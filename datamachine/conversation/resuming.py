@@ -26,6 +26,7 @@ Both take the session's lock before they read it (:mod:`.sessions`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agents_api import LockLost, Message
@@ -293,7 +294,11 @@ def _answering(services: Services, session_id: str, payload: dict[str, Any] | No
 def _going_on(services: Services, record: Transcript, tools: dict[str, Tool],
               payload: dict[str, Any], writer: TranscriptWriter, gate: ChatTurnGate | None,
               resumption: Resumption, in_doubt: InDoubt | None) -> ConversationRun:
-    """The run that goes on from the answered session, as it was recorded."""
+    """The run that goes on from the answered session, as it was recorded (without the tools
+    its paused run's loop guard took away)."""
+    hidden = (stored_pending(record.status, record.result) or {}).get("hidden_tools")
+    if isinstance(hidden, list) and hidden:
+        resumption = replace(resumption, hidden_tools=tuple(str(name) for name in hidden))
     run = ConversationRun.create(
         services, record.messages, tools, record.provider or services.default_provider(None),
         record.model or "", record.mode or "pipeline", payload, None, False, writer=writer,

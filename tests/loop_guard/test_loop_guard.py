@@ -239,11 +239,21 @@ def test_a_stuck_run_pauses_for_a_person_and_goes_on_when_approved() -> None:
         assert paused.pending["kind"] == "stuck"
         assert paused.pending["budget"] == "stuck_turns"
         assert "kept repeating itself" in paused.warning
+        assert paused.pending["hidden_tools"] == ["lookup"]
         session = paused.transcript_session_id
+        asked = len(model.turn_requests())
         done = host.resume(session, approve=True)
     assert done.status == "completed"
     assert done.final_content == "Paris it is."
-    assert "stuck_turns" not in done.budgets  # approved: it started again, and never counted
+    # The tool the guard took away stays away for the rest of the run (DESIGN 23), across
+    # the pause: not offered again, and a call to it is refused, not run.
+    assert all("lookup" not in offered(r) for r in model.turn_requests()[asked:])
+    resumed = [m.payload for m in done.messages[len(paused.messages):]
+               if m.type == "tool_result"]
+    assert [(r["tool_name"], r["error_type"]) for r in resumed] == [("lookup", "tool_hidden")]
+    # Approved, the count started again: the refused call counted once, and the run ended
+    # with its answer.
+    assert done.budgets["stuck_turns"]["current"] == 1
 
 
 def test_after_an_approval_the_guard_counts_again_from_zero() -> None:
@@ -255,8 +265,9 @@ def test_after_an_approval_the_guard_counts_again_from_zero() -> None:
     assert again.status == "awaiting_confirmation"
     assert again.pending is not None
     assert again.pending["kind"] == "stuck"
-    # The resumed run's first call fails anew; three repeats of it spend the budget again.
-    assert again.turn_count == 4
+    # The tool stays hidden: each call to it in the resumed run is a signal from the first,
+    # so three of them spend the budget again.
+    assert again.turn_count == 3
     assert again.budgets["stuck_turns"]["current"] == 3
 
 
