@@ -1,10 +1,11 @@
 """One process of a kill -9 case (test_kill_points.py): ``python -m tests.exactly_once.kill_child
 SPEC`` where SPEC is JSON.
 
-``step`` is ``start`` (a pipeline run), ``job_start`` (a job's first attempt, ``run_job``),
-``approve`` (resume a run paused for a tool's approval, approving it) or ``settle`` (every
-path that goes on, until the session is finished: ``continue_conversation``, ``resume``, a
-job's next attempt). With ``kill_at`` = N the process sends itself SIGKILL at its Nth kill
+``step`` is ``start`` (a pipeline run), ``chat_start`` (a chat session's first message),
+``job_start`` (a job's first attempt, ``run_job``), ``approve`` (resume a run paused for a
+tool's approval, approving it) or ``settle`` (every path that goes on, until the session is
+finished: ``continue_conversation``, ``resume``, ``resolve``, a chat session's next message,
+a job's next attempt). With ``kill_at`` = N the process sends itself SIGKILL at its Nth kill
 point: every loop event, every provider request, and just before and after each tool's side
 effect. It prints one JSON line when it was not killed: what it did and how many kill points
 it passed. Time is frozen at ``hours`` after a fixed start, so a later process finds the dead
@@ -91,6 +92,10 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
             result = host.run_conversation(USER, ALL_TOOLS, "scripted", "m",
                                            payload={"transcript_session_id": spec["session"]})
             log.append({"did": "start", "status": result.status, "pending": result.pending})
+        elif step == "chat_start":
+            host.chat_sessions.create(session_id=spec["session"])
+            result = host.chat(spec["session"], USER[0]["content"], ALL_TOOLS)
+            log.append({"did": "chat", "status": result.status, "pending": result.pending})
         elif step == "job_start":
             from datamachine.job_worker import run_job
 
@@ -121,8 +126,13 @@ def settle(host: Host, spec: dict[str, Any], log: list[dict[str, Any]]) -> None:
                 return
             continue
         if not host.transcripts.exists(session):  # died before anything was stored
-            result = host.run_conversation(USER, ALL_TOOLS, "scripted", "m",
-                                           payload={"transcript_session_id": session})
+            if spec.get("chat"):
+                if session not in {s.id for s in host.chat_sessions.list()}:
+                    host.chat_sessions.create(session_id=session)
+                result = host.chat(session, USER[0]["content"], ALL_TOOLS)
+            else:
+                result = host.run_conversation(USER, ALL_TOOLS, "scripted", "m",
+                                               payload={"transcript_session_id": session})
             log.append({"did": "start", "status": result.status, "pending": result.pending})
             continue
         summary = host.transcripts.get_transcript(session)
@@ -139,6 +149,9 @@ def settle(host: Host, spec: dict[str, Any], log: list[dict[str, Any]]) -> None:
             log.append({"did": answer, "kind": pending.get("kind"), "call": call,
                         "approve": answer == "approve", "status": result.status,
                         "pending": result.pending})
+        elif summary.status in ("running", "interrupted") and spec.get("chat"):
+            result = host.chat(session, "go on", ALL_TOOLS)
+            log.append({"did": "chat", "status": result.status, "pending": result.pending})
         elif summary.status in ("running", "interrupted"):
             result = host.continue_conversation(session, 10, ALL_TOOLS)
             log.append({"did": "continue", "status": result.status, "pending": result.pending})
