@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 import bootstrap
-from datamachine import CallNotInDoubt, SessionAwaitingConfirmation, Tool, ToolContext, hookimpl
+from datamachine import (
+    CallNotInDoubt,
+    SessionAwaitingConfirmation,
+    Tool,
+    ToolContext,
+    hookimpl,
+    tool,
+)
 from datamachine.host import Host
 from tests.exactly_once.crash_tools import CRASH, LEDGER, TOOLS, Crash, Planner
 from tests.tools.test_approval import Approver
@@ -424,3 +431,37 @@ def test_a_call_the_time_limit_cut_off_stays_in_doubt() -> None:
             Message.tool_result("send", {"success": True, "result": "sent"}, 1, "c2", "sent")])
         writer.release()
         assert [intent.call_id for intent in store.unsettled_intents("s1")] == ["c1"]
+
+
+def test_a_run_whose_lock_was_taken_over_does_not_run_its_write_call(tmp_path: Any) -> None:
+    """The intent's transaction proves the lock: a run whose lock expired and was taken by
+    another run before its write call stores nothing, never runs the call, and stops."""
+    import datetime as dt
+
+    from freezegun import freeze_time
+
+    taken: list[str | None] = []
+
+    @tool
+    def slow_lookup(q: str) -> str:
+        """Look something up, slowly: the run's lock runs out meanwhile.
+
+        Args:
+            q: What to look up.
+        """
+        frozen.tick(dt.timedelta(seconds=120))
+        taken.append(host.transcripts.acquire("s1", 60))  # another run takes the session
+        return f"found {q}"
+
+    plan = [[{"name": "slow_lookup", "parameters": {"q": "x"}}, SEND]]
+    with freeze_time("2026-01-01") as frozen, boot(Planner(plan),
+                                                   db=str(tmp_path / "d.db")) as host:
+        result = host.run_conversation(USER, [slow_lookup, *TOOLS], "scripted", "m",
+                                       payload={"transcript_session_id": "s1",
+                                                "transcript_lock_ttl": 60})
+        assert pending_intents(host) == []
+    assert taken[0] is not None  # the lock had expired: the other run got it
+    assert LEDGER == []  # the write call never ran
+    assert (result.status, result.error_code) == ("error", "transcript_lock_lost")
+    refused = [m.payload for m in result.messages if m.type == "tool_result"]
+    assert refused[-1]["error_type"] == "intent_not_stored"
