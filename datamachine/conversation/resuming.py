@@ -60,7 +60,7 @@ from datamachine.storage.chat_sessions import record_limit_answer
 from datamachine.storage.transcript_writer import TranscriptWriter
 from datamachine.storage.transcripts import Transcript
 from datamachine.tools import Tool
-from datamachine.tools.in_doubt import InDoubt, waiting_calls
+from datamachine.tools.in_doubt import InDoubt, in_doubt_failure, waiting_calls
 from datamachine.tools.results import REJECTED
 
 if TYPE_CHECKING:
@@ -198,7 +198,8 @@ def resume_steps(services: Services, session_id: str, approve: bool,
                              and _answered_already(pending, in_doubt) else None)
         if resumption is None:  # declined at a chat limit: the session is aborted
             assert gate is not None
-            return _declined_limit(services, writer, record, pending, gate, run_payload)
+            return _declined_limit(services, writer, record, pending, gate, run_payload,
+                                   in_doubt)
         run = _going_on(services, record, offered, run_payload, writer, gate, resumption,
                         in_doubt)
         return (yield from run.steps())
@@ -408,16 +409,24 @@ def _answered_already(pending: Mapping[str, Any], in_doubt: InDoubt) -> bool:
 
 def _declined_limit(services: Services, writer: TranscriptWriter, record: Transcript,
                     pending: Mapping[str, Any], gate: ChatTurnGate,
-                    payload: Mapping[str, Any]) -> ConversationResult:
-    """The session is aborted; the calls that waited are stored as refused, never run."""
+                    payload: Mapping[str, Any],
+                    in_doubt: InDoubt | None = None) -> ConversationResult:
+    """The session is aborted; the calls that waited are stored as refused, never run, and
+    a call a dead run left in doubt is stored as in doubt (it may have run)."""
     messages = [Message(**m) for m in record.messages]
     refused: list[dict[str, Any]] = []
-    for call in pending.get("tool_calls") or ():
+    waiting = tuple(dict(call) for call in pending.get("tool_calls") or ())
+    if in_doubt is not None:
+        waiting = waiting_calls(in_doubt.intents, waiting)
+    for call in waiting:
         name, call_id = str(call.get("name")), str(call.get("id"))
         parameters, turn = call.get("parameters"), int(call.get("turn") or 0)
-        refusal = {"success": False, "error_type": "session_aborted", REJECTED: True,
-                   "error": f"Tool '{name}' was not run: {gate.notice}", "tool_name": name,
-                   "parameters": parameters}
+        refusal: dict[str, Any] = (
+            in_doubt_failure(in_doubt.take(call_id), "the session was aborted at its limit")
+            if in_doubt is not None and in_doubt.waits(call_id) else
+            {"success": False, "error_type": "session_aborted", REJECTED: True,
+             "error": f"Tool '{name}' was not run: {gate.notice}", "tool_name": name,
+             "parameters": parameters})
         messages += [Message.tool_call(name, parameters, turn, call_id),
                      Message.tool_result(name, refusal, turn, call_id, refusal["error"])]
         refused.append({"id": call_id, "name": name, "parameters": parameters})

@@ -465,3 +465,24 @@ def test_a_run_whose_lock_was_taken_over_does_not_run_its_write_call(tmp_path: A
     assert (result.status, result.error_code) == ("error", "transcript_lock_lost")
     refused = [m.payload for m in result.messages if m.type == "tool_result"]
     assert refused[-1]["error_type"] == "intent_not_stored"
+
+
+def test_a_session_aborted_at_its_limit_records_a_call_in_doubt_as_in_doubt() -> None:
+    """Approved at its turn limit, the chat run started the mail and died; the person then
+    declines the (old) limit question. Before, the stored result said the mail "was not
+    run": it was."""
+    with boot(Planner([[SEND]]), pause=True) as host:
+        host.chat_sessions.create(max_turns=1, session_id="c1")
+        paused = host.chat("c1", "mail ada", TOOLS)
+        assert paused.pending is not None
+        assert paused.pending["kind"] == "chat_turn_limit"
+        CRASH["after_effect"] = True
+        with pytest.raises(Crash):
+            host.resume("c1", True, tools=TOOLS)
+        aborted = host.resume("c1", False, tools=TOOLS)
+        assert pending_intents(host, "c1") == []
+    assert aborted.status == "aborted"
+    assert len(LEDGER) == 1
+    [told] = results(aborted)
+    assert told["error_type"] == "tool_in_doubt"
+    assert "may or may not have run" in told["error"]
