@@ -11,12 +11,13 @@ transaction the caller opened (the run's
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agents_api.jsontext import canonical_json
 from datamachine.storage._tx import Conn, query, write_later, write_many_later
+from datamachine.storage.transcript_rows import json_object
 
 __all__ = ["PENDING", "SETTLED", "Intent", "settle", "store", "unsettled"]
 
@@ -73,14 +74,8 @@ def store(conn: Conn, session_id: str, intent: Intent, now: float) -> None:
         "approval = excluded.approval, state = excluded.state, "
         "created_at = excluded.created_at, settled_at = NULL",
         [session_id, intent.idempotency_key, session_id, intent.call_id, intent.turn,
-         intent.tool_name, canonical(intent.arguments), intent.effects, intent.approval,
+         intent.tool_name, canonical_json(intent.arguments), intent.effects, intent.approval,
          PENDING, now])
-
-
-def canonical(arguments: dict[str, Any]) -> str:
-    """The arguments as canonical JSON (keys sorted, no spaces): one call, one spelling."""
-    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      default=str)
 
 
 def settle(conn: Conn, session_id: str, keys: Sequence[str], now: float) -> None:
@@ -98,7 +93,7 @@ def unsettled(conn: Conn, session_id: str) -> list[Intent]:
     found = query(conn, "SELECT call_id, tool_name, arguments, idempotency_key, effects, turn, "
                         "approval FROM tool_intents WHERE session_id = ? AND state = ? "
                         "ORDER BY seq", [session_id, PENDING])
-    return [Intent(row["call_id"], row["tool_name"], _arguments(row["arguments"]),
+    return [Intent(row["call_id"], row["tool_name"], json_object(row["arguments"]),
                    row["idempotency_key"], row["effects"], int(row["turn"]), row["approval"])
             for row in found]
 
@@ -122,10 +117,3 @@ def result_calls(messages: Iterable[Any]) -> list[tuple[str, bool]]:
                 found.append((call_id, cut_off))
     return found
 
-
-def _arguments(text: object) -> dict[str, Any]:
-    try:
-        value = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}

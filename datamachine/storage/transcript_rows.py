@@ -17,8 +17,8 @@ from agents_api.jsontext import compact_json
 from agents_api.message import Message, normalize_message
 from datamachine.storage._tx import Conn, query_one, write_later, write_many_later
 
-__all__ = ["TITLE_LENGTH", "Counts", "append", "encode", "finish", "read_counts", "start",
-           "title_of"]
+__all__ = ["TITLE_LENGTH", "Counts", "append", "encode", "finish", "json_object", "read_counts",
+           "start", "title_of"]
 
 MessageLike = Message | Mapping[str, Any]
 
@@ -65,7 +65,7 @@ def _request_field(request: Mapping[str, Any], key: str) -> str | None:
     return None if value is None else str(value)
 
 
-def _json_object(text: object) -> dict[str, Any]:
+def json_object(text: object) -> dict[str, Any]:
     """A stored JSON object ({} when it is missing or not readable)."""
     try:
         found = json.loads(text) if isinstance(text, str) else None
@@ -238,11 +238,11 @@ def finish(conn: Conn, sid: str, messages: Sequence[MessageLike],
     timeline = own if isinstance(own, list) else []
     if found is not None:  # every finish is a run of its own: it adds to the earlier ones'
         timeline = [*_json_list(found["timeline"]), *timeline][-SESSION_TIMELINE:]
-        before = _json_object(found["result"])
+        before = json_object(found["result"])
         if before:  # a run finished here before: the session's usage goes on from it
             summed = before.get("session_usage")
             summary["session_usage"] = _added(
-                summed if isinstance(summed, dict) else _json_object(found["usage"]), usage)
+                summed if isinstance(summed, dict) else json_object(found["usage"]), usage)
     if isinstance(compactions, list) and compactions:
         _insert_compactions(conn, sid, compactions, earlier, now)
     write_later(
