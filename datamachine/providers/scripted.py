@@ -238,6 +238,11 @@ class ScriptCursor:
         self.position = 0
         self.record: deque[ProviderRequest] = deque(maxlen=RECORD_LIMIT)
         self._shared_record = shared_record
+        # Imported here, once a run: booting a host loads this module, but not the loop's
+        # (see tests/test_boot_imports.py); an import in complete() would cost every turn.
+        from agents_api.results import updated
+
+        self._updated = updated
 
     @property
     def remaining(self) -> int | None:
@@ -279,11 +284,7 @@ class ScriptCursor:
                         else call["id"],
                   "name": call["name"], "parameters": _fresh(call["parameters"])}
                  for index, call in enumerate(normal.tool_calls, start=1)]
-        # Imported here: booting a host loads this module, but not the loop's (see
-        # tests/test_boot_imports.py).
-        from agents_api.results import updated
-
-        return updated(normal, tool_calls=calls, usage=dict(normal.usage))
+        return self._updated(normal, tool_calls=calls, usage=dict(normal.usage))
 
 
 class ScriptedProvider:
