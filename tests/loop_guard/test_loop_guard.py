@@ -471,3 +471,34 @@ def test_a_person_is_asked_even_at_the_top_of_the_clamp() -> None:
     assert paused.status == "awaiting_confirmation"
     assert paused.pending is not None
     assert paused.pending["kind"] == "stuck"
+
+
+class Feed:
+    """A tool that hands out its own list, which grows on every call: each call's result is
+    new when it is made, and the same object as every other one."""
+
+    def __init__(self) -> None:
+        self.items: list[int] = []
+
+    def read(self, topic: str) -> list[int]:
+        """Read the feed.
+
+        Args:
+            topic: The topic.
+        """
+        self.items.append(len(self.items) + 1)
+        return self.items
+
+
+def test_a_result_is_judged_new_as_it_was_when_the_tool_returned_it() -> None:
+    # The second read returned [1, 2] after [1]: new then, even though the tool's list has
+    # grown since. Judging it by what the list holds later would see two alike results and an
+    # A, B, A, B with nothing new.
+    feed = tool(Feed().read, name="feed", runtime={"duplicate_policy": "repeatable"})
+    model = Model([call("feed", topic="news"), call("clock", city="Oslo"),
+                   call("feed", topic="news"), call("clock", city="Oslo"), say("Done.")])
+    with boot(model) as host:
+        result, events = run(host, [feed, clock])
+    assert guard_events(events) == []
+    assert result.status == "completed"
+    assert all(not nudges(r) for r in model.requests)
