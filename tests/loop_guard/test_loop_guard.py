@@ -494,7 +494,7 @@ def test_a_result_is_judged_new_as_it_was_when_the_tool_returned_it() -> None:
     # The second read returned [1, 2] after [1]: new then, even though the tool's list has
     # grown since. Judging it by what the list holds later would see two alike results and an
     # A, B, A, B with nothing new.
-    feed = tool(Feed().read, name="feed", runtime={"duplicate_policy": "repeatable"})
+    feed = tool(name="feed", runtime={"duplicate_policy": "repeatable"})(Feed().read)
     model = Model([call("feed", topic="news"), call("clock", city="Oslo"),
                    call("feed", topic="news"), call("clock", city="Oslo"), say("Done.")])
     with boot(model) as host:
