@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Generic, TypeGuard, TypeVar, TypeVarTuple, cast
 
 from agents_api.errors import InvalidLoopArgument
-from agents_api.results import Decision, TurnAnswer, TurnResult
+from agents_api.results import Decision, StopVerdict, TurnAnswer, TurnResult
 
 if TYPE_CHECKING:  # asyncio loads only when a run really awaits something
     import asyncio
@@ -129,7 +129,7 @@ def run_steps(steps: Steps[T]) -> T | Awaitable[T]:
 # What the loop's callables return on the synchronous path; no value of these exact types can be
 # awaited, so the per-turn checks skip inspect.isawaitable's ABC lookup for them.
 _PLAIN_TYPES = frozenset({type(None), bool, int, str, dict, list, TurnAnswer, TurnResult,
-                          Decision})
+                          Decision, StopVerdict})
 
 
 def awaitable(value: object) -> TypeGuard[Awaitable[object]]:

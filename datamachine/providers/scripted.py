@@ -36,8 +36,8 @@ import json
 import os
 import time
 from collections import deque
-from collections.abc import Sequence
-from functools import cached_property
+from collections.abc import Callable, Sequence
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -212,6 +212,16 @@ def _last_user_text(messages: Sequence[dict[str, Any]]) -> str:
     return ""
 
 
+@cache
+def _copier() -> Callable[..., ProviderResponse]:
+    """``agents_api.results.updated``, imported on first use: booting a host loads this module
+    but not the loop's (see tests/test_boot_imports.py), and an import statement in
+    :meth:`ScriptCursor.complete` would run on every answer."""
+    from agents_api.results import updated
+
+    return updated
+
+
 class ScriptCursor:
     """One run's position in a script; a provider (``name`` + ``complete``) for that run.
 
@@ -238,11 +248,6 @@ class ScriptCursor:
         self.position = 0
         self.record: deque[ProviderRequest] = deque(maxlen=RECORD_LIMIT)
         self._shared_record = shared_record
-        # Imported here, once a run: booting a host loads this module, but not the loop's
-        # (see tests/test_boot_imports.py); an import in complete() would cost every turn.
-        from agents_api.results import updated
-
-        self._updated = updated
 
     @property
     def remaining(self) -> int | None:
@@ -284,7 +289,7 @@ class ScriptCursor:
                         else call["id"],
                   "name": call["name"], "parameters": _fresh(call["parameters"])}
                  for index, call in enumerate(normal.tool_calls, start=1)]
-        return self._updated(normal, tool_calls=calls, usage=dict(normal.usage))
+        return _copier()(normal, tool_calls=calls, usage=dict(normal.usage))
 
 
 class ScriptedProvider:
