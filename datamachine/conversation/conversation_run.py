@@ -147,7 +147,10 @@ class ConversationRun:
         self.turn_budget = self._budget(
             CONVERSATION_TURNS, spec.max_turns if spec.max_turns is not None
             else self.ceiling_overrides.get(CONVERSATION_TURNS))
-        self.timeline = RunTimeline(self.turn_budget, cumulative_base)
+        # What the run viewer shows of the run, stored with its transcript: a run that stores
+        # none (no writer, no persister) keeps nothing nobody could read, not even per request.
+        self.timeline = (RunTimeline(self.turn_budget, cumulative_base)
+                         if writer is not None or self.persister is not None else None)
         self.events = RunEvents(services, runtime.event_sink, base, self.observers,
                                 self.timeline)
         found = spec.payload.get("engine_data")
@@ -1007,7 +1010,7 @@ class ConversationRun:
         verdict, self.diagnostics = self._decide(
             stop, summary=summary, summary_usage=usage, pending_extra=pending_extra,
             warnings=[*self.warnings, *self.completion.warnings],
-            timeline=self.timeline.entries,
+            timeline=self.timeline.entries if self.timeline is not None else None,
             compactions=self.context.stored_records() if self.context is not None else None)
         self.verdict = verdict  # applied by the loop: its end carries our warnings
         return verdict

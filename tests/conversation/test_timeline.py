@@ -151,3 +151,35 @@ def test_a_run_with_no_turns_keeps_its_events_when_the_session_goes_on(host: Hos
     assert continued.status == "completed"
     after = [(e["event"], e["run_base"]) for e in _stored_timeline(host, "z")]
     assert after == events  # the declined run (no turns of its own) keeps its events
+
+
+class OwnPersister:
+    """A caller's own transcript persister: it gets the run's result, metadata and all."""
+
+    def __init__(self) -> None:
+        self.results: list[Any] = []
+
+    def append_turn(self, session_id: str, turn: int, messages: list[Any]) -> None:
+        pass
+
+    def persist(self, messages: list[Any], request: dict[str, Any], result: Any) -> str:
+        self.results.append(result)
+        return "own"
+
+
+def test_a_caller_s_persister_gets_the_timeline_and_a_run_that_stores_nothing_keeps_none(
+        host: Host) -> None:
+    from datamachine.conversation.conversation_run import ConversationRun
+
+    persister = OwnPersister()
+    payload = {"script": [*_looping(2), {"content": "Done."}], "transcript_persister": persister}
+    result = host.run_conversation(USER, [step], "scripted", "m", payload=payload)
+    assert result.status == "completed"
+    [stored] = persister.results
+    assert [(e["event"], e["turn"]) for e in stored.metadata["timeline"]] == [
+        ("request", 1), ("request", 2), ("request", 3)]
+    # Nothing stores what a run keeps for the viewer: it keeps nothing, not even per request.
+    unstored = ConversationRun.create(host, USER, [step], "scripted", "m",
+                                      payload={"persist_transcript": False})
+    assert unstored.timeline is None
+    assert unstored.provider_turn.timeline is None
