@@ -37,8 +37,6 @@ Steps = Generator[Awaitable[object], object, T]
 
 def drive_sync(steps: Steps[T]) -> T:
     """Run a step generator to completion, awaiting yielded awaitables on a private loop."""
-    import asyncio
-
     loop: asyncio.AbstractEventLoop | None = None
     try:
         pending = next(steps)
@@ -56,6 +54,8 @@ def drive_sync(steps: Steps[T]) -> T:
                 # An executor that returned a coroutine from its thread: await it as before.
                 pending = bounded(value, pending.seconds)
             if loop is None:
+                import asyncio  # a run that never awaits never loads it
+
                 try:
                     asyncio.get_running_loop()
                 except RuntimeError:

@@ -598,8 +598,8 @@ class ConversationRun:
                    and self.settings.get("allow_model_requests", True) is not True)
         refusal = refusal_message(self.settings, spec.provider) if refused else ""
         hook = services.pm.hook
-        hooked = frozenset(name for name in ("text_result", "provider_availability")
-                           if getattr(hook, name).get_hookimpls())
+        hooked = frozenset([name for name in ("text_result", "provider_availability")
+                            if getattr(hook, name).get_hookimpls()])
         if refused and "text_result" not in hooked:
             # Nothing in the process could answer: raised before anything runs or is stored
             # (a returned error result would let a test that forgets the status pass).
@@ -613,7 +613,7 @@ class ConversationRun:
                                       spec.payload, self.settings.get),
             emit=self.events.emit, emit_active=self.events.active, first=services.first,
             hooked=hooked, refused=refused, refusal=refusal, on_text=on_text,
-            report_content=any(wants_content(o) for o in self.observers),
+            report_content=bool(self.observers) and any(map(wants_content, self.observers)),
             call_keys=self.executor.index.keys, timeline=self.timeline)
 
     def _model_options(self) -> dict[str, Any]:

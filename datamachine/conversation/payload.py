@@ -8,6 +8,7 @@ runtime key has one check; a bad value is a UsageError naming the key and the fi
 from __future__ import annotations
 
 import difflib
+import os
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -17,6 +18,7 @@ from agents_api.errors import brief_repr
 from datamachine.errors import PayloadKeyWarning, UsageError
 from datamachine.payload_keys import RUNTIME_KEYS, RuntimeOptions
 from datamachine.providers.options import validate_model_options
+from datamachine.providers.scripted import Script, load_script
 from datamachine.registry import MAX_METERED_VALUE, validate_budget_value
 from datamachine.storage.locks import MAX_TTL
 
@@ -179,10 +181,6 @@ def _script(value: Any) -> Any:
     regular ``.json`` / ``.yaml`` / ``.yml`` file. A plain string is refused: payload data can
     come from anywhere (a queued job's JSON, an HTTP body) and must never make the provider
     open a file."""
-    import os
-
-    from datamachine.providers.scripted import Script, load_script
-
     if value is None or isinstance(value, Script):
         return value
     if isinstance(value, str):
