@@ -98,7 +98,8 @@ def _flat(value: dict[object, object]) -> bool:
 
 def _sorted(value: object) -> object:
     if type(value) is dict and _flat(value):
-        return dict(sorted(value.items()))  # the common case: a flat object of scalars
+        # The common case: a flat object of scalars (one key or none: in order already).
+        return dict(sorted(value.items())) if len(value) > 1 else value
     if isinstance(value, Mapping):
         return {key: _sorted(value[key]) for key in sorted(value)}
     if isinstance(value, list | tuple):
