@@ -97,7 +97,8 @@ def _variables(environ: Mapping[str, str] | None) -> dict[str, str]:
         if type(store) is dict and isinstance(environ, os._Environ) and callable(encodekey):
             prefix = encodekey(_PREFIX)
             decodekey, decodevalue = environ.decodekey, environ.decodevalue
-            return {decodekey(name): decodevalue(text) for name, text in store.items()
+            # A copy (one step under the GIL): another thread may set a variable meanwhile.
+            return {decodekey(name): decodevalue(text) for name, text in store.copy().items()
                     if name.startswith(prefix)}
     return {name: text for name, text in environ.items() if name.startswith(_PREFIX)}
 
