@@ -78,31 +78,6 @@ def _override_name(key: str) -> str | None:
     return name
 
 
-_PREFIX = "DATAMACHINE_"
-
-
-def _variables(environ: Mapping[str, str] | None) -> dict[str, str]:
-    """Every ``DATAMACHINE_*`` variable set now, by name (``environ``: a host's own mapping,
-    else the process environment).
-
-    A run's snapshot takes them all at once: asking ``os.environ`` for each of the dozen keys
-    a run reads costs a Python-level miss (an exception caught) per key, while CPython keeps the
-    environment in one dict of encoded names that is scanned here without decoding the other
-    variables. Anything else that stands in for ``os.environ`` is read through its mapping.
-    """
-    if environ is None:
-        environ = os.environ
-        store = getattr(environ, "_data", None)
-        encodekey = getattr(environ, "encodekey", None)
-        if type(store) is dict and isinstance(environ, os._Environ) and callable(encodekey):
-            prefix = encodekey(_PREFIX)
-            decodekey, decodevalue = environ.decodekey, environ.decodevalue
-            # A copy (one step under the GIL): another thread may set a variable meanwhile.
-            return {decodekey(name): decodevalue(text) for name, text in store.copy().items()
-                    if name.startswith(prefix)}
-    return {name: text for name, text in environ.items() if name.startswith(_PREFIX)}
-
-
 def _decode(encoded: str, key: str) -> Any:
     """A stored value from its JSON text; a dict or list is decoded afresh every time (the
     caller may change it), a scalar once. Text that is not JSON (written around ``set``) is
@@ -228,15 +203,15 @@ class Settings:
                                     "change or unset it)", setting=key) from None
 
     def snapshot(self) -> SettingsSnapshot:
-        """The settings as one run sees them: the stored rows and the ``DATAMACHINE_*``
-        variables read once, now (see :class:`SettingsSnapshot`)."""
-        return SettingsSnapshot(self, self._store.rows(), _variables(self._environ))
+        """The settings as one run sees them: the stored rows read once, now, and each
+        environment override read once, when first asked (see :class:`SettingsSnapshot`)."""
+        return SettingsSnapshot(self, self._store.rows())
 
-    def _read(self, key: str, rows: Mapping[str, str], variables: Mapping[str, str]) -> Any:
-        """``get(key)`` against ``rows`` and ``variables`` (``_MISSING`` when unset)."""
+    def _read(self, key: str, rows: Mapping[str, str]) -> Any:
+        """``get(key)`` against ``rows`` (``_MISSING`` when unset)."""
         env_name = _override_name(key)
         if env_name is not None:
-            raw = variables.get(env_name)
+            raw = (os.environ if self._environ is None else self._environ).get(env_name)
             if raw is not None:
                 return self._from_env(key, raw)
         encoded = rows.get(key)
@@ -293,9 +268,9 @@ class Settings:
     def _overrides(self) -> dict[str, str]:
         """Every ``DATAMACHINE_<KEY>`` variable that overrides a setting: key -> its text."""
         found = {}
-        for name, raw in _variables(self._environ).items():
-            if name not in RESERVED_ENV:
-                key = name[len(_PREFIX):].lower()
+        for name, raw in self._env.items():
+            if name.startswith("DATAMACHINE_") and name not in RESERVED_ENV:
+                key = name[len("DATAMACHINE_"):].lower()
                 if _KEY_RE.fullmatch(key) and _env_name(key) == name:
                     found[key] = raw
         return found
@@ -469,18 +444,16 @@ class SettingsSnapshot:
     A run reads a dozen settings while it is set up and its providers read some on every
     request; asking the database each time would cost a query per read (a ``PRAGMA
     data_version`` on SQLite, the table on PostgreSQL) and let one run see two different
-    values. The stored rows and the environment's ``DATAMACHINE_*`` variables are taken when
-    the snapshot is made. A value that is a list or a dict is decoded afresh for each reader (a
-    reader may change its copy); others are kept once decoded.
+    values. The stored rows are taken when the snapshot is made; an environment override is read
+    when its key is first asked, then kept. A value that is a list or a dict is decoded afresh
+    for each reader (a reader may change its copy); others are kept once decoded.
     """
 
-    __slots__ = ("_rows", "_settings", "_values", "_variables")
+    __slots__ = ("_rows", "_settings", "_values")
 
-    def __init__(self, settings: Settings, rows: Mapping[str, str],
-                 variables: Mapping[str, str]) -> None:
+    def __init__(self, settings: Settings, rows: Mapping[str, str]) -> None:
         self._settings = settings
         self._rows = rows
-        self._variables = variables
         self._values: dict[str, Any] = {}
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -489,7 +462,7 @@ class SettingsSnapshot:
         if value is _UNREAD:
             if type(key) is not str:
                 Settings.check_key(key)
-            value = self._settings._read(key, self._rows, self._variables)
+            value = self._settings._read(key, self._rows)
             if type(value) not in _SCALAR_TYPES and value is not _MISSING:
                 return value  # a fresh copy for every reader
             self._values[key] = value

@@ -207,32 +207,3 @@ def test_a_value_nested_past_the_depth_limit_is_refused_and_never_stored(host: H
         with pytest.raises(InvalidSetting, match=f"more than {MAX_DEPTH} levels deep"):
             host.settings.set("model_options", value)
     assert host.settings.stored("model_options") is None
-
-
-def test_a_snapshot_reads_the_environment_once_when_it_is_made(
-        host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A run's snapshot takes every DATAMACHINE_* variable when it is made: a change after that
-    # is the next snapshot's, never half of this one's.
-    host.settings.set("max_turns", 10)
-    monkeypatch.setenv("DATAMACHINE_MAX_TURNS", "30")
-    monkeypatch.setenv("DATAMACHINE_BUDGET_PRESSURE", "true")
-    before = host.settings.snapshot()
-    monkeypatch.setenv("DATAMACHINE_MAX_TURNS", "40")
-    monkeypatch.delenv("DATAMACHINE_BUDGET_PRESSURE")
-    assert (before.get("max_turns"), before.get("budget_pressure")) == (30, True)
-    after = host.settings.snapshot()
-    assert (after.get("max_turns"), after.get("budget_pressure")) == (40, None)
-    monkeypatch.delenv("DATAMACHINE_MAX_TURNS")
-    assert host.settings.snapshot().get("max_turns") == 10
-
-
-def test_a_host_s_own_environment_mapping_is_read_by_its_snapshots() -> None:
-    from datamachine.settings import Settings
-
-    env = {"DATAMACHINE_MAX_TURNS": "25", "DATAMACHINE_DB": "elsewhere.db", "HOME": "/x"}
-    with bootstrap.boot(":memory:", load_entrypoints=False) as booted:
-        settings = Settings(booted.settings._store, environ=env,
-                            declarations=booted.settings.declarations)
-        snapshot = settings.snapshot()
-        assert snapshot.get("max_turns") == 25
-        assert settings._overrides() == {"max_turns": "25"}  # DATAMACHINE_DB is reserved
