@@ -54,7 +54,7 @@ def drive_sync(steps: Steps[T]) -> T:
                 # An executor that returned a coroutine from its thread: await it as before.
                 pending = bounded(value, pending.seconds)
             if loop is None:
-                import asyncio  # a run that never awaits never loads it
+                import asyncio  # here, not on every run: most runs never await
 
                 try:
                     asyncio.get_running_loop()
