@@ -613,7 +613,7 @@ class ConversationRun:
                                       spec.payload, self.settings.get),
             emit=self.events.emit, emit_active=self.events.active, first=services.first,
             hooked=hooked, refused=refused, refusal=refusal, on_text=on_text,
-            report_content=bool(self.observers) and any(map(wants_content, self.observers)),
+            report_content=any(map(wants_content, self.observers)),
             call_keys=self.executor.index.keys, timeline=self.timeline)
 
     def _model_options(self) -> dict[str, Any]:

@@ -5,9 +5,8 @@ blockers are events (docs/events.md), gone once emitted; the transcript keeps on
 A run that stores a transcript records these few events as they fire, whether or not anyone
 listens, and its stop handler stores them with the transcript (its ``timeline`` column, read by
 ``TranscriptStore.timeline``), so the run's page shows when each fired; a run that stores none
-keeps no timeline at all. Per-turn events (a
-turn starting, a tool call) are never recorded: the messages already say them, and recording
-them would cost every turn.
+keeps no timeline at all. Per-turn events (a turn starting, a tool call) are never recorded:
+the messages already say them, and recording them would cost every turn.
 
 The one record a run keeps per turn is its provider request's (:meth:`RunTimeline.request`,
 an entry ``{"event": "request", ...}``: latency, tokens, options, the failed attempts before
