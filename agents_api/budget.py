@@ -222,9 +222,10 @@ class IterationBudget:
         return new_ceiling
 
     def lower(self, ceiling: int) -> int:
-        """Lower the ceiling (and a hard ceiling above it) to ``ceiling``, never below 1;
-        return the new one. For a budget that learns it holds less than it was given (a
-        context window the provider reports smaller): a higher value changes nothing."""
+        """Lower the ceiling (and a hard ceiling above it) to ``ceiling``, never below its
+        ``min_ceiling`` (1 by default); return the new one. For a budget that learns it holds
+        less than it was given (a context window the provider reports smaller): a higher value
+        changes nothing."""
         target = max(self._floor, _as_int("lower(ceiling)", ceiling))
         if target < self._ceiling:
             self._ceiling = target

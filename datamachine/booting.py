@@ -7,10 +7,12 @@ that claims a built-in name fails at boot with both owners named.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from agents_api.errors import brief_repr
 from datamachine.budgets_builtin import BUILTIN_BUDGETS, BUILTIN_OWNER
 from datamachine.errors import (
     DataMachineError,
@@ -19,6 +21,7 @@ from datamachine.errors import (
     InvalidBudgetSpec,
     InvalidSetting,
     PluginLoadError,
+    UsageError,
 )
 from datamachine.host import Host
 from datamachine.job_queue import JobQueue
@@ -61,6 +64,9 @@ def boot(
     objects registered after the installed ones. ``load_entrypoints=False`` skips installed
     plugins (``DATAMACHINE_LOAD_PLUGINS`` narrows them).
     """
+    if db_path is not None and not isinstance(db_path, str | os.PathLike):
+        raise UsageError(f"db_path must be a file path, ':memory:', a postgresql:// URL or "
+                         f"None (for $DATAMACHINE_DB), got {brief_repr(db_path)}.")
     pm, infos = make_plugin_manager(plugins, load_entrypoints=load_entrypoints)
     target = default_db_target() if db_path is None else db_path
     resolved_path = None if str(target) == ":memory:" or is_postgres_url(target) \

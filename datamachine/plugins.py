@@ -19,6 +19,7 @@ from typing import Any
 
 import pluggy
 
+from agents_api.errors import brief_repr
 from datamachine import hookspecs
 from datamachine.errors import DataMachineError, PluginLoadError, PluginLoadWarning
 
@@ -77,6 +78,25 @@ def _allowed_distributions(environ: Mapping[str, str]) -> set[str] | None:
     return {_normalize_dist(part) for part in raw.split(",") if part.strip()}
 
 
+def _plugin_list(plugins: object) -> list[object]:
+    """``boot(plugins=...)`` as a list, refusing what pluggy would register with no hooks at
+    all (a module's name as text, a number, None): such a plugin loads nothing and says
+    nothing, and the run later misses its provider or budget without a word why."""
+    if isinstance(plugins, str | bytes | Mapping) or not isinstance(plugins, Iterable):
+        raise PluginLoadError(f"plugins must be a list of plugin modules or objects with "
+                              f"hookimpls, got {brief_repr(plugins)}.")
+    found = list(plugins)
+    for index, plugin in enumerate(found):
+        if isinstance(plugin, str):
+            raise PluginLoadError(
+                f"plugins[{index}] is the text {brief_repr(plugin)}: pass the module itself "
+                f"(plugins=[importlib.import_module({plugin!r})]) or an object with hookimpls.")
+        if plugin is None or isinstance(plugin, bytes | int | float | complex):
+            raise PluginLoadError(f"plugins[{index}] must be a plugin module or an object with "
+                                  f"hookimpls, got {brief_repr(plugin)}.")
+    return found
+
+
 def make_plugin_manager(
     plugins: Iterable[object] = (),
     *,
@@ -101,7 +121,7 @@ def make_plugin_manager(
         _load_entrypoints(pm, infos, _allowed_distributions(env))
         _drop_misspelled(pm, infos)
 
-    for plugin in plugins:
+    for plugin in _plugin_list(plugins):
         module_name = getattr(plugin, "__name__", type(plugin).__name__)
         try:
             name = pm.register(plugin)

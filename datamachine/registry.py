@@ -130,9 +130,13 @@ def budget_value(spec: BudgetSpec, knob: str, value: object, *, dollars: bool = 
     try:
         return validate_budget_value(knob, value, maximum=maximum, minimum=min(spec.min, 1))
     except InvalidBudgetValue as exc:
-        if not spec.unlimited:
-            raise
-        raise InvalidBudgetValue(f'{exc} Use "{UNLIMITED}" for no limit.') from None
+        # What is taken is the unit's range; the budget's clamp then narrows it, with a
+        # warning: say both, so the fix is not a value that is only clamped again.
+        clamp = (f" (this budget then clamps it to {spec.min:,} to {spec.max:,}, with a warning)"
+                 if spec.max is not None and spec.max < maximum else "")
+        extra = f' Use "{UNLIMITED}" for no limit.' if spec.unlimited else ""
+        raise InvalidBudgetValue(f"{exc}{extra}".replace(", got ", f"{clamp}, got ", 1)
+                                 ) from None
 
 
 def _setting_ceiling(spec: BudgetSpec, key: str, value: object) -> int | None:
@@ -293,6 +297,16 @@ class BudgetSpecs:
                 "register() takes a BudgetSpec or a budget name, "
                 f"got {type(name_or_spec).__name__}."
             )
+        if spec.setting is not None:
+            # One setting feeds one budget: a second claim would make the setting's value
+            # decide two limits (boot names the plugins of such a clash; this is the same
+            # rule for a budget registered later).
+            for other in self._specs.values():
+                if other.setting == spec.setting and other.name != spec.name:
+                    raise InvalidBudgetSpec(
+                        f"Budget {spec.name!r} cannot take setting {spec.setting!r}: budget "
+                        f"{other.name!r} reads it already. Give {spec.name!r} a setting of its "
+                        "own.")
         self._specs[spec.name] = spec
         if owner is not None:
             self._owners[spec.name] = owner
@@ -426,6 +440,9 @@ class IterationBudgetRegistry(BudgetSpecs):
         if isinstance(current, bool) or not isinstance(current, int) or current < 0:
             raise UsageError(f"current must be what the budget has used so far, a whole number "
                              f"0 or more (a new budget starts at 0), got {brief_repr(current)}.")
+        if warnings is not None and not isinstance(warnings, list):
+            raise UsageError(f"warnings must be a list the clamp notice is appended to, or None, "
+                             f"got {brief_repr(warnings)}.")
         resolved = self.resolve(name, ceiling_override, settings=settings)
         if resolved.clamped and warnings is not None:
             warnings.append(str(resolved.warning()))

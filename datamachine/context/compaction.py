@@ -23,7 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agents_api import Message
+from agents_api.errors import brief_repr
 from agents_api.jsontext import compact_json
+from datamachine.errors import UsageError
 
 __all__ = ["COMPACTION_KEY", "CompactedView", "Span", "clear_tool_results", "drop_oldest",
            "is_summary", "spans", "split_for_summary", "summary_message",
@@ -47,6 +49,20 @@ class CompactedView:
     messages: list[Message]
     strategy: str
     summary: str | None = None
+
+    def __post_init__(self) -> None:
+        # Checked when made, so a hookimpl's mistake is named where it is written, not found
+        # as a failed request estimate or a number stored as a summary turns later.
+        if not isinstance(self.messages, list) or not all(
+                isinstance(message, Message) for message in self.messages):
+            raise UsageError(f"CompactedView.messages must be a list of agents_api.Message "
+                             f"(the request to send instead), got {brief_repr(self.messages)}.")
+        if not isinstance(self.strategy, str):
+            raise UsageError(f"CompactedView.strategy must be the strategy's name (a str), got "
+                             f"{brief_repr(self.strategy)}.")
+        if self.summary is not None and not isinstance(self.summary, str):
+            raise UsageError(f"CompactedView.summary must be the summary's text or None, got "
+                             f"{brief_repr(self.summary)}.")
 
 
 # (start, end) of one unit of messages that is kept or removed whole.

@@ -15,6 +15,7 @@ from agents_api import IterationBudget, LockLost
 from agents_api.drive import Steps, drive_sync
 from datamachine.budgets_builtin import CHAT_TURNS
 from datamachine.conversation.conversation_run import ConversationRun
+from datamachine.conversation.inputs import check_on_text
 from datamachine.conversation.pausing import (
     confirmation_mode,
 )
@@ -175,6 +176,7 @@ def chat_steps(services: Services, session_id: str, new_messages: list[dict[str,
     SessionAborted; returns a ``transcript_lock_contention`` result, without running, when
     another run holds the session.
     """
+    check_on_text(on_text)
     runtime = check_session_payload(payload)
     ttl = runtime.transcript_lock_ttl
     existing = _exists(services, session_id, create)

@@ -24,7 +24,7 @@ from datamachine.tools import Tool
 from datamachine.tools.definition import tool_problem
 
 __all__ = ["MAX_MODEL_LENGTH", "ROLE_OF_TYPE", "TEXT_ROLES", "TextRole", "check_model",
-           "check_roles", "check_tools"]
+           "check_on_text", "check_roles", "check_tools"]
 
 # The roles of a text message (a /chat body's messages are text messages; budget pressure
 # notices are text messages too).
@@ -67,6 +67,15 @@ def check_model(model: object) -> str:
         raise UsageError(f"model must be the provider's model id, a string of at most "
                          f"{MAX_MODEL_LENGTH} characters, got {brief_repr(model)}.")
     return model
+
+
+def check_on_text(on_text: object) -> None:
+    """``on_text`` is None or callable: checked before a chat stores its message, so a wrong
+    value is refused up front rather than failing the first streamed piece and leaving the
+    message stored without its answer."""
+    if on_text is not None and not callable(on_text):
+        raise UsageError(f"on_text must be a function taking each piece of the model's text "
+                         f"(a str), or None; got {brief_repr(on_text)}.")
 
 
 def check_tools(tools: Mapping[str, Tool]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from agents_api import clock
 from agents_api.errors import brief_repr
-from datamachine.errors import PayloadKeyWarning, UsageError
+from datamachine.errors import InvalidBudgetValue, PayloadKeyWarning, UsageError
 from datamachine.payload_keys import RUNTIME_KEYS, RuntimeOptions
 from datamachine.providers.options import validate_model_options
 from datamachine.providers.scripted import Script, load_script
@@ -144,9 +144,15 @@ def _budget_ceilings(value: Any) -> Any:
             raise UsageError(f"payload['budget_ceilings'] keys must be budget names, "
                              f"got {brief_repr(name)}.")
         # The unit's own range is checked where the budget is known (0 only for a budget
-        # that counts repeats).
-        validate_budget_value(f"payload['budget_ceilings'][{brief_repr(name)}]", ceiling,
-                              maximum=MAX_METERED_VALUE, minimum=0)
+        # that counts repeats); here only what no budget takes, said without a range that
+        # would not be the budget's.
+        knob = f"payload['budget_ceilings'][{brief_repr(name)}]"
+        try:
+            validate_budget_value(knob, ceiling, maximum=MAX_METERED_VALUE, minimum=0)
+        except InvalidBudgetValue:
+            raise InvalidBudgetValue(
+                f"{knob} must be a whole number in the budget's range (`datamachine budgets` "
+                f"lists each budget's range), got {brief_repr(ceiling)}.") from None
     return dict(value)
 
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agents_api import LockLost, Message
 from agents_api.drive import Steps
+from agents_api.jsontext import plain_json, unreadable
 from datamachine.conversation.chat import ChatTurnGate, chat_gate
 from datamachine.conversation.conversation_run import ConversationRun
 from datamachine.conversation.pausing import (
@@ -180,9 +181,11 @@ def resume_steps(services: Services, session_id: str, approve: bool,
         pending = _pending(record)
         if pause_id is not None and pending.get("pause_id") != pause_id:
             raise SessionNotPaused(
-                f"Session {session_id!r} is not waiting for the answer to pause {pause_id!r} "
-                "any more: it was answered and paused again. Read its pending question again "
-                "before answering.", session_id=session_id, status=record.status)
+                f"Session {session_id!r} is waiting for the answer to pause "
+                f"{pending.get('pause_id')!r}, not {pause_id!r}: that one was answered and "
+                "paused again, or the id is wrong. Read its pending question again "
+                "(result.pending['pause_id']) before answering.",
+                session_id=session_id, status=record.status)
         return pending
 
     def answer(record: Transcript, pending: dict[str, Any] | None, gate: ChatTurnGate | None,
@@ -319,6 +322,16 @@ def _check_resolve(session_id: object, call_id: object, result: object) -> None:
     if result is None:
         raise UsageError("result must say what the call did (what the tool would have "
                          "returned: a string or a dict), not None.")
+    # It is stored as the call's result and read back by every later run: plain JSON data.
+    try:
+        plain_json(result)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"result must be JSON data (a string, a number, a list or a dict); "
+                         f"it holds {exc}, which JSON cannot carry.") from None
+    problem = unreadable(result)
+    if problem is not None:
+        raise UsageError(f"result{problem[0]}: {problem[1]}; store what the call did as "
+                         "plain JSON data.")
 
 
 def _check_arguments(session_id: object, approve: object, extend_by: object) -> None:

@@ -7,9 +7,10 @@ decorator reads them instead of asking the author to write a JSON schema by hand
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, overload
 
+from agents_api.errors import brief_repr
 from datamachine.errors import InvalidToolDefinition
 from datamachine.tools.definition import Tool
 
@@ -52,6 +53,11 @@ def tool(
     ``runtime={"effects": ...}``: ``"read"`` (the default), ``"idempotent"`` or ``"write"``
     (anything else is an ``InvalidToolDefinition`` naming ``effects``, raised here).
     """
+
+    if runtime is not None and not isinstance(runtime, Mapping):
+        raise InvalidToolDefinition(
+            f"@tool(runtime=...) must be a dict of runtime options (for example "
+            f"{{'effects': 'write'}}), got {brief_repr(runtime)}.")
 
     def build(fn: Callable[..., Any]) -> Tool:
         if not callable(fn):

@@ -140,8 +140,10 @@ class Tool(BaseModel):
 
     @property
     def effects(self) -> str:
-        """What a call does to the world: ``read`` (undeclared), ``idempotent`` or ``write``."""
-        return str(self.runtime.get("effects", "read"))
+        """What a call does to the world: ``read`` (undeclared, or declared None), ``idempotent``
+        or ``write``."""
+        declared = self.runtime.get("effects")
+        return "read" if declared is None else str(declared)
 
     @property
     def terminal(self) -> bool:
