@@ -7,6 +7,7 @@ the clamp, which is non-negotiable. Anything clamped is reported, never silently
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -332,6 +333,18 @@ class BudgetSpecs:
     def registered_names(self) -> list[str]:
         """Registered names in registration order."""
         return list(self._specs)
+
+    def meant(self, name: str) -> str | None:
+        """The registered budget an unregistered ``name`` was probably meant to be: the budget
+        whose setting is ``name`` (``max_turns``), else the closest name (``context_token``),
+        else None. A misspelt ceiling would otherwise limit nothing, without a word."""
+        if name in self._specs:
+            return None
+        by_setting = self.setting_keys().get(name)
+        if by_setting is not None:
+            return by_setting
+        close = difflib.get_close_matches(name, list(self._specs), n=1, cutoff=0.8)
+        return close[0] if close else None
 
     def owner(self, name: str) -> str | None:
         """The plugin (pluggy name) that registered ``name``; ``bootstrap`` for built-ins."""

@@ -152,3 +152,17 @@ def test_resume_with_a_wrong_pause_id_names_the_one_waiting(host: Host) -> None:
         host.resume("tea", True, pause_id="wrong")
     # Nothing was answered: the right id still answers it.
     assert host.resume("tea", False, pause_id=waiting).status != "awaiting_confirmation"
+
+
+def test_a_misspelt_budget_ceiling_is_named_with_the_budget_it_was_meant_for(host: Host
+                                                                             ) -> None:
+    result = host.run_conversation(USER, payload={
+        "script": [{"content": "hi"}],
+        "budget_ceilings": {"max_turns": 1, "context_token": 500, "my_own": 3}})
+    assert result.warnings == [
+        "payload['budget_ceilings']['max_turns']: no budget is named 'max_turns', so this "
+        "ceiling limits only a budget a tool makes under that name; did you mean "
+        "'conversation_turns'?",
+        "payload['budget_ceilings']['context_token']: no budget is named 'context_token', so "
+        "this ceiling limits only a budget a tool makes under that name; did you mean "
+        "'context_tokens'?"]  # a name like no budget's ("my_own": a tool's own) says nothing

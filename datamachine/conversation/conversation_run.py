@@ -140,7 +140,8 @@ class ConversationRun:
         self.persister, self.lock, self.session_id = self._transcript()
         base = base_log_context(spec.mode, spec.payload)
         self.observers = self._observers(base)
-        self.ceiling_overrides = _ceiling_overrides(services, runtime.budget_ceilings)
+        self.ceiling_overrides = _ceiling_overrides(services, runtime.budget_ceilings,
+                                                    self.warnings)
         self._stored: dict[str, Any] | None = None  # see _stored_compaction
         # What a confirmed extension adds by default: each budget's ceiling at the start.
         self.ceilings: dict[str, int] = {}
@@ -1160,14 +1161,21 @@ def _job_fields(result: ConversationResult) -> dict[str, Any]:
     return {key: getattr(result, key) for key in _JOB_FIELDS}
 
 
-def _ceiling_overrides(services: Services, given: Mapping[str, int]) -> dict[str, int]:
+def _ceiling_overrides(services: Services, given: Mapping[str, int],
+                       warnings: list[str]) -> dict[str, int]:
     """payload ``budget_ceilings``, each checked against its budget's unit (0 only for a
-    budget that counts repeats)."""
+    budget that counts repeats). A name nobody registered is kept (a tool may make that budget
+    later), with a warning when it looks like a registered budget misspelt."""
     if not given:
         return {}
     registry = services.budgets
     for name, ceiling in given.items():
-        registry.check_ceiling(name, f"payload['budget_ceilings'][{name!r}]", ceiling)
+        knob = f"payload['budget_ceilings'][{name!r}]"
+        registry.check_ceiling(name, knob, ceiling)
+        meant = registry.meant(name)
+        if meant is not None:
+            warnings.append(f"{knob}: no budget is named {name!r}, so this ceiling limits only "
+                            f"a budget a tool makes under that name; did you mean {meant!r}?")
     return dict(given)
 
 
