@@ -267,9 +267,8 @@ def loop_steps(
     _check_callable("on_stop", on_stop, "(stop, context) -> StopVerdict | None")
     _check_callable("estimate_request", estimate_request,
                     "(messages, context) -> {budget_name: units}")
-    for argument, given in (("context", context), ("request", request)):
-        if given is not None and not isinstance(given, Mapping):
-            raise _refused(argument, "a mapping (a dict) or None", given)
+    _check_mapping("context", context)
+    _check_mapping("request", request)
     hooks = CallableHooks(turn_runner, tool_executor=tool_executor,
                           on_tool_result=on_tool_result,
                           on_budget_exhausted=on_budget_exhausted, on_stop=on_stop,
@@ -282,7 +281,7 @@ def loop_steps(
         persister=transcript_persister, lock=transcript_lock, writer=transcript_writer,
         session_id=transcript_session_id, ttl=transcript_lock_ttl,
         request=MappingProxyType(dict(request or {})),
-        pending_calls=_check_pending_calls(pending_tool_calls))
+        pending_calls=() if pending_tool_calls == () else _check_pending_calls(pending_tool_calls))
     return hooked_steps(messages, settings, budgets, on_event)
 
 
@@ -323,6 +322,12 @@ def _check_callable(argument: str, given: object, signature: str) -> None:
     """Refuse an optional callable argument that was given but cannot be called."""
     if given is not None and not callable(given):
         raise _refused(argument, f"a callable {signature}", given)
+
+
+def _check_mapping(argument: str, given: object) -> None:
+    """Refuse an optional mapping argument that was given but is not a mapping."""
+    if given is not None and not isinstance(given, Mapping):
+        raise _refused(argument, "a mapping (a dict) or None", given)
 
 
 def _budget_map(turn_budget: object, budgets: Iterable[object]) -> dict[str, IterationBudget]:
