@@ -17,7 +17,7 @@ from typing import TypeAlias
 
 from agents_api.budget import IterationBudget
 from agents_api.drive import Steps, drive_async, drive_sync
-from agents_api.errors import InvalidLoopArgument
+from agents_api.errors import InvalidLoopArgument, brief_repr
 from agents_api.hooks import (
     EMPTY,
     EventListener,
@@ -257,11 +257,18 @@ def loop_steps(
     decided :class:`RunStop`, for callers that drive it inside a larger sequence of their own
     (``drive_sync`` / ``drive_async``)."""
     if not callable(turn_runner):
-        raise InvalidLoopArgument(
-            "turn_runner must be a callable (messages, context) -> TurnResult.")
-    if estimate_request is not None and not callable(estimate_request):
-        raise InvalidLoopArgument(
-            "estimate_request must be a callable (messages, context) -> {budget_name: units}.")
+        raise _refused("turn_runner", "a callable (messages, context) -> TurnResult",
+                       turn_runner)
+    _check_callable("tool_executor", tool_executor, "(tool_call, context) -> result")
+    _check_callable("on_tool_result", on_tool_result,
+                    "(tool_call, result, context) -> Decision | None")
+    _check_callable("on_budget_exhausted", on_budget_exhausted,
+                    "(budget, context) -> bool | Pause | None")
+    _check_callable("on_stop", on_stop, "(stop, context) -> StopVerdict | None")
+    _check_callable("estimate_request", estimate_request,
+                    "(messages, context) -> {budget_name: units}")
+    _check_mapping("context", context)
+    _check_mapping("request", request)
     hooks = CallableHooks(turn_runner, tool_executor=tool_executor,
                           on_tool_result=on_tool_result,
                           on_budget_exhausted=on_budget_exhausted, on_stop=on_stop,
@@ -274,7 +281,7 @@ def loop_steps(
         persister=transcript_persister, lock=transcript_lock, writer=transcript_writer,
         session_id=transcript_session_id, ttl=transcript_lock_ttl,
         request=MappingProxyType(dict(request or {})),
-        pending_calls=_check_pending_calls(pending_tool_calls) if pending_tool_calls else ())
+        pending_calls=() if pending_tool_calls == () else _check_pending_calls(pending_tool_calls))
     return hooked_steps(messages, settings, budgets, on_event)
 
 
@@ -285,6 +292,12 @@ def hooked_steps(messages: Iterable[Message | Mapping[str, object]], settings: L
     in its decided :class:`RunStop`; the arguments are checked first, each failure naming
     the argument."""
     budget_map = _budget_map(settings.turn_budget, budgets)
+    _check_callable("should_continue", settings.should_continue,
+                    "(turn_result, context) -> bool")
+    if on_event is not None and not callable(on_event) and not callable(
+            getattr(on_event, "emit", None)):
+        raise _refused("on_event", "a callable (event, payload) or an object with an emit "
+                       "method", on_event)
     _check_transcript(settings.persister, settings.lock, settings.writer)
     check_lock_ttl(settings.ttl)
     return LoopRun(settings, normalize_messages(messages), budget_map,
@@ -300,10 +313,29 @@ def check_lock_ttl(ttl: object, knob: str = "transcript_lock_ttl") -> int:
     return ttl
 
 
+def _refused(argument: str, must_be: str, given: object) -> InvalidLoopArgument:
+    """The refusal of one argument: its name, what it must be, and what was given."""
+    return InvalidLoopArgument(f"{argument} must be {must_be}, got {brief_repr(given)}.")
+
+
+def _check_callable(argument: str, given: object, signature: str) -> None:
+    """Refuse an optional callable argument that was given but cannot be called."""
+    if given is not None and not callable(given):
+        raise _refused(argument, f"a callable {signature}", given)
+
+
+def _check_mapping(argument: str, given: object) -> None:
+    """Refuse an optional mapping argument that was given but is not a mapping."""
+    if given is not None and not isinstance(given, Mapping):
+        raise _refused(argument, "a mapping (a dict) or None", given)
+
+
 def _budget_map(turn_budget: object, budgets: Iterable[object]) -> dict[str, IterationBudget]:
     if not isinstance(turn_budget, IterationBudget):
         raise InvalidLoopArgument("turn_budget must be an agents_api.IterationBudget.")
     found: dict[str, IterationBudget] = {turn_budget.name(): turn_budget}
+    if not isinstance(budgets, Iterable):
+        raise _refused("budgets", "an iterable of agents_api.IterationBudget objects", budgets)
     for extra in budgets:
         if not isinstance(extra, IterationBudget):
             raise InvalidLoopArgument(
@@ -314,6 +346,14 @@ def _budget_map(turn_budget: object, budgets: Iterable[object]) -> dict[str, Ite
 
 
 def _check_transcript(persister: object, lock: object, writer: object) -> None:
+    if persister is not None and not callable(getattr(persister, "persist", None)):
+        raise _refused("transcript_persister", "an object with a persist(messages, request, "
+                       "result) method (see agents_api.TranscriptPersister)", persister)
+    if lock is not None and not (callable(getattr(lock, "acquire", None))
+                                 and callable(getattr(lock, "release", None))):
+        raise _refused("transcript_lock", "an object with acquire(session_id, ttl) and "
+                       "release(session_id, token) methods (see agents_api.TranscriptLock)",
+                       lock)
     if writer is not None and (persister is not None or lock is not None):
         raise InvalidLoopArgument(
             "transcript_writer already holds its session: pass it alone, without "
@@ -324,11 +364,14 @@ def _check_transcript(persister: object, lock: object, writer: object) -> None:
             "release methods (see agents_api.TranscriptWriter).")
 
 
-def _check_pending_calls(calls: Iterable[Mapping[str, object]]
+def _check_pending_calls(calls: Iterable[Mapping[str, object]] | None
                          ) -> tuple[dict[str, object], ...]:
-    """Waiting calls as a paused run stored them: each a mapping naming its tool."""
-    if isinstance(calls, str | bytes | Mapping):
-        raise InvalidLoopArgument("pending_tool_calls must be a list of tool call dicts.")
+    """Waiting calls as a paused run stored them: each a mapping naming its tool (None, as
+    ever: none wait)."""
+    if calls is None:
+        return ()
+    if isinstance(calls, str | bytes | Mapping) or not isinstance(calls, Iterable):
+        raise _refused("pending_tool_calls", "a list of tool call dicts", calls)
     checked = []
     for index, call in enumerate(calls):
         name = call.get("name") if isinstance(call, Mapping) else None

@@ -821,6 +821,48 @@ def test_a_writer_cannot_come_with_a_persister_or_a_lock() -> None:
                  transcript_writer=object(), transcript_lock=Lock())  # type: ignore[arg-type]
 
 
+BAD_ARGUMENTS = ["budgets", "context", "request", "pending_tool_calls", "tool_executor",
+                 "on_event", "should_continue", "on_tool_result", "on_budget_exhausted",
+                 "on_stop", "transcript_persister", "transcript_lock"]
+
+
+def arun_loop_to_the_end(*args: Any, **kwargs: Any) -> LoopResult:
+    """``arun_loop`` on a new event loop, so one test can take either entry point."""
+    return asyncio.run(arun_loop(*args, **kwargs))
+
+
+@pytest.mark.parametrize("entry", [run_loop, arun_loop_to_the_end], ids=["run_loop", "arun_loop"])
+@pytest.mark.parametrize("argument", BAD_ARGUMENTS)
+def test_each_bad_argument_is_refused_by_name_before_anything_runs_or_is_stored(
+        entry: Callable[..., LoopResult], argument: str) -> None:
+    ran: list[int] = []
+    persister = Persister()
+
+    def runner(messages: list[Message], context: dict[str, Any]) -> TurnResult:
+        ran.append(context["turn"])
+        return TurnResult(content="x")
+
+    # A persister on every run, so "nothing is stored" is checked too (the lock needs one).
+    arguments: dict[str, Any] = {"transcript_persister": persister, argument: 5}
+    with pytest.raises(InvalidLoopArgument, match=rf"^{argument} must be .+, got 5\.$"):
+        entry(USER, runner, turn_budget=IterationBudget("t", 2), **arguments)
+    assert (ran, persister.persisted) == ([], [])
+
+
+def test_an_event_sink_may_be_an_object_with_an_emit_method() -> None:
+    class Sink:
+        def __init__(self) -> None:
+            self.names: list[str] = []
+
+        def emit(self, event: str, payload: dict[str, Any]) -> None:
+            self.names.append(event)
+
+    sink = Sink()
+    result = run_loop(USER, lambda m, c: TurnResult(content="x"),
+                      turn_budget=IterationBudget("t", 2), on_event=sink)  # type: ignore[arg-type]
+    assert (result.status, sink.names[-1]) == ("completed", "completed")
+
+
 def test_should_continue_that_raises_is_an_error() -> None:
     def broken(result: TurnResult, context: dict[str, Any]) -> bool:
         raise KeyError("oops")
