@@ -187,6 +187,13 @@ def _register_plugin_budgets(pm: object, registry: IterationBudgetRegistry) -> N
                 f"Budget {spec.name!r} is registered by both {owner!r} and {plugin_name!r}; "
                 "rename one of them (budget names are global to a host)."
             )
+        reader = registry.setting_keys().get(spec.setting) if spec.setting else None
+        if reader is not None:
+            raise DuplicateSettingError(
+                f"Setting {spec.setting!r} feeds budget {reader!r} of {registry.owner(reader)!r} "
+                f"and budget {spec.name!r} of {plugin_name!r}; give one of them a setting of "
+                "its own (a setting decides one budget's limit)."
+            )
         registry.register(spec, owner=plugin_name)
 
 

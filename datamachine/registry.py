@@ -80,18 +80,20 @@ def validate_budget_value(knob: str, value: object, *, maximum: int = MAX_BUDGET
     anything else raises :class:`InvalidBudgetValue` naming ``knob``. Nothing is coerced:
     ``"10"``, ``10.0`` and ``True`` are refused.
     """
-    kind = "a positive integer" if minimum >= 1 else "a whole number"
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidBudgetValue(
-            f"{knob} must be {kind} between {minimum} and {maximum:,}, "
-            f"got {brief_repr(value)} ({type(value).__name__})."
-        )
-    if not minimum <= value <= maximum:
-        raise InvalidBudgetValue(
-            f"{knob} must be {kind} between {minimum} and {maximum:,}, got "
-            f"{brief_repr(value)}."
-        )
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise InvalidBudgetValue(validate_budget_message(knob, value, maximum=maximum,
+                                                         minimum=minimum))
     return value
+
+
+def validate_budget_message(knob: str, value: object, *, maximum: int, minimum: int,
+                            note: str = "") -> str:
+    """What :func:`validate_budget_value` says of a refused ``value``; ``note`` follows the
+    range (a budget's clamp)."""
+    kind = "a positive integer" if minimum >= 1 else "a whole number"
+    shown = (f"{brief_repr(value)} ({type(value).__name__})"
+             if isinstance(value, bool) or not isinstance(value, int) else brief_repr(value))
+    return f"{knob} must be {kind} between {minimum} and {maximum:,}{note}, got {shown}."
 
 
 def usd_to_microdollars(knob: str, value: object) -> int:
@@ -133,11 +135,14 @@ def budget_value(spec: BudgetSpec, knob: str, value: object, *, dollars: bool = 
     except InvalidBudgetValue as exc:
         # What is taken is the unit's range; the budget's clamp then narrows it, with a
         # warning: say both, so the fix is not a value that is only clamped again.
-        clamp = (f" (this budget then clamps it to {spec.min:,} to {spec.max:,}, with a warning)"
-                 if spec.max is not None and spec.max < maximum else "")
+        message = str(exc)
+        if spec.max is not None and spec.max < maximum:
+            message = validate_budget_message(
+                knob, value, maximum=maximum, minimum=min(spec.min, 1),
+                note=f" (this budget then clamps it to {spec.min:,} to {spec.max:,}, with a "
+                     "warning)")
         extra = f' Use "{UNLIMITED}" for no limit.' if spec.unlimited else ""
-        raise InvalidBudgetValue(f"{exc}{extra}".replace(", got ", f"{clamp}, got ", 1)
-                                 ) from None
+        raise InvalidBudgetValue(f"{message}{extra}") from None
 
 
 def _setting_ceiling(spec: BudgetSpec, key: str, value: object) -> int | None:
@@ -300,8 +305,8 @@ class BudgetSpecs:
             )
         if spec.setting is not None:
             # One setting feeds one budget: a second claim would make the setting's value
-            # decide two limits (boot names the plugins of such a clash; this is the same
-            # rule for a budget registered later).
+            # decide two limits (at boot, DuplicateSettingError names the plugins of such a
+            # clash first; this is the same rule for a budget registered later).
             for other in self._specs.values():
                 if other.setting == spec.setting and other.name != spec.name:
                     raise InvalidBudgetSpec(
@@ -338,8 +343,8 @@ class BudgetSpecs:
         """The registered budget an unregistered ``name`` was probably meant to be: the budget
         whose setting is ``name`` (``max_turns``), else the closest name (``context_token``),
         else None. A misspelt ceiling would otherwise limit nothing, without a word."""
-        if name in self._specs:
-            return None
+        if name in self._specs or name.startswith("tool_calls_"):
+            return None  # a per-tool budget (tool_calls_<tool>) joins the run unregistered
         by_setting = self.setting_keys().get(name)
         if by_setting is not None:
             return by_setting

@@ -104,6 +104,10 @@ def test_a_compacted_view_checks_itself_when_made(arguments: tuple[Any, ...],
 def test_a_good_compacted_view_is_made() -> None:
     view = CompactedView([Message.text("user", "x")], "mine", "a summary")
     assert view.summary == "a summary"
+    # What the run took before the check: a tuple of messages (kept as a list) and no name.
+    loose = CompactedView((Message.text("user", "x"),), None)  # type: ignore[arg-type]
+    assert isinstance(loose.messages, list)
+    assert loose.strategy is None
 
 
 # -- budgets: messages that name the right fix ------------------------------------------------
@@ -112,7 +116,7 @@ def test_a_ceiling_no_budget_takes_points_at_the_budgets_list(host: Host) -> Non
     with pytest.raises(InvalidBudgetValue) as caught:
         host.run_conversation(USER, payload={"budget_ceilings": {"stuck_turns": -1}})
     message = str(caught.value)
-    assert "`datamachine budgets`" in message
+    assert "`datamachine budgets list`" in message
     assert "1,000,000,000,000" not in message  # not stuck_turns' range
     assert host.transcripts.list() == []
 
@@ -166,3 +170,28 @@ def test_a_misspelt_budget_ceiling_is_named_with_the_budget_it_was_meant_for(hos
         "payload['budget_ceilings']['context_token']: no budget is named 'context_token', so "
         "this ceiling limits only a budget a tool makes under that name; did you mean "
         "'context_tokens'?"]  # a name like no budget's ("my_own": a tool's own) says nothing
+
+
+def test_a_per_tool_ceiling_is_no_misspelling(host: Host) -> None:
+    result = host.run_conversation(USER, payload={
+        "script": [{"content": "hi"}], "budget_ceilings": {"tool_calls_ls": 2}})
+    assert result.warnings == []
+
+
+class _BudgetPlugin:
+    def __init__(self, budget: str) -> None:
+        self.budget = budget
+
+    @datamachine.hookimpl
+    def register_budgets(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(self.budget, {"default": 3, "max": 10, "setting": "shared_limit"})]
+
+
+def test_two_plugins_feeding_budgets_from_one_setting_stop_the_boot_naming_both() -> None:
+    from datamachine.errors import DuplicateSettingError
+
+    with pytest.raises(DuplicateSettingError,
+                       match=r"'shared_limit' feeds budget '[ab]_budget' of '.+' and budget "
+                             r"'[ab]_budget' of '.+'"):
+        bootstrap.boot(":memory:", plugins=[_BudgetPlugin("a_budget"), _BudgetPlugin("b_budget")],
+                       load_entrypoints=False)

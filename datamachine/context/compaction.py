@@ -53,13 +53,15 @@ class CompactedView:
     def __post_init__(self) -> None:
         # Checked when made, so a hookimpl's mistake is named where it is written, not found
         # as a failed request estimate or a number stored as a summary turns later.
-        if not isinstance(self.messages, list) or not all(
-                isinstance(message, Message) for message in self.messages):
+        if isinstance(self.messages, str | bytes) or not isinstance(self.messages, Sequence) \
+                or not all(isinstance(message, Message) for message in self.messages):
             raise UsageError(f"CompactedView.messages must be a list of agents_api.Message "
                              f"(the request to send instead), got {brief_repr(self.messages)}.")
-        if not isinstance(self.strategy, str):
-            raise UsageError(f"CompactedView.strategy must be the strategy's name (a str), got "
-                             f"{brief_repr(self.strategy)}.")
+        if not isinstance(self.messages, list):  # a tuple is taken, kept as the list it reads
+            object.__setattr__(self, "messages", list(self.messages))
+        if self.strategy is not None and not isinstance(self.strategy, str):
+            raise UsageError(f"CompactedView.strategy must be the strategy's name (a str; None "
+                             f"or empty: 'hook'), got {brief_repr(self.strategy)}.")
         if self.summary is not None and not isinstance(self.summary, str):
             raise UsageError(f"CompactedView.summary must be the summary's text or None, got "
                              f"{brief_repr(self.summary)}.")

@@ -151,8 +151,8 @@ def _budget_ceilings(value: Any) -> Any:
             validate_budget_value(knob, ceiling, maximum=MAX_METERED_VALUE, minimum=0)
         except InvalidBudgetValue:
             raise InvalidBudgetValue(
-                f"{knob} must be a whole number in the budget's range (`datamachine budgets` "
-                f"lists each budget's range), got {brief_repr(ceiling)}.") from None
+                f"{knob} must be a whole number in the budget's range (`datamachine budgets "
+                f"list` shows each budget's range), got {brief_repr(ceiling)}.") from None
     return dict(value)
 
 

@@ -181,10 +181,12 @@ def resume_steps(services: Services, session_id: str, approve: bool,
         pending = _pending(record)
         if pause_id is not None and pending.get("pause_id") != pause_id:
             raise SessionNotPaused(
-                f"Session {session_id!r} is waiting for the answer to pause "
-                f"{pending.get('pause_id')!r}, not {pause_id!r}: that one was answered and "
-                "paused again, or the id is wrong. Read its pending question again "
-                "(result.pending['pause_id']) before answering.",
+                f"Session {session_id!r} is waiting for the answer to "
+                + (f"pause {pending['pause_id']!r}" if pending.get("pause_id")
+                   else "a pause stored without an id (answer it without pause_id)")
+                + f", not {pause_id!r}: that one was answered and paused again, or the id is "
+                "wrong. Read its pending question again (result.pending['pause_id']) before "
+                "answering.",
                 session_id=session_id, status=record.status)
         return pending
 
@@ -327,7 +329,7 @@ def _check_resolve(session_id: object, call_id: object, result: object) -> None:
         plain_json(result)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"result must be JSON data (a string, a number, a list or a dict); "
-                         f"it holds {exc}, which JSON cannot carry.") from None
+                         f"it cannot be written as JSON: {exc}.") from None
     problem = unreadable(result)
     if problem is not None:
         raise UsageError(f"result{problem[0]}: {problem[1]}; store what the call did as "
