@@ -269,6 +269,10 @@ def loop_steps(
                     "(messages, context) -> {budget_name: units}")
     _check_mapping("context", context)
     _check_mapping("request", request)
+    if transcript_session_id is not None and (not isinstance(transcript_session_id, str)
+                                              or not transcript_session_id.strip()):
+        raise _refused("transcript_session_id", "the session's id (a non-empty string) or None "
+                       "for a new one", transcript_session_id)
     hooks = CallableHooks(turn_runner, tool_executor=tool_executor,
                           on_tool_result=on_tool_result,
                           on_budget_exhausted=on_budget_exhausted, on_stop=on_stop,

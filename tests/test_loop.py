@@ -823,7 +823,7 @@ def test_a_writer_cannot_come_with_a_persister_or_a_lock() -> None:
 
 BAD_ARGUMENTS = ["budgets", "context", "request", "pending_tool_calls", "tool_executor",
                  "on_event", "should_continue", "on_tool_result", "on_budget_exhausted",
-                 "on_stop", "transcript_persister", "transcript_lock"]
+                 "on_stop", "transcript_persister", "transcript_lock", "transcript_session_id"]
 
 
 def arun_loop_to_the_end(*args: Any, **kwargs: Any) -> LoopResult:
