@@ -64,8 +64,17 @@ class DataMachineError(Exception):
 class UsageError(DataMachineError, ValueError):
     """An argument to a public entry point is invalid; the message names it and the fix.
 
-    Raised before any provider call, transcript write or job change.
+    Raised before any provider call, transcript write or job change. ``field``: the argument
+    or request field at fault when one alone is (``"mode"``), for an answer that lists fields
+    (``/chat``'s 422 ``data.errors``); None when the message is all there is.
     """
+
+    field: str | None = None
+
+    def __init__(self, *args: object, field: str | None = None) -> None:
+        super().__init__(*args)
+        if field is not None:
+            self.field = field
 
 
 class InvalidBudgetSpec(UsageError):
@@ -164,6 +173,8 @@ class CallNotInDoubt(DataMachineError):
 
 class UnknownProvider(UsageError):
     """A run named a provider no plugin registered; the message lists the registered names."""
+
+    field = "provider"
 
 
 class DuplicateProviderError(BootError):

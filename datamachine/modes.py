@@ -89,4 +89,4 @@ def check_known_modes(modes: Sequence[str], known: Collection[str]) -> None:
         raise UsageError(
             f"mode {mode!r} is not a known mode: {hint}the modes are "
             f"{', '.join(sorted(known))}. A plugin declares an extension mode with the "
-            "register_modes hook (`datamachine docs modes`).")
+            "register_modes hook (`datamachine docs modes`).", field="mode")

@@ -56,6 +56,9 @@ BudgetScope = Literal["run", "request", "job", "session", "chain"]
 SCOPES: tuple[BudgetScope, ...] = ("run", "request", "job", "session", "chain")
 # What every clamp notice says (``ResolvedCeiling.warning``): how a report picks them out.
 CLAMPED = "is outside its range"
+# What a run's warning says of a budget_ceilings name no budget has (see ``meant``); the
+# command line shows such a notice even when it shows no report.
+MISNAMED = "no budget is named"
 # The ceiling of a budget registered with ``unlimited=True`` that is given no limit at all.
 UNLIMITED = "unlimited"
 MICRODOLLARS_PER_USD = 1_000_000

@@ -145,6 +145,8 @@ def chat(state: State, session_id: str | None, system: str | None, max_turns: st
     warn_unread_variables(host)
     provider = provider_for_script(provider, script)
     check_declared_options(host, provider, model_options, passthrough=option_passthrough)
+    if script is not None:
+        read_script(script)  # a bad file is refused before a session is made for it
     if session_id is None:
         session = _new_session(host, limit)
     else:

@@ -12,7 +12,7 @@ from agents_api.usage import USAGE_COUNTS
 from datamachine.budgets_builtin import CONVERSATION_TURNS
 from datamachine.cli.tables import table
 from datamachine.conversation.result import ConversationResult
-from datamachine.registry import CLAMPED
+from datamachine.registry import CLAMPED, MISNAMED
 from datamachine.tools.results import is_rejected
 
 __all__ = ["emit_json", "explain_stop", "print_answer", "print_run_summary", "table",
@@ -133,7 +133,8 @@ def print_answer(result: ConversationResult, host: Any = None, *, verbose: bool 
         print_run_summary("Run", result, host, err=True)
         return
     for notice in result.warnings:
-        if CLAMPED in notice:  # a ceiling asked for is not the one used: always said
+        if CLAMPED in notice or MISNAMED in notice:  # a ceiling asked for is not the one
+            # used, or limits nothing: always said
             click.echo(f"notice: {notice}", err=True)
     if result.status != "completed":
         why = explain_stop(result)

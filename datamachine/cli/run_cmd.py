@@ -41,7 +41,8 @@ def parse_max_turns(ctx: click.Context, param: click.Parameter, value: int | Non
     if value is None:
         return None
     try:
-        return validate_budget_value("--max-turns", value)
+        flag = max(param.opts, key=len) if param.opts else "--max-turns"  # --extend-by too
+        return validate_budget_value(flag, value)
     except InvalidBudgetValue as exc:
         raise click.BadParameter(str(exc)) from None
 

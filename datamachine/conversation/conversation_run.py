@@ -87,6 +87,7 @@ from datamachine.providers.options import (
 )
 from datamachine.providers.overflow import CONTEXT_OVERFLOW
 from datamachine.providers.wire_provider import WireProvider
+from datamachine.registry import MISNAMED
 from datamachine.settings import SettingsSnapshot
 from datamachine.tools.executor import ToolExecutor
 from datamachine.tools.in_doubt import InDoubt, waiting_calls
@@ -301,8 +302,14 @@ class ConversationRun:
 
     def _later(self, name: str) -> Callable[[], IterationBudget]:
         """What makes budget ``name`` when it is first needed. It holds what it needs, not
-        the run: a finished run must be freed at once, never left to the cycle collector."""
-        return partial(_made, self.services.budgets, name, self.ceiling_overrides.get(name),
+        the run: a finished run must be freed at once, never left to the cycle collector.
+
+        Its setting is checked now, so a bad value (``DATAMACHINE_MAX_STUCK_TURNS=x``) is
+        refused before the run starts, as every other budget's is, not turns later."""
+        override = self.ceiling_overrides.get(name)
+        if override is None:
+            self.services.budgets.setting_ceiling(name, settings=self.settings.get)
+        return partial(_made, self.services.budgets, name, override,
                        self.warnings, self.settings.get, self.resumption)
 
     def _resumed(self, budget: IterationBudget) -> IterationBudget:
@@ -1174,7 +1181,7 @@ def _ceiling_overrides(services: Services, given: Mapping[str, int],
         registry.check_ceiling(name, knob, ceiling)
         meant = registry.meant(name)
         if meant is not None:
-            warnings.append(f"{knob}: no budget is named {name!r}, so this ceiling limits only "
+            warnings.append(f"{knob}: {MISNAMED} {name!r}, so this ceiling limits only "
                             f"a budget a tool makes under that name; did you mean {meant!r}?")
     return dict(given)
 

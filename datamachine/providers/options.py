@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from agents_api.errors import brief_repr
+from agents_api.jsontext import unreadable
 from datamachine.errors import UsageError, first_field_error
 
 __all__ = ["MODEL_OPTIONS_KEY", "OPENAI_OPTIONS", "RESERVED_KEYS", "TOOL_OPTIONS",
@@ -89,6 +90,11 @@ def validate_model_options(value: Any, where: str = "payload['model_options']") 
     except ValidationError as exc:
         field, message, given = first_field_error(exc)
         raise UsageError(f"{where}[{field!r}]: {message} (got {brief_repr(given)}).") from None
+    # Options go into the request's JSON body: an infinity or a NaN would be sent as text no
+    # provider reads (``Infinity``), and stored so in the run's timeline.
+    problem = unreadable(options)
+    if problem is not None:
+        raise UsageError(f"{where}{problem[0]}: {problem[1]}.")
     return options
 
 

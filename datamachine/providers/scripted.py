@@ -145,6 +145,9 @@ def _read_file(path: Path) -> Any:
         raise InvalidScript(f"Script file {str(path)!r} does not exist.") from None
     except OSError as exc:
         raise InvalidScript(f"Script file {str(path)!r} cannot be read: {exc}.") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidScript(f"Script file {str(path)!r} is not UTF-8 text (byte {exc.start}): "
+                            "save it as UTF-8 JSON or YAML.") from None
     if path.suffix.lower() == ".json":
         try:
             return json.loads(text)

@@ -109,7 +109,10 @@ def problem_for(exc: DataMachineError) -> Problem:
                        "Model requests are off on this site (setting allow_model_requests).",
                        {"provider": exc.provider})
     if isinstance(exc, UsageError):
-        return Problem(422, "invalid_request", str(exc))
+        # As a body the request model refuses: each field at fault, null when the error names
+        # no single one.
+        return Problem(422, "invalid_request", str(exc),
+                       {"errors": [{"field": exc.field, "message": str(exc)}]})
     return Problem(500, "internal_error",
                    f"The server failed ({type(exc).__name__}); its log has the details.")
 

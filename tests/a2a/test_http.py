@@ -522,8 +522,16 @@ def test_a_mode_no_plugin_declared_is_refused_before_anything_runs(site: Site) -
     # A well-formed mode nobody declared used to run as if it were chat.
     body = assert_error(post(site, {"message": "hi", "mode": "nope"}), 422, "invalid_request")
     assert "'nope' is not a known mode" in body["message"]
+    assert body["data"]["errors"] == [{"field": "mode", "message": body["message"]}]
     assert site.model.requests == []
     assert site.host.transcripts.list() == []
+
+
+def test_a_provider_no_plugin_registered_is_422_naming_the_field(site: Site) -> None:
+    body = assert_error(post(site, {"message": "hi", "provider": "bogus"}), 422,
+                        "invalid_request")
+    assert body["data"]["errors"] == [{"field": "provider", "message": body["message"]}]
+    assert site.model.requests == []
 
 
 def test_a_chat_message_to_a_session_a_run_died_on_settles_the_call_in_doubt_first(
