@@ -15,6 +15,7 @@ from datamachine.cli.app import State, exit_code_for, handle_errors
 from datamachine.cli.output import print_run_summary
 from datamachine.cli.provider_notice import read_script
 from datamachine.cli.run_cmd import parse_max_turns
+from datamachine.errors import UsageError
 
 __all__ = ["resolve", "resume"]
 
@@ -35,6 +36,8 @@ def resume(state: State, session: str, approve: bool, extend_by: int | None,
            script: Path | None, as_json: bool) -> None:
     """Answer the paused run SESSION (status awaiting_confirmation; an id or its first
     characters) and continue it with the tools it had (registered tools, by name)."""
+    if not approve and extend_by is not None:
+        raise UsageError("--extend-by goes with --approve: a decline extends nothing.")
     host = state.host
     session_id = host.transcripts.resolve(session)
     payload: dict[str, Any] = {"script": read_script(script)} if script is not None else {}

@@ -79,3 +79,9 @@ def test_a_model_option_json_cannot_carry_is_refused(tmp_path: Path) -> None:
     assert code == 2
     assert "NaN and infinities are not JSON" in err
     assert stored(tmp_path / "a.db")[0] == 0
+
+
+def test_a_decline_with_extend_by_is_a_usage_error(tmp_path: Path) -> None:
+    code, _, err = invoke(tmp_path / "a.db", "resume", "abc", "--decline", "--extend-by", "5")
+    assert code == 2
+    assert "--extend-by goes with --approve" in err
