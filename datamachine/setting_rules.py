@@ -29,10 +29,13 @@ SITE_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 def check_site_id(value: object, where: str = f"setting {SITE_ID_SETTING!r}") -> str:
     """Return ``value`` if it is a usable site id, else raise :class:`InvalidSetting`."""
     if not isinstance(value, str) or not SITE_ID_PATTERN.fullmatch(value):
+        # The fix is the setting's only when the value came from it (a token's site is the
+        # caller's argument).
+        fix = (f" Fix it with `datamachine settings set {SITE_ID_SETTING} <id>` or unset it to "
+               "have one generated." if where.startswith("setting ") else "")
         raise InvalidSetting(
             f"{where} must be 1-64 letters, digits, '.', '_', ':' or '-' (starting with a letter "
-            f"or digit), got {value!r}. Fix it with `datamachine settings set {SITE_ID_SETTING} "
-            "<id>` or unset it to have one generated."
+            f"or digit), got {value!r}.{fix}"
         )
     return value
 

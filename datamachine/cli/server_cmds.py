@@ -35,6 +35,10 @@ def _tool_list(state: State, raw: str | None) -> list[str] | None:
     """``--tools a,b`` as names, each one a tool registered on this site (else UsageError)."""
     if raw is None:
         return None
+    if raw.strip() and any(not part.strip() for part in raw.split(",")):
+        # As `run --tools` refuses it: ",," is a slip, not the '' that means no tools.
+        raise UsageError(f"--tools {raw!r} has an empty name: give registered tool names "
+                         "separated by commas (`datamachine tools` lists them), or '' for none.")
     names = [part.strip() for part in raw.split(",") if part.strip()]
     known = state.host.tools.tools()
     unknown = [name for name in names if name not in known]

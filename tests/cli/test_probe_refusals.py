@@ -85,3 +85,16 @@ def test_a_decline_with_extend_by_is_a_usage_error(tmp_path: Path) -> None:
     code, _, err = invoke(tmp_path / "a.db", "resume", "abc", "--decline", "--extend-by", "5")
     assert code == 2
     assert "--extend-by goes with --approve" in err
+
+
+def test_tokens_create_names_its_own_argument_and_refuses_empty_tool_names(
+        tmp_path: Path) -> None:
+    code, _, err = invoke(tmp_path / "a.db", "tokens", "create", "t1", "--site", "bad site!")
+    assert code == 2
+    assert "site must be 1-64 letters" in err
+    assert "settings set site_id" not in err  # the value is the argument, not the setting
+    code, _, err = invoke(tmp_path / "a.db", "tokens", "create", "t2", "--tools", ",,")
+    assert code == 2
+    assert "has an empty name" in err
+    code, _, _ = invoke(tmp_path / "a.db", "tokens", "create", "t3", "--tools", "")
+    assert code == 0  # '' still means: no tools
