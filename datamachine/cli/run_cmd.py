@@ -58,6 +58,9 @@ def parse_budgets(ctx: click.Context, param: click.Parameter,
         except ValueError:
             raise click.BadParameter(f"--budget {name} needs a whole number as its ceiling, "
                                      f"got {text!r}.") from None
+        if ceilings[name] < 0:  # said here, in the flag's words, not the payload's
+            raise click.BadParameter(f"--budget {name} needs a ceiling of 0 or more (1 or more "
+                                     f"but for a repeat counter), got {text}.")
     return ceilings
 
 

@@ -98,3 +98,10 @@ def test_tokens_create_names_its_own_argument_and_refuses_empty_tool_names(
     assert "has an empty name" in err
     code, _, _ = invoke(tmp_path / "a.db", "tokens", "create", "t3", "--tools", "")
     assert code == 0  # '' still means: no tools
+
+
+def test_a_negative_budget_flag_is_named_in_the_flags_words(tmp_path: Path) -> None:
+    code, _, err = invoke(tmp_path / "a.db", "run", "hi", "-b", "tool_calls", "-1")
+    assert code == 2
+    assert "--budget tool_calls needs a ceiling of 0 or more" in err
+    assert "payload[" not in err
