@@ -195,3 +195,26 @@ def test_two_plugins_feeding_budgets_from_one_setting_stop_the_boot_naming_both(
                              r"'[ab]_budget' of '.+'"):
         bootstrap.boot(":memory:", plugins=[_BudgetPlugin("a_budget"), _BudgetPlugin("b_budget")],
                        load_entrypoints=False)
+
+
+def test_a_tool_failing_on_a_library_error_logs_one_line_not_a_traceback(
+        host: Host, caplog: pytest.LogCaptureFixture) -> None:
+    @datamachine.tool
+    def fetch(url: str, context: datamachine.ToolContext) -> str:
+        """Fetch a page."""
+        context.budget("fetches")  # the site's setting of it is bad
+        return "a page"
+
+    host.budgets.register("fetches", {"default": 3, "max": 10, "setting": "max_fetches_x"})
+    call = {"tool_calls": [{"id": "f1", "name": "fetch", "parameters": {"url": "u"}}]}
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DATAMACHINE_MAX_FETCHES_X", "x")
+        with caplog.at_level("WARNING", logger="datamachine"):
+            result = host.run_conversation(USER, [fetch], payload={
+                "script": [call, {"content": "done"}]})
+    assert result.status == "completed"
+    raised = [r for r in caplog.records if "tool 'fetch' raised" in r.getMessage()]
+    assert len(raised) == 1
+    assert "InvalidBudgetValue" in raised[0].getMessage()
+    assert "max_fetches_x" in raised[0].getMessage()
+    assert raised[0].exc_info is None

@@ -21,6 +21,7 @@ from typing import Any
 
 from agents_api import IterationBudget, Message, Pause
 from agents_api.drive import awaitable
+from datamachine.errors import DataMachineError
 from datamachine.payload_keys import RUNTIME_KEYS
 from datamachine.registry import IterationBudgetRegistry
 from datamachine.storage.tool_intents import Intent
@@ -395,7 +396,14 @@ class ToolExecutor:
 
     @staticmethod
     def _raised(tool: Tool, params: dict[str, Any], exc: Exception) -> ToolResult:
-        logger.warning("datamachine: tool %r raised", tool.name, exc_info=True)
+        if isinstance(exc, DataMachineError):
+            # The library's own error (a bad setting of the tool's budget, say) names what is
+            # wrong and the fix: one line per call, the traceback only at debug level.
+            logger.warning("datamachine: tool %r raised %s: %s", tool.name,
+                           type(exc).__name__, exc)
+            logger.debug("datamachine: tool %r raised", tool.name, exc_info=exc)
+        else:
+            logger.warning("datamachine: tool %r raised", tool.name, exc_info=True)
         detail = str(exc) or "no message"
         return failed_result(
             tool.name, params,
