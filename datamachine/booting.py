@@ -187,7 +187,7 @@ def _register_plugin_budgets(pm: object, registry: IterationBudgetRegistry) -> N
                 f"Budget {spec.name!r} is registered by both {owner!r} and {plugin_name!r}; "
                 "rename one of them (budget names are global to a host)."
             )
-        reader = registry.setting_keys().get(spec.setting) if spec.setting else None
+        reader = registry.reader_of(spec.setting, besides=spec.name)
         if reader is not None:
             raise DuplicateSettingError(
                 f"Setting {spec.setting!r} feeds budget {reader!r} of {registry.owner(reader)!r} "

@@ -74,29 +74,23 @@ def unit_maximum(unit: str) -> int:
 
 
 def validate_budget_value(knob: str, value: object, *, maximum: int = MAX_BUDGET_VALUE,
-                          minimum: int = 1) -> int:
+                          minimum: int = 1, note: str = "") -> int:
     """Return ``value`` if it is an integer from ``minimum`` (1; 0 for a budget that counts
     repeats) to ``maximum`` (10,000, the limit of every count; 10^12 for a token or
     microdollar budget).
 
     Used for every user-supplied ceiling (``max_turns``, ``--max-turns``, a budget setting);
     anything else raises :class:`InvalidBudgetValue` naming ``knob``. Nothing is coerced:
-    ``"10"``, ``10.0`` and ``True`` are refused.
+    ``"10"``, ``10.0`` and ``True`` are refused. ``note`` follows the range in the message
+    (a budget's clamp).
     """
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise InvalidBudgetValue(validate_budget_message(knob, value, maximum=maximum,
-                                                         minimum=minimum))
+        kind = "a positive integer" if minimum >= 1 else "a whole number"
+        shown = (f"{brief_repr(value)} ({type(value).__name__})"
+                 if isinstance(value, bool) or not isinstance(value, int) else brief_repr(value))
+        raise InvalidBudgetValue(
+            f"{knob} must be {kind} between {minimum} and {maximum:,}{note}, got {shown}.")
     return value
-
-
-def validate_budget_message(knob: str, value: object, *, maximum: int, minimum: int,
-                            note: str = "") -> str:
-    """What :func:`validate_budget_value` says of a refused ``value``; ``note`` follows the
-    range (a budget's clamp)."""
-    kind = "a positive integer" if minimum >= 1 else "a whole number"
-    shown = (f"{brief_repr(value)} ({type(value).__name__})"
-             if isinstance(value, bool) or not isinstance(value, int) else brief_repr(value))
-    return f"{knob} must be {kind} between {minimum} and {maximum:,}{note}, got {shown}."
 
 
 def usd_to_microdollars(knob: str, value: object) -> int:
@@ -133,19 +127,17 @@ def budget_value(spec: BudgetSpec, knob: str, value: object, *, dollars: bool = 
             raise InvalidBudgetValue(f"{knob} must be a finite positive number of seconds, at most "
                                      f"{maximum:,}, got {brief_repr(value)}.")
         return max(1, math.ceil(value))
+    # What is taken is the unit's range; the budget's clamp then narrows it, with a warning:
+    # the message says both, so the fix is not a value that is only clamped again.
+    clamp = (f" (this budget then clamps it to {spec.min:,} to {spec.max:,}, with a warning)"
+             if spec.max < maximum else "")
     try:
-        return validate_budget_value(knob, value, maximum=maximum, minimum=min(spec.min, 1))
+        return validate_budget_value(knob, value, maximum=maximum, minimum=min(spec.min, 1),
+                                     note=clamp)
     except InvalidBudgetValue as exc:
-        # What is taken is the unit's range; the budget's clamp then narrows it, with a
-        # warning: say both, so the fix is not a value that is only clamped again.
-        message = str(exc)
-        if spec.max is not None and spec.max < maximum:
-            message = validate_budget_message(
-                knob, value, maximum=maximum, minimum=min(spec.min, 1),
-                note=f" (this budget then clamps it to {spec.min:,} to {spec.max:,}, with a "
-                     "warning)")
-        extra = f' Use "{UNLIMITED}" for no limit.' if spec.unlimited else ""
-        raise InvalidBudgetValue(f"{message}{extra}") from None
+        if not spec.unlimited:
+            raise
+        raise InvalidBudgetValue(f'{exc} Use "{UNLIMITED}" for no limit.') from None
 
 
 def _setting_ceiling(spec: BudgetSpec, key: str, value: object) -> int | None:
@@ -306,16 +298,14 @@ class BudgetSpecs:
                 "register() takes a BudgetSpec or a budget name, "
                 f"got {type(name_or_spec).__name__}."
             )
-        if spec.setting is not None:
-            # One setting feeds one budget: a second claim would make the setting's value
-            # decide two limits (at boot, DuplicateSettingError names the plugins of such a
-            # clash first; this is the same rule for a budget registered later).
-            for other in self._specs.values():
-                if other.setting == spec.setting and other.name != spec.name:
-                    raise InvalidBudgetSpec(
-                        f"Budget {spec.name!r} cannot take setting {spec.setting!r}: budget "
-                        f"{other.name!r} reads it already. Give {spec.name!r} a setting of its "
-                        "own.")
+        # One setting feeds one budget: a second claim would make the setting's value decide
+        # two limits (at boot, DuplicateSettingError names the plugins of such a clash first;
+        # this is the same rule for a budget registered later).
+        other = self.reader_of(spec.setting, besides=spec.name)
+        if other is not None:
+            raise InvalidBudgetSpec(
+                f"Budget {spec.name!r} cannot take setting {spec.setting!r}: budget {other!r} "
+                f"reads it already. Give {spec.name!r} a setting of its own.")
         self._specs[spec.name] = spec
         if owner is not None:
             self._owners[spec.name] = owner
@@ -341,6 +331,13 @@ class BudgetSpecs:
     def registered_names(self) -> list[str]:
         """Registered names in registration order."""
         return list(self._specs)
+
+    def reader_of(self, setting: str | None, *, besides: str = "") -> str | None:
+        """The budget other than ``besides`` whose setting is ``setting`` (None: none)."""
+        if setting is None:
+            return None
+        return next((spec.name for spec in self._specs.values()
+                     if spec.setting == setting and spec.name != besides), None)
 
     def meant(self, name: str) -> str | None:
         """The registered budget an unregistered ``name`` was probably meant to be: the budget
